@@ -1,0 +1,25 @@
+# `make demo` and `make test` each create .venv when missing and install
+# everything; run them on a fresh machine with nothing but Python 3.11.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m sweeper.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf .venv

@@ -1,0 +1,1 @@
+"""Clustering transformers, Lloyd's algorithm and the losses (SPEC sections 2-4)."""

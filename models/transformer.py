@@ -1,0 +1,50 @@
+"""The learned one-layer clustering transformer (SPEC section 3).
+
+    X1 = X + CAX(X, C) + SAX(X, X)    # points attend to centers and points
+    C1 = C + CAC(C, X1) + SAC(C, C)   # centers attend to updated points and centers
+
+The model's output is the first d coordinates of C1: new centers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.attention import DistanceAttention
+from models.embedding import embed, embedding_dim
+
+
+class ClusteringLayer(nn.Module):
+    """The four attention modules of one layer, acting on tokens."""
+
+    def __init__(self, d_emb: int, gamma: float = 1.0, dropout: float = 0.0, qkv_mult: int = 1) -> None:
+        super().__init__()
+        make = lambda: DistanceAttention(d_emb, gamma, dropout, qkv_mult)  # noqa: E731
+        self.cax, self.sax, self.cac, self.sac = make(), make(), make(), make()
+
+    def forward(self, X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        X1 = X + self.cax(X, C) + self.sax(X, X)
+        C1 = C + self.cac(C, X1) + self.sac(C, C)
+        return X1, C1
+
+
+class ClusteringTransformer(nn.Module):
+    """Embed points and centers, apply one layer, read the new centers."""
+
+    def __init__(self, d: int, k: int, embedding: str = "onehot", gamma: float = 1.0,
+                 dropout: float = 0.01, qkv_mult: int = 1) -> None:
+        super().__init__()
+        self.d, self.k, self.embedding = d, k, embedding
+        self.d_emb = embedding_dim(d, k, embedding)
+        self.layer = ClusteringLayer(self.d_emb, gamma, dropout, qkv_mult)
+
+    def forward(self, X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+        """X (B, n, d), C (B, k, d) -> new centers (B, k, d)."""
+        _, C1 = self.layer(*embed(X, C, self.embedding))
+        return C1[..., : self.d]
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of scalar parameters (learned or fixed) of a model."""
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,50 @@
+"""Initial centers: k distinct data points per task, chosen three ways.
+
+`random` picks k distinct points uniformly; `kmeans++` (D^2 sampling) and
+`gonzalez` (farthest-first) start from one uniformly chosen point. The loop
+runs over the k centers only, never over tasks or points.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INITS = ("random", "kmeans++", "gonzalez")
+
+
+def _gather_points(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """X (B, n, d), idx (B, m) -> (B, m, d)."""
+    return X.gather(1, idx.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
+
+
+def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.Generator) -> torch.Tensor:
+    """Indices (B, k) of the initial centers among the n points of each task."""
+    B, n, _ = X.shape
+    if init == "random":
+        keys = torch.rand((B, n), generator=generator)
+        return keys.argsort(dim=-1)[:, :k].to(X.device)
+    if init not in INITS:
+        raise ValueError(f"task.init={init!r} is not allowed: choose one of {', '.join(INITS)}")
+    first = torch.randint(n, (B, 1), generator=generator).to(X.device)
+    chosen = [first]
+    # Squared distance of every point to its nearest chosen center so far.
+    nearest = (X - _gather_points(X, first)).pow(2).sum(-1)
+    for _ in range(1, k):
+        taken = torch.zeros((B, n), dtype=torch.bool, device=X.device)
+        taken.scatter_(1, torch.cat(chosen, dim=1), True)
+        if init == "gonzalez":
+            score = nearest.masked_fill(taken, -1.0)
+            nxt = score.argmax(dim=-1, keepdim=True)
+        else:  # kmeans++: D^2 weights; uniform over untaken points if all are zero
+            weights = nearest.masked_fill(taken, 0.0)
+            degenerate = weights.sum(-1, keepdim=True) <= 0
+            weights = torch.where(degenerate, (~taken).to(weights.dtype), weights)
+            nxt = torch.multinomial(weights.cpu().double(), 1, generator=generator).to(X.device)
+        chosen.append(nxt)
+        nearest = torch.minimum(nearest, (X - _gather_points(X, nxt)).pow(2).sum(-1))
+    return torch.cat(chosen, dim=1)
+
+
+def choose_centers(X: torch.Tensor, k: int, init: str, generator: torch.Generator) -> torch.Tensor:
+    """Initial centers (B, k, d): k distinct data points of each task."""
+    return _gather_points(X, choose_center_indices(X, k, init, generator))

@@ -1,0 +1,130 @@
+"""Batched sampling of clustering tasks (SPEC section 1).
+
+A task is n points X (n x d) drawn from a mixture of k components and k
+initial centers C0 (k x d) chosen among those points. Everything here is
+vectorised over the batch and driven by an explicit torch.Generator, so a
+seed fixes the whole stream of tasks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tasks.init import INITS, choose_centers
+
+FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a distribution of clustering tasks is; defaults are the paper's."""
+
+    family: str = "normal"
+    n: int = 512
+    d: int = 4
+    k: int = 6
+    scale: float = 0.1
+    equal_weights: bool = True
+    equal_scales: bool = True
+    init: str = "random"
+
+    def __post_init__(self) -> None:
+        validate_task_spec(self)
+
+
+def _bad(field: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"task.{field}={value!r} is not allowed: {allowed}")
+
+
+def validate_task_spec(spec: TaskSpec) -> None:
+    """Raise ValueError naming the field, its value and what is allowed."""
+    if spec.family not in FAMILIES:
+        raise _bad("family", spec.family, f"choose one of {', '.join(FAMILIES)}")
+    if spec.init not in INITS:
+        raise _bad("init", spec.init, f"choose one of {', '.join(INITS)}")
+    if not isinstance(spec.d, int) or spec.d < 1:
+        raise _bad("d", spec.d, "an integer >= 1")
+    if not isinstance(spec.k, int) or spec.k < 2:
+        raise _bad("k", spec.k, "an integer >= 2")
+    if not isinstance(spec.n, int) or spec.n < spec.k:
+        raise _bad("n", spec.n, f"an integer >= k (k={spec.k})")
+    if not (isinstance(spec.scale, (int, float)) and math.isfinite(spec.scale) and spec.scale > 0):
+        raise _bad("scale", spec.scale, "a finite number > 0")
+
+
+def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Uniform draws in the open interval (0, 1), so inverse CDFs stay finite."""
+    u = torch.rand(shape, generator=generator)
+    tiny = torch.finfo(u.dtype).eps
+    return u.clamp_(tiny, 1.0 - tiny)
+
+
+def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions."""
+    if family in ("normal", "lognormal"):
+        return torch.randn(shape, generator=generator)
+    u = _open_uniform(shape, generator)
+    if family == "cauchy":
+        return torch.tan(math.pi * (u - 0.5))
+    if family == "gumbel":
+        return -torch.log(-torch.log(u))
+    if family == "laplace":
+        c = u - 0.5
+        return -torch.sign(c) * torch.log1p(-2.0 * c.abs())
+    raise _bad("family", family, f"choose one of {', '.join(FAMILIES)}")
+
+
+def sample_points(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw mixture samples (B, n, d) and the component means (B, k, d), before mapping."""
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r} is not allowed: an integer >= 1")
+    B, n, d, k = batch, spec.n, spec.d, spec.k
+    means = torch.rand((B, k, d), generator=generator)
+    scales = torch.full((B, k, d), float(spec.scale))
+    if not spec.equal_scales:
+        scales = scales * torch.rand((B, k, d), generator=generator)
+    weights = torch.ones(B, k)
+    if not spec.equal_weights:
+        weights = torch.rand((B, k), generator=generator)
+        weights = weights / weights.sum(-1, keepdim=True)
+    comp = torch.multinomial(weights, n, replacement=True, generator=generator)  # (B, n)
+    idx = comp.unsqueeze(-1).expand(B, n, d)
+    loc, scale = means.gather(1, idx), scales.gather(1, idx)
+    X = loc + scale * _standard_noise(spec.family, (B, n, d), generator)
+    if spec.family == "lognormal":
+        X = torch.exp(X)
+    if not torch.isfinite(X).all():
+        raise FloatingPointError(f"the {spec.family} sampler drew non-finite points (scale={spec.scale})")
+    return X, means
+
+
+def to_unit_cube(X: torch.Tensor) -> torch.Tensor:
+    """Shift by the per-dimension minimum, then divide by one scalar per task.
+
+    One scalar keeps the geometry (and so the k-means problem) unchanged;
+    an all-zero task stays zero.
+    """
+    shifted = X - X.amin(dim=-2, keepdim=True)
+    top = shifted.amax(dim=(-2, -1), keepdim=True)
+    return shifted / torch.where(top > 0, top, torch.ones_like(top))
+
+
+def sample_tasks(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of tasks: points X (B, n, d) in [0, 1] and initial centers C0 (B, k, d)."""
+    X, _ = sample_points(spec, batch, generator)
+    X = to_unit_cube(X)
+    return X, choose_centers(X, spec.k, spec.init, generator)
+
+
+def validation_tasks(spec: TaskSpec, seed: int, batches: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed validation set of a run: `batches` batches from a seed-derived generator."""
+    generator = torch.Generator().manual_seed(validation_seed(seed))
+    return [sample_tasks(spec, batch, generator) for _ in range(batches)]
+
+
+def validation_seed(seed: int) -> int:
+    """A stream disjoint from training's (which uses `seed` itself)."""
+    return (seed * 1_000_003 + 7919) % (2**63 - 1)
