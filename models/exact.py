@@ -58,7 +58,7 @@ class ExactLloydTransformer(nn.Module):
 
     def forward(self, X: torch.Tensor, C: torch.Tensor, steps: int = 1) -> torch.Tensor:
         """X (B, n, d), C (B, k, d) -> centers after `steps` layers (B, k, d)."""
-        self.to(X.dtype)
+        self.to(device=X.device, dtype=X.dtype)  # fixed weights follow the data (float64 for exactness)
         Xt, Ct = embed(X, C, self.embedding)
         for _ in range(steps):
             Xt, Ct = self.layer(Xt, Ct)

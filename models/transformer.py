@@ -35,6 +35,7 @@ class ClusteringTransformer(nn.Module):
     def __init__(self, d: int, k: int, embedding: str = "onehot", gamma: float = 1.0,
                  dropout: float = 0.01, qkv_mult: int = 1) -> None:
         super().__init__()
+        _check_hyperparameters(gamma, dropout, qkv_mult)
         self.d, self.k, self.embedding = d, k, embedding
         self.d_emb = embedding_dim(d, k, embedding)
         self.layer = ClusteringLayer(self.d_emb, gamma, dropout, qkv_mult)
@@ -45,6 +46,29 @@ class ClusteringTransformer(nn.Module):
         return C1[..., : self.d]
 
 
+def _check_hyperparameters(gamma: float, dropout: float, qkv_mult: int) -> None:
+    """ValueError naming the field, its value and what is allowed."""
+    if not gamma > 0:  # inf (hard-max) is allowed; nan is not
+        raise ValueError(f"model.gamma={gamma!r} is not allowed: a number > 0 (inf for hard-max)")
+    if not 0 <= dropout < 1:
+        raise ValueError(f"model.dropout={dropout!r} is not allowed: a number in [0, 1)")
+    if isinstance(qkv_mult, bool) or not isinstance(qkv_mult, int) or qkv_mult < 1:
+        raise ValueError(f"model.qkv_mult={qkv_mult!r} is not allowed: an integer >= 1")
+
+
 def count_parameters(module: nn.Module) -> int:
     """Number of scalar parameters (learned or fixed) of a model."""
     return sum(p.numel() for p in module.parameters())
+
+
+def parameter_count(d: int, k: int, embedding: str, qkv_mult: int = 1) -> int:
+    """Closed form of count_parameters for the one-layer model (learned or exact).
+
+    Four modules, each three d_emb -> w linear maps with biases (w = qkv_mult * d_emb)
+    and, when widened, a w -> d_emb output map: 12 (d_emb^2 + d_emb) at qkv_mult 1,
+    so O((d + k)^2) for onehot and O((d + log2 k)^2) for binary.
+    """
+    d_emb = embedding_dim(d, k, embedding)
+    width = qkv_mult * d_emb
+    per_module = 3 * (d_emb * width + width) + (width * d_emb + d_emb if qkv_mult > 1 else 0)
+    return 4 * per_module

@@ -17,6 +17,15 @@ def _gather_points(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return X.gather(1, idx.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
 
 
+def _sq_dist_to(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Squared distances (B, n) of every point to the point idx (B, 1) of its task.
+
+    From differences, not the dot-product expansion: a chosen point is at
+    distance exactly 0 from itself, and gonzalez compares distances exactly.
+    """
+    return (X - _gather_points(X, idx)).square_().sum(-1)
+
+
 def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.Generator) -> torch.Tensor:
     """Indices (B, k) of the initial centers among the n points of each task."""
     B, n, _ = X.shape
@@ -27,21 +36,20 @@ def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.G
         raise ValueError(f"task.init={init!r} is not allowed: choose one of {', '.join(INITS)}")
     first = torch.randint(n, (B, 1), generator=generator).to(X.device)
     chosen = [first]
-    # Squared distance of every point to its nearest chosen center so far.
-    nearest = (X - _gather_points(X, first)).pow(2).sum(-1)
+    taken = torch.zeros((B, n), dtype=torch.bool, device=X.device).scatter_(1, first, True)
+    nearest = _sq_dist_to(X, first)  # to the nearest chosen center so far
     for _ in range(1, k):
-        taken = torch.zeros((B, n), dtype=torch.bool, device=X.device)
-        taken.scatter_(1, torch.cat(chosen, dim=1), True)
         if init == "gonzalez":
-            score = nearest.masked_fill(taken, -1.0)
-            nxt = score.argmax(dim=-1, keepdim=True)
-        else:  # kmeans++: D^2 weights; uniform over untaken points if all are zero
+            nxt = nearest.masked_fill(taken, -1.0).argmax(dim=-1, keepdim=True)
+        else:  # kmeans++: D^2 weights; uniform over untaken points if all are zero (duplicates)
             weights = nearest.masked_fill(taken, 0.0)
             degenerate = weights.sum(-1, keepdim=True) <= 0
             weights = torch.where(degenerate, (~taken).to(weights.dtype), weights)
+            # The generator lives on the CPU (same stream on any machine); double keeps tiny weights.
             nxt = torch.multinomial(weights.cpu().double(), 1, generator=generator).to(X.device)
         chosen.append(nxt)
-        nearest = torch.minimum(nearest, (X - _gather_points(X, nxt)).pow(2).sum(-1))
+        taken.scatter_(1, nxt, True)
+        nearest = torch.minimum(nearest, _sq_dist_to(X, nxt))
     return torch.cat(chosen, dim=1)
 
 

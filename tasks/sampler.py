@@ -39,20 +39,27 @@ def _bad(field: str, value: object, allowed: str) -> ValueError:
     return ValueError(f"task.{field}={value!r} is not allowed: {allowed}")
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def validate_task_spec(spec: TaskSpec) -> None:
     """Raise ValueError naming the field, its value and what is allowed."""
     if spec.family not in FAMILIES:
         raise _bad("family", spec.family, f"choose one of {', '.join(FAMILIES)}")
     if spec.init not in INITS:
         raise _bad("init", spec.init, f"choose one of {', '.join(INITS)}")
-    if not isinstance(spec.d, int) or spec.d < 1:
+    if not _is_int(spec.d) or spec.d < 1:
         raise _bad("d", spec.d, "an integer >= 1")
-    if not isinstance(spec.k, int) or spec.k < 2:
+    if not _is_int(spec.k) or spec.k < 2:
         raise _bad("k", spec.k, "an integer >= 2")
-    if not isinstance(spec.n, int) or spec.n < spec.k:
+    if not _is_int(spec.n) or spec.n < spec.k:
         raise _bad("n", spec.n, f"an integer >= k (k={spec.k})")
-    if not (isinstance(spec.scale, (int, float)) and math.isfinite(spec.scale) and spec.scale > 0):
+    if isinstance(spec.scale, bool) or not isinstance(spec.scale, (int, float)) or not (math.isfinite(spec.scale) and spec.scale > 0):
         raise _bad("scale", spec.scale, "a finite number > 0")
+    for field in ("equal_weights", "equal_scales"):
+        if not isinstance(getattr(spec, field), bool):
+            raise _bad(field, getattr(spec, field), "true or false")
 
 
 def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -63,42 +70,53 @@ def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.T
 
 
 def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions."""
+    """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions.
+
+    In-place ops: this runs on B * n * d values every training step.
+    """
     if family in ("normal", "lognormal"):
         return torch.randn(shape, generator=generator)
     u = _open_uniform(shape, generator)
     if family == "cauchy":
-        return torch.tan(math.pi * (u - 0.5))
+        return u.sub_(0.5).mul_(math.pi).tan_()
     if family == "gumbel":
-        return -torch.log(-torch.log(u))
+        return u.log_().neg_().log_().neg_()
     if family == "laplace":
-        c = u - 0.5
-        return -torch.sign(c) * torch.log1p(-2.0 * c.abs())
+        c = u.sub_(0.5)
+        sign = c.sign()
+        return c.abs_().mul_(-2.0).log1p_().mul_(sign).neg_()
     raise _bad("family", family, f"choose one of {', '.join(FAMILIES)}")
 
 
 def sample_points(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw mixture samples (B, n, d) and the component means (B, k, d), before mapping."""
-    if not isinstance(batch, int) or batch < 1:
+    if not _is_int(batch) or batch < 1:
         raise ValueError(f"batch={batch!r} is not allowed: an integer >= 1")
     B, n, d, k = batch, spec.n, spec.d, spec.k
     means = torch.rand((B, k, d), generator=generator)
-    scales = torch.full((B, k, d), float(spec.scale))
-    if not spec.equal_scales:
-        scales = scales * torch.rand((B, k, d), generator=generator)
-    weights = torch.ones(B, k)
-    if not spec.equal_weights:
-        weights = torch.rand((B, k), generator=generator)
-        weights = weights / weights.sum(-1, keepdim=True)
-    comp = torch.multinomial(weights, n, replacement=True, generator=generator)  # (B, n)
-    idx = comp.unsqueeze(-1).expand(B, n, d)
-    loc, scale = means.gather(1, idx), scales.gather(1, idx)
-    X = loc + scale * _standard_noise(spec.family, (B, n, d), generator)
+    scales = None if spec.equal_scales else spec.scale * torch.rand((B, k, d), generator=generator)
+    weights = torch.ones(B, k) if spec.equal_weights else torch.rand((B, k), generator=generator)
+    comp = torch.multinomial(weights, n, replacement=True, generator=generator)  # (B, n); rows need not sum to 1
+    # Row of each point's component in the flattened (B * k, d) parameters:
+    # one index_select is much cheaper than a gather with an expanded index.
+    rows = (comp + k * torch.arange(B).unsqueeze(-1)).reshape(-1)
+    loc = means.reshape(B * k, d).index_select(0, rows).view(B, n, d)
+    noise = _standard_noise(spec.family, (B, n, d), generator)
+    if scales is None:
+        X = loc.add_(noise, alpha=float(spec.scale))
+    else:
+        X = loc.addcmul_(scales.reshape(B * k, d).index_select(0, rows).view(B, n, d), noise)
     if spec.family == "lognormal":
-        X = torch.exp(X)
-    if not torch.isfinite(X).all():
-        raise FloatingPointError(f"the {spec.family} sampler drew non-finite points (scale={spec.scale})")
+        X = X.exp_()
+    _check_finite(X, f"the {spec.family} sampler drew non-finite points (scale={spec.scale})")
     return X, means
+
+
+def _check_finite(X: torch.Tensor, message: str) -> None:
+    # min and max carry any inf or nan, and cost far less than isfinite(X).all().
+    lo, hi = X.aminmax()
+    if not (torch.isfinite(lo) and torch.isfinite(hi)):
+        raise FloatingPointError(message)
 
 
 def to_unit_cube(X: torch.Tensor) -> torch.Tensor:
@@ -109,18 +127,22 @@ def to_unit_cube(X: torch.Tensor) -> torch.Tensor:
     """
     shifted = X - X.amin(dim=-2, keepdim=True)
     top = shifted.amax(dim=(-2, -1), keepdim=True)
-    return shifted / torch.where(top > 0, top, torch.ones_like(top))
+    return shifted.div_(torch.where(top > 0, top, torch.ones_like(top)))
 
 
 def sample_tasks(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of tasks: points X (B, n, d) in [0, 1] and initial centers C0 (B, k, d)."""
     X, _ = sample_points(spec, batch, generator)
     X = to_unit_cube(X)
+    # Finite draws can still span more than the float32 range (extreme scale).
+    _check_finite(X, f"the {spec.family} task overflowed float32 when mapped to the unit cube (scale={spec.scale})")
     return X, choose_centers(X, spec.k, spec.init, generator)
 
 
 def validation_tasks(spec: TaskSpec, seed: int, batches: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed validation set of a run: `batches` batches from a seed-derived generator."""
+    if not _is_int(batches) or batches < 1:
+        raise ValueError(f"val_batches={batches!r} is not allowed: an integer >= 1")
     generator = torch.Generator().manual_seed(validation_seed(seed))
     return [sample_tasks(spec, batch, generator) for _ in range(batches)]
 
