@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.flash_dropout import flash_dropout_attention
+
 
 def distance_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int, dropout: float = 0.0) -> torch.Tensor:
     """Softmax distance attention through a fused dot-product kernel."""
@@ -24,7 +26,13 @@ def distance_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma:
     q_aug = torch.cat([q, torch.ones_like(q[..., :1])], -1)
     k_aug = torch.cat([k, -0.5 * k.pow(2).sum(-1, keepdim=True)], -1)
     scale = 2.0 * gamma / math.sqrt(d_emb)
-    return F.scaled_dot_product_attention(q_aug, k_aug, v, dropout_p=dropout, scale=scale)
+    # Fused kernels (CPU flash; CUDA flash/memory-efficient) need a head axis and values as
+    # wide as queries, else SDPA silently takes its slow math path: add both, then drop them.
+    v_pad = F.pad(v, (0, 1))
+    if dropout > 0 and q.device.type == "cpu":  # CPU flash has no dropout of its own
+        return flash_dropout_attention(q_aug, k_aug, v_pad, scale, dropout)[..., :-1]
+    heads = (q_aug.unsqueeze(-3), k_aug.unsqueeze(-3), v_pad.unsqueeze(-3))
+    return F.scaled_dot_product_attention(*heads, dropout_p=dropout, scale=scale).squeeze(-3)[..., :-1]
 
 
 def hardmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,110 @@
+"""Command-line settings shared by `analysis.report` and `analysis.claims`.
+
+Overrides are Hydra-style `key=value`: `tracking.*` composes through the
+training config (conf/tracking, the one place its defaults live); the rest
+are the analysis' own keys below. An unknown key fails before any work,
+naming the key and the allowed ones.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from analysis.context import Context
+from analysis.evaluate import EvalSettings
+from analysis.runs import NoRuns, load_runs
+from sweeper.config import ConfigError, compose
+from sweeper.grid import expand
+
+OWN_DEFAULTS = {
+    "figures": None,          # a list of figure names; all when null
+    "out": "reports",         # the report goes to <out>/<experiment>/
+    "select": {"sweep": None, "subgrid": None},  # only the runs of this sweep / sub-grid
+    "speed_json": "reports/speed_memory.json",  # `python -m analysis.bench speed_memory --out reports/speed_memory.json`
+    "eval": asdict(EvalSettings()),
+}
+# Sweeps whose sub-grid sizes say how complete a store is ("4/60 configurations found").
+REFERENCE_SWEEPS = ("paper", "points")
+
+
+def parse(argv: list[str]) -> tuple[dict, object]:
+    """(analysis settings, tracking config) from the overrides."""
+    tracking_args = [a for a in argv if a.startswith("tracking.")]
+    own_args = [a for a in argv if not a.startswith("tracking.")]
+    for arg in own_args:
+        key = arg.split("=", 1)[0]
+        if "=" not in arg or not _known(key):
+            raise ConfigError(f"unknown argument {arg!r}: allowed keys are tracking.uri, tracking.experiment, "
+                              f"{', '.join(_allowed())}")
+    own = OmegaConf.merge(OmegaConf.create(OWN_DEFAULTS), OmegaConf.from_dotlist(own_args))
+    own = OmegaConf.to_container(own, resolve=True)
+    tracking = compose(tracking_args).tracking
+    return own, tracking
+
+
+def _allowed() -> list[str]:
+    out = []
+    for key, value in OWN_DEFAULTS.items():
+        out += [f"{key}.{sub}" for sub in value] if isinstance(value, dict) else [key]
+    return out
+
+
+def _known(key: str) -> bool:
+    return key in _allowed()
+
+
+def eval_settings(own: dict) -> EvalSettings:
+    values = dict(own["eval"])
+    for f in fields(EvalSettings):
+        if isinstance(getattr(EvalSettings(), f.name), tuple):
+            values[f.name] = tuple(values[f.name])
+    return EvalSettings(**values)
+
+
+def expected_sizes() -> dict[str, int]:
+    """Sub-grid name -> number of configurations, from conf/sweep (the one place the grid is written)."""
+    sizes: dict[str, int] = {}
+    for name in REFERENCE_SWEEPS:
+        plan = expand(compose([f"sweep={name}"]).sweep)
+        sizes.update({grid.name: grid.size for grid in plan.subgrids})
+    return sizes
+
+
+def open_context(argv: list[str], program: str, figures: list[str] = ()) -> tuple[Context, dict]:
+    """Parse, load the runs and build the Context; on bad input or an empty store, explain and exit non-zero."""
+    try:
+        own, tracking = parse(argv)
+        settings = eval_settings(own)
+        unknown = [name for name in own["figures"] or [] if name not in figures]
+        if unknown:
+            raise ConfigError(f"figures={own['figures']!r} is not allowed: {', '.join(unknown)} unknown; "
+                              f"choose from {', '.join(figures)}")
+    except (ConfigError, TypeError, ValueError) as err:
+        sys.exit(f"{program}: {err}")
+    uri, experiment = tracking.uri, tracking.experiment
+    select = own["select"]
+    try:
+        runs = load_runs(uri, experiment, sweep=select["sweep"], subgrid=select["subgrid"])
+    except NoRuns as err:
+        sys.stderr.write(f"{program}: nothing to analyse: {err}.\n{_how_to_fill(uri, experiment)}\n")
+        sys.exit(2)
+    if runs.empty:
+        chosen = ", ".join(f"{k}={v}" for k, v in select.items() if v) or "no filter"
+        sys.stderr.write(f"{program}: nothing to analyse: experiment {experiment!r} in {uri} has no training runs "
+                         f"({chosen}). Every figure needs training runs with checkpoints and metrics "
+                         f"(train_loss, val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}\n")
+        sys.exit(2)
+    speed = Path(own["speed_json"]) if own["speed_json"] else None
+    out_dir = Path(own["out"]) / experiment
+    ctx = Context.build(uri, experiment, runs, settings, out_dir, speed_json=speed, expected=expected_sizes())
+    return ctx, own
+
+
+def _how_to_fill(uri: str, experiment: str) -> str:
+    where = f"tracking.uri={uri} tracking.experiment={experiment}"
+    return (f"Fill it with `python -m sweeper.sweep sweep=demo {where}` (or sweep=paper for the full grid), "
+            f"or point the report at another store with tracking.uri=... tracking.experiment=...")

@@ -1,0 +1,178 @@
+"""What every figure works from: the runs, their histories, the evaluator, and the two curve builders.
+
+Training curves come from logged metrics (one run = one seed); evaluation
+curves from `Evaluator` tables. Both end in aggregate.seed_band, so every
+curve is "per seed, then median and IQR across seeds". Diverged runs never
+enter a curve; they are counted into its `diverged` column ("3/10 diverged").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from analysis.aggregate import divergence_counts, divergence_note, seed_band
+from analysis.evaluate import LLOYD_METHOD, EvalSettings, Evaluator
+from analysis.plot import CURVE_COLUMNS, MissingInput
+from analysis.runs import config_keys, histories, outcome_of
+from analysis.style import LLOYD, color, label, linestyle, order
+from sweeper.metrics import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
+
+# The trained models a probe uses when the store holds several: for each key that
+# varies among the runs, the value here if present, else the nearest one. tau 0.1 and
+# l2 because those are the models the paper probes (they beat one Lloyd step).
+REFERENCE = {"task.family": "normal", "task.equal_weights": True, "task.equal_scales": True, "task.init": "random",
+             "loss.regularizer": "l2", "loss.tau": 0.1, "task.d": 4, "task.k": 6, "task.n": 512,
+             "task.scale": 0.1, "optim.lr": 0.01, "model.embedding": "onehot"}
+
+
+@dataclass
+class Context:
+    uri: str
+    experiment: str
+    runs: pd.DataFrame  # training runs, one row each, with an `outcome` column
+    evaluator: Evaluator
+    settings: EvalSettings
+    out_dir: Path
+    speed_json: Path | None = None
+    expected: dict[str, int] = field(default_factory=dict)  # sub-grid -> configurations the paper grid has
+    _histories: pd.DataFrame | None = None
+
+    @classmethod
+    def build(cls, uri: str, experiment: str, runs: pd.DataFrame, settings: EvalSettings, out_dir: Path,
+              **extra) -> "Context":
+        runs = runs.assign(outcome=outcome_of(runs))
+        return cls(uri, experiment, runs, Evaluator(uri, experiment, settings, out_dir / "cache"), settings, out_dir,
+                   **extra)
+
+    def histories(self) -> pd.DataFrame:
+        """All metric points of all runs, fetched once in bulk."""
+        if self._histories is None:
+            self._histories = histories(self.uri, self.runs, METRICS)
+        return self._histories
+
+    def tagged(self, name: str) -> pd.DataFrame:
+        """Runs tagged with sub-grid `name`."""
+        return self.runs[self.runs[SUBGRIDS].fillna("").map(lambda s: name in s.split(","))]
+
+    def subgrid(self, name: str) -> pd.DataFrame:
+        """Runs of sub-grid `name`; all runs when none is tagged with it (a hand-made experiment)."""
+        tagged = self.tagged(name)
+        return tagged if not tagged.empty else self.runs
+
+    def coverage(self, name: str) -> str:
+        """'4/60 configurations found' for a sub-grid of the paper grid."""
+        runs = self.tagged(name)
+        found = runs[config_keys(runs.columns)].drop_duplicates().shape[0] if not runs.empty else 0
+        return f"{found}/{self.expected.get(name, '?')} configurations found"
+
+
+def varying(runs: pd.DataFrame) -> list[str]:
+    return [key for key in config_keys(runs.columns) if runs[key].astype(str).nunique() > 1]
+
+
+def narrow(runs: pd.DataFrame, keep: list[str], reference: dict = REFERENCE) -> pd.DataFrame:
+    """Fix every varying config key except `keep` at one value: the reference value, else the nearest, else the commonest."""
+    for key in [k for k in reference if k in runs] + [k for k in varying(runs) if k not in reference]:
+        if key in keep or runs[key].astype(str).nunique() <= 1:
+            continue
+        values = runs[key]
+        target = reference.get(key)
+        if target is not None and (values == target).any():
+            chosen = target
+        elif target is not None and isinstance(target, (int, float)) and pd.api.types.is_numeric_dtype(values):
+            chosen = values.iloc[(values - target).abs().argsort().iloc[0]]
+        else:
+            chosen = values.value_counts().sort_index(kind="stable").idxmax()
+        runs = runs[values == chosen]
+    return runs
+
+
+def series_labels(runs: pd.DataFrame, keys: list[str]) -> tuple[pd.Series, dict[str, dict]]:
+    """A label per run from its values of `keys` ('OH-L2'), and a style per label."""
+    configs = runs[keys].to_dict("records")
+    labels = pd.Series([label(c) for c in configs], index=runs.index)
+    styles: dict[str, dict] = {}
+    for c in sorted(configs, key=lambda c: [order(k, c[k]) for k in keys]):
+        styles.setdefault(label(c), {"color": color(c, len(styles)), "linestyle": linestyle(c)})
+    return labels, styles
+
+
+def _notes(runs: pd.DataFrame, panel: pd.Series, series: pd.Series) -> pd.DataFrame:
+    frame = pd.DataFrame({"panel": panel, "series": series})
+    counts = divergence_counts(frame, ["panel", "series"], runs["outcome"] == DIVERGED)
+    counts["diverged"] = [divergence_note(d, n) for d, n in zip(counts["n_diverged"], counts["n_runs"])]
+    return counts[["panel", "series", "diverged"]]
+
+
+def metric_curves(ctx: Context, runs: pd.DataFrame, metric: str, panel: pd.Series, series: pd.Series,
+                  x: str = "step") -> pd.DataFrame:
+    """Median/IQR across seeds of a logged metric against step (or elapsed seconds), per panel and series.
+
+    x="seconds": the curve is still aggregated per step; its x is the median
+    across seeds of the seconds from the run's first logged point to that step.
+    """
+    points = ctx.histories()
+    points = points[(points["key"] == metric) & points["run_id"].isin(runs.loc[runs["outcome"] == FINISHED, "run_id"])]
+    meta = pd.DataFrame({"run_id": runs["run_id"], "panel": panel, "series": series, SEED: runs[SEED]})
+    # Time zero of a run is its first logged point (the evaluation at step 0), not the MLflow run's
+    # start_time: a sweep's driver may open the run after the trial has started logging.
+    first = ctx.histories().groupby("run_id")["timestamp"].min().rename("start")
+    points = points.merge(meta, on="run_id").merge(first, on="run_id")
+    if points.empty:
+        raise MissingInput(f"no finished run has `{metric}` points")
+    # Per seed: a repeated (config, seed), e.g. a rerun, counts once (its mean).
+    per_seed = points.groupby(["panel", "series", SEED, "step"], as_index=False).agg(
+        value=("value", "mean"), seconds=("timestamp", "mean"), start=("start", "mean"))
+    curves = seed_band(per_seed, ["panel", "series"], "step", "value")
+    if x == "seconds":
+        per_seed["elapsed"] = (per_seed["seconds"] - per_seed["start"]) / 1000.0
+        elapsed = per_seed.groupby(["panel", "series", "step"], as_index=False)["elapsed"].median()
+        curves = curves.merge(elapsed, on=["panel", "series", "step"]).drop(columns="step")
+    curves = curves.rename(columns={"step": "x", "elapsed": "x"})
+    curves = curves.merge(_notes(runs, panel, series), on=["panel", "series"], how="left")
+    return curves[CURVE_COLUMNS]
+
+
+def lloyd_reference(curves: pd.DataFrame, level: float = 1.0) -> pd.DataFrame:
+    """Lloyd's as a flat black line at `level` (val_rel_lloyd is relative to one Lloyd step) in every panel."""
+    rows = []
+    for panel, part in curves.groupby("panel", sort=False):
+        for x in (part["x"].min(), part["x"].max()):
+            rows.append({"panel": panel, "series": LLOYD, "x": x, "median": level, "q25": level, "q75": level,
+                         "n_seeds": 0, "diverged": ""})
+    return pd.concat([curves, pd.DataFrame(rows)], ignore_index=True)
+
+
+def eval_curves(ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series,
+                methods: tuple[str, ...]) -> pd.DataFrame:
+    """Evaluate every finished run (cached), then median/IQR across seeds per panel and series.
+
+    panel_of(table, run) -> Series of panel names for the rows of one run's evaluation table.
+    A model's series is '<series> <method>' when several methods are shown; Lloyd's is one black series per panel.
+    """
+    finished = runs[runs["outcome"] == FINISHED]
+    if finished.empty:
+        raise MissingInput(f"{name}: no finished run to evaluate ({len(runs)} runs, all diverged or unfinished)")
+    tables = []
+    for index, run in tqdm(list(finished.iterrows()), desc=name, leave=False, unit="run"):
+        table = ctx.evaluator(name, run)
+        table["panel"] = panel_of(table, run).to_numpy()
+        table = table[table["method"].isin(methods) | (table["method"] == LLOYD_METHOD)].assign(**{SEED: run[SEED]})
+        labels = pd.Series(series[index], index=table.index)
+        if len(methods) > 1:
+            labels = labels + " " + table["method"]
+        table["series"] = labels.where(table["method"] != LLOYD_METHOD, LLOYD)
+        tables.append(table)
+    per_seed = pd.concat(tables, ignore_index=True)
+    # Lloyd's ran on the same tasks for every model of a seed: count it once per seed.
+    per_seed = per_seed.drop_duplicates(["panel", "series", SEED, "step"])
+    curves = seed_band(per_seed, ["panel", "series"], "step", "value").rename(columns={"step": "x"})
+    notes = _notes(runs, pd.Series("", index=runs.index), series).drop(columns="panel")
+    curves = curves.assign(base=curves["series"].str.split(" ").str[0]).merge(
+        notes.rename(columns={"series": "base"}), on="base", how="left").drop(columns="base")
+    curves["diverged"] = curves["diverged"].fillna("")
+    return curves[CURVE_COLUMNS]

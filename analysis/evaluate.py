@@ -1,0 +1,312 @@
+"""Evaluations of trained models, from their checkpoints, on fresh tasks (SPEC 7).
+
+Each evaluation takes one training run, loads its best checkpoint and
+returns a tidy table: one row per (condition, method, step) with the mean
+over tasks of the log k-means objective (aggregate.task_mean_log). The tasks
+are fresh: drawn from a generator seeded by (EvalSettings.seed, the run's
+seed, the evaluation and condition), never the training or validation
+stream, and the same for every model of that seed, so models and Lloyd's
+are compared on identical tasks.
+
+Iterating a model T times (`multistep`) comes in three forms:
+  reembed    C_{t+1} = model(X, C_t): points and current centers embedded afresh each step;
+  naive      the layer applied to its own output tokens (points and centers carried, never re-embedded);
+  attention  the layer alone on [X, 0] and [C_t, 0]: attention updates without the centers' codes;
+and Lloyd's iterations on the same tasks.
+
+`Evaluator` caches each result (a local CSV, and an MLflow run tagged
+eval_of=<training run> in the experiment '<experiment>-evaluations'), so a
+second report reads instead of recomputing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+from mlflow import MlflowClient
+from mlflow.artifacts import download_artifacts
+from mlflow.entities import Param, ViewType
+
+from analysis.aggregate import task_mean_log
+from models.embedding import embed
+from models.lloyd import lloyd_step
+from models.losses import kmeans_objective, smoothed_objective
+from models.transformer import ClusteringTransformer
+from sweeper.metrics import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
+from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+
+# Tags and the artifact of an evaluation run (they describe evaluation runs only, never training runs).
+EVAL_OF = "eval_of"
+EVALUATION = "evaluation"
+EVAL_KEY = "eval_key"
+RESULT_ARTIFACT = "evaluation.csv"
+VERSION = 1  # bump when an evaluation's definition changes: older cached results are then ignored
+
+METHODS = ("reembed", "naive", "attention")
+LLOYD_METHOD = "lloyd"
+SHIFTS = {"train": {}, "unequal_weights": {"equal_weights": False}, "anisotropic": {"equal_scales": False},
+          "scale_0.05": {"scale": 0.05}, "scale_0.2": {"scale": 0.2}}
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Sizes of the evaluations; the report's `eval.*` overrides set them (tests use small ones)."""
+
+    seed: int = 20261129  # fixes every evaluation task stream
+    batches: int = 4      # task batches per condition and seed
+    batch: int = 32       # tasks per batch
+    steps: int = 20       # T, re-applications of the model
+    inits: tuple[str, ...] = ("random", "kmeans++", "gonzalez")
+    lengths: tuple[int, ...] = (128, 256, 1024, 2048)
+    dissimilarity_tasks: int = 4  # tasks per family in the task-dissimilarity map (the paper: 4, and 16)
+    surface_points: int = 21   # loss-surface grid points per direction
+    surface_span: float = 1.0  # the grid covers [-span, span]^2 in units of the filter-normalised directions
+    device: str = "auto"       # auto: CUDA when present
+    threads: int = 1           # CPU threads while evaluating: the models are tiny, more threads mostly add contention
+    max_elements: int = 2**26  # tasks per forward are cut so B*n*n stays below this
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+
+def spec_of(run: pd.Series, **changes: object) -> TaskSpec:
+    """The task distribution a run trained on, with some fields changed."""
+    kinds = {"family": str, "n": int, "d": int, "k": int, "scale": float, "equal_weights": bool, "equal_scales": bool,
+             "init": str}
+    fields = {f: run[f"task.{f}"] for f in kinds} | changes
+    return TaskSpec(**{f: kind(fields[f]) for f, kind in kinds.items()})  # plain Python values, not numpy scalars
+
+
+def fresh_tasks(spec: TaskSpec, settings: EvalSettings, seed: int, stream: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """settings.batches batches of fresh tasks, fixed by (settings.seed, seed, stream)."""
+    key = zlib.crc32(f"{settings.seed}/{seed}/{stream}".encode())
+    generator = torch.Generator().manual_seed(key)
+    return [sample_tasks(spec, settings.batch, generator) for _ in range(settings.batches)]
+
+
+def load_model(uri: str, run: pd.Series, device: torch.device) -> ClusteringTransformer:
+    """The run's best checkpoint (its last one if no best was kept) in a fresh model, in eval mode."""
+    client = MlflowClient(uri)
+    names = {a.path for a in client.list_artifacts(run["run_id"], CHECKPOINT_DIR)}
+    chosen = next((f"{CHECKPOINT_DIR}/{n}" for n in (BEST_CHECKPOINT, LAST_CHECKPOINT) if f"{CHECKPOINT_DIR}/{n}" in names), None)
+    if chosen is None:
+        raise FileNotFoundError(f"run {run['run_id']} has no {CHECKPOINT_DIR}/{BEST_CHECKPOINT} or "
+                                f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT} artifact")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = download_artifacts(run_id=run["run_id"], artifact_path=chosen, dst_path=tmp, tracking_uri=uri)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    model = ClusteringTransformer(int(run["task.d"]), int(run["task.k"]), str(run["model.embedding"]),
+                                  float(run["model.gamma"]), 0.0, int(run["model.qkv_mult"]))
+    model.load_state_dict(state["model"])
+    return model.to(device).eval()
+
+
+def _chunks(X: torch.Tensor, C: torch.Tensor, settings: EvalSettings) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Split a batch so that attention over n points stays within settings.max_elements."""
+    size = max(1, settings.max_elements // (X.shape[1] ** 2))
+    return list(zip(X.split(size), C.split(size)))
+
+
+@torch.no_grad()
+def trajectories(model: ClusteringTransformer | None, X: torch.Tensor, C0: torch.Tensor, steps: int,
+                 methods: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Per method, the k-means objective of every task at steps 0..T: (T+1, B). Lloyd's always included."""
+    d = X.shape[-1]
+    out: dict[str, list[torch.Tensor]] = {}
+    C = C0
+    out[LLOYD_METHOD] = [kmeans_objective(X, C0)]
+    for _ in range(steps):
+        C = lloyd_step(X, C)
+        out[LLOYD_METHOD].append(kmeans_objective(X, C))
+    for method in methods:
+        C, values = C0, [kmeans_objective(X, C0)]
+        if method == "naive":
+            Xt, Ct = embed(X, C0, model.embedding)
+        for _ in range(steps):
+            if method == "reembed":
+                C = model(X, C)
+            elif method == "naive":
+                Xt, Ct = model.layer(Xt, Ct)
+                C = Ct[..., :d]
+            elif method == "attention":
+                pad = lambda T: torch.cat([T, T.new_zeros(*T.shape[:-1], model.d_emb - d)], -1)  # noqa: E731
+                C = model.layer(pad(X), pad(C))[1][..., :d]
+            else:
+                raise ValueError(f"method={method!r} is not allowed: choose one of {', '.join(METHODS)}")
+            values.append(kmeans_objective(X, C))
+        out[method] = values
+    return {method: torch.stack(values) for method, values in out.items()}
+
+
+def curve_rows(model, tasks, steps: int, methods: tuple[str, ...], settings: EvalSettings, **condition) -> list[dict]:
+    """Rows (condition..., method, step, value): value = mean over all tasks of log objective at that step."""
+    device = settings.torch_device()
+    parts: dict[str, list[torch.Tensor]] = {}
+    for X, C0 in tasks:
+        for Xc, Cc in _chunks(X.to(device), C0.to(device), settings):
+            for method, values in trajectories(model, Xc, Cc, steps, methods).items():
+                parts.setdefault(method, []).append(values.cpu())
+    rows = []
+    for method, values in parts.items():
+        objective = torch.cat(values, dim=1)  # (T+1, all tasks)
+        rows += [{**condition, "method": method, "step": t, "value": task_mean_log(objective[t])}
+                 for t in range(steps + 1)]
+    return rows
+
+
+def multistep(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
+    rows = []
+    for init in settings.inits:
+        tasks = fresh_tasks(spec_of(run, init=init), settings, run[SEED], f"multistep/{init}")
+        rows += curve_rows(model, tasks, settings.steps, METHODS, settings, init=init)
+    return pd.DataFrame(rows)
+
+
+def mixture_shift(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
+    rows = []
+    for shift, changes in SHIFTS.items():
+        tasks = fresh_tasks(spec_of(run, **changes), settings, run[SEED], f"mixture_shift/{shift}")
+        rows += curve_rows(model, tasks, settings.steps, ("reembed",), settings, shift=shift)
+    return pd.DataFrame(rows)
+
+
+def length(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
+    rows = []
+    for n in settings.lengths:
+        tasks = fresh_tasks(spec_of(run, n=int(n)), settings, run[SEED], f"length/{n}")
+        rows += curve_rows(model, tasks, settings.steps, ("reembed",), settings, n=int(n))
+    return pd.DataFrame(rows)
+
+
+def family_transfer(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
+    rows = []
+    for family in FAMILIES:
+        tasks = fresh_tasks(spec_of(run, family=family), settings, run[SEED], f"family/{family}")
+        rows += curve_rows(model, tasks, settings.steps, ("reembed",), settings, test_family=family)
+    return pd.DataFrame(rows)
+
+
+def filter_normalized_direction(model: torch.nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """A random direction with each weight row scaled to that row's norm (Li et al., 2018); biases get none."""
+    direction = {}
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            direction[name] = torch.zeros_like(p)
+            continue
+        r = torch.randn(p.shape, generator=generator).to(p)
+        direction[name] = r * (p.norm(dim=-1, keepdim=True) / r.norm(dim=-1, keepdim=True).clamp(min=1e-12))
+    return direction
+
+
+@torch.no_grad()
+def loss_surface(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
+    """The training loss on fresh tasks at weights + a*u + b*v over an a, b grid around the trained weights."""
+    device = settings.torch_device()
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{settings.seed}/{run[SEED]}/surface".encode()))
+    u, v = filter_normalized_direction(model, generator), filter_normalized_direction(model, generator)
+    tasks = [(X.to(device), C.to(device)) for X, C in fresh_tasks(spec_of(run), settings, run[SEED], "loss_surface")]
+    base = {name: p.detach().clone() for name, p in model.named_parameters()}
+    grid = torch.linspace(-settings.surface_span, settings.surface_span, settings.surface_points).tolist()
+    tau, regularizer = float(run["loss.tau"]), str(run["loss.regularizer"])
+    rows = []
+    for a in grid:
+        for b in grid:
+            params = {name: base[name] + a * u[name] + b * v[name] for name in base}
+            losses = [smoothed_objective(X, torch.func.functional_call(model, params, (X, C)), tau, regularizer)
+                      for X, C in tasks]
+            rows.append({"alpha": a, "beta": b, "value": float(torch.cat(losses).mean())})
+    return pd.DataFrame(rows)
+
+
+EVALUATIONS: dict[str, Callable[[ClusteringTransformer, pd.Series, EvalSettings], pd.DataFrame]] = {
+    "multistep": multistep, "mixture_shift": mixture_shift, "length": length,
+    "family_transfer": family_transfer, "loss_surface": loss_surface,
+}
+
+
+class Evaluator:
+    """Runs an evaluation of a training run once; later calls read the cached table."""
+
+    def __init__(self, uri: str, experiment: str, settings: EvalSettings, cache_dir: Path) -> None:
+        self.uri, self.settings, self.cache_dir = uri, settings, cache_dir
+        self.training_experiment, self.experiment = experiment, f"{experiment}-evaluations"
+        self.client = MlflowClient(uri)
+        self._logged: dict[str, str] | None = None
+        cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def key(self, name: str, run_id: str) -> str:
+        settings = {k: v for k, v in asdict(self.settings).items() if k not in ("device", "threads", "max_elements")}
+        text = json.dumps([VERSION, name, run_id, settings], sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def __call__(self, name: str, run: pd.Series) -> pd.DataFrame:
+        key = self.key(name, run["run_id"])
+        local = self.cache_dir / f"{name}-{key}.csv"
+        if local.exists():
+            return pd.read_csv(local)
+        if key in self.logged():
+            with tempfile.TemporaryDirectory() as tmp:
+                path = download_artifacts(run_id=self.logged()[key], artifact_path=RESULT_ARTIFACT, dst_path=tmp,
+                                          tracking_uri=self.uri)
+                table = pd.read_csv(path)
+        else:
+            model = load_model(self.uri, run, self.settings.torch_device())
+            threads = torch.get_num_threads()
+            torch.set_num_threads(self.settings.threads)
+            try:
+                table = EVALUATIONS[name](model, run, self.settings)
+            finally:
+                torch.set_num_threads(threads)
+            self._log(name, key, run, table)
+        table.to_csv(local, index=False)
+        return table
+
+    def logged(self) -> dict[str, str]:
+        """eval_key -> evaluation run id, for every finished evaluation run (one paginated search)."""
+        if self._logged is None:
+            self._logged = {}
+            found = self.client.get_experiment_by_name(self.experiment)
+            token = None
+            while found is not None:
+                page = self.client.search_runs([found.experiment_id], "attributes.status = 'FINISHED'",
+                                               ViewType.ACTIVE_ONLY, 5000, page_token=token)
+                self._logged.update({r.data.tags[EVAL_KEY]: r.info.run_id for r in page if EVAL_KEY in r.data.tags})
+                token = page.token
+                if not token:
+                    break
+        return self._logged
+
+    def _create_experiment(self) -> str:
+        """Beside the training experiment's artifacts (a SQLite store's default would be the working directory)."""
+        training = self.client.get_experiment_by_name(self.training_experiment)
+        root = training.artifact_location.rstrip("/") + "-evaluations" if training else None
+        return self.client.create_experiment(self.experiment, artifact_location=root)
+
+    def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
+        found = self.client.get_experiment_by_name(self.experiment)
+        exp_id = found.experiment_id if found else self._create_experiment()
+        tags = {EVAL_OF: run["run_id"], EVALUATION: name, EVAL_KEY: key, "mlflow.runName": f"{name}-{run['run_name']}"}
+        eval_run = self.client.create_run(exp_id, tags=tags)
+        rid = eval_run.info.run_id
+        try:
+            params = {k: str(v) for k, v in asdict(self.settings).items()}
+            self.client.log_batch(rid, params=[Param(k, v[:6000]) for k, v in params.items()])
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / RESULT_ARTIFACT
+                table.to_csv(path, index=False)
+                self.client.log_artifact(rid, str(path))
+        except BaseException:
+            self.client.set_terminated(rid, "FAILED")
+            raise
+        self.client.set_terminated(rid, "FINISHED")
+        self.logged()[key] = rid

@@ -1,0 +1,164 @@
+"""Figures from evaluating trained models on fresh tasks (analysis.evaluate), and the task-dissimilarity map."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import wasserstein_distance
+
+from analysis.aggregate import divergence_note
+from analysis.context import REFERENCE, Context, eval_curves, narrow, series_labels
+from analysis.plot import Figure, MissingInput, draw_contours, draw_curves, draw_heatmap
+from analysis.style import LLOYD, short
+from models.losses import sq_distances
+from sweeper.metrics import DIVERGED, FINISHED
+from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+
+YLABEL = "mean log k-means objective"
+
+
+def _probe_runs(ctx: Context, keep: list[str], pool: pd.DataFrame | None = None) -> pd.DataFrame:
+    runs = narrow(ctx.runs if pool is None else pool, keep=keep)
+    if not (runs["outcome"] == FINISHED).any():
+        raise MissingInput(f"no finished run with checkpoints among {len(runs)} candidate runs")
+    return runs
+
+
+def multistep(ctx: Context) -> Figure:
+    """T re-applications (re-embedded, naive, attention-only) against Lloyd's; one panel per init and method."""
+    runs = _probe_runs(ctx, ["model.embedding"])
+    series, styles = series_labels(runs, ["model.embedding"])
+    methods = ("reembed", "naive", "attention")
+    data = pd.concat([eval_curves(ctx, runs, "multistep", lambda t, r, m=m: "init " + t["init"] + " | " + m,
+                                  series, (m,)) for m in methods], ignore_index=True)
+    panels = [f"init {i} | {m}" for i in ctx.settings.inits for m in methods]
+    files = draw_curves(data, styles, ctx.out_dir, "multistep", xlabel="step t", ylabel=YLABEL, ncols=len(methods),
+                        panels=panels)
+    return Figure("multistep", data, list(runs["run_id"]), files, notes=[_which(runs)])
+
+
+def mixture_shift(ctx: Context) -> Figure:
+    """Trained on equal isotropic normal mixtures; tested on shifted mixtures, T steps, against Lloyd's."""
+    pool = ctx.runs[(ctx.runs["task.family"] == "normal") & ctx.runs["task.equal_weights"].astype(bool)
+                    & ctx.runs["task.equal_scales"].astype(bool)]
+    if pool.empty:
+        raise MissingInput("mixture_shift: needs models trained on equal, isotropic normal mixtures; none found")
+    runs = _probe_runs(ctx, ["model.embedding"], pool)
+    series, styles = series_labels(runs, ["model.embedding"])
+    data = eval_curves(ctx, runs, "mixture_shift", lambda t, r: "test: " + t["shift"], series, ("reembed",))
+    files = draw_curves(data, styles, ctx.out_dir, "mixture_shift", xlabel="step t", ylabel=YLABEL)
+    return Figure("mixture_shift", data, list(runs["run_id"]), files, notes=[_which(runs)])
+
+
+def length(ctx: Context) -> Figure:
+    """Trained at one n; tested at n in settings.lengths, T steps, against Lloyd's."""
+    runs = _probe_runs(ctx, ["model.embedding"])
+    series, styles = series_labels(runs, ["model.embedding"])
+    data = eval_curves(ctx, runs, "length", lambda t, r: "test n=" + t["n"].astype(str), series, ("reembed",))
+    files = draw_curves(data, styles, ctx.out_dir, "length", xlabel="step t", ylabel=YLABEL)
+    return Figure("length", data, list(runs["run_id"]), files, notes=[_which(runs)])
+
+
+def family_transfer(ctx: Context) -> Figure:
+    """Train family x test family, T steps, against Lloyd's; and the table of steps 0, 1 and T (Table 1)."""
+    pool = ctx.subgrid("family")
+    runs = _probe_runs(ctx, ["task.family", "model.embedding"], pool)
+    series, styles = series_labels(runs, ["model.embedding"])
+    trained = [f for f in FAMILIES if f in set(runs["task.family"])]
+    of = {f: runs["task.family"] == f for f in trained}
+    status = {f: divergence_note((of[f] & (runs["outcome"] == DIVERGED)).sum(), of[f].sum()) for f in trained}
+    title = lambda f: f"train {f}" + (f" ({status[f]})" if status[f] else "")  # noqa: E731
+    data = eval_curves(ctx, runs, "family_transfer", lambda t, r: title(r["task.family"]) + " | test " + t["test_family"],
+                       series, ("reembed",))
+    panels = [f"{title(f)} | test {g}" for f in trained for g in FAMILIES]
+    panels = [p for p in panels if p in set(data["panel"])]
+    files = draw_curves(data, styles, ctx.out_dir, "family_transfer", xlabel="step t", ylabel=YLABEL,
+                        ncols=len(FAMILIES), panels=panels)
+    notes = [_which(runs)]
+    if len(trained) < len(FAMILIES):
+        notes.append(f"trained on {', '.join(trained)} only: the full 5 x 5 grid needs the `family` sub-grid; "
+                     f"{ctx.coverage('family')}")
+    return Figure("family_transfer", data, list(runs["run_id"]), files, tables={"table1": table1(data, ctx.settings.steps)},
+                  notes=notes)
+
+
+def table1(data: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """Lloyd's and each model at steps 0, 1 and T per train/test family: median [q25, q75] across seeds."""
+    rows = []
+    for (panel, series), part in data.groupby(["panel", "series"], sort=False):
+        train, test = panel.split(" | ")
+        row = {"train": train.removeprefix("train "), "test": test.removeprefix("test "), "method": series}
+        for t in (0, 1, steps):
+            hit = part[part["x"] == t]
+            if not hit.empty:
+                h = hit.iloc[0]
+                row[f"step {t}"] = f"{h['median']:.3f} [{h['q25']:.3f}, {h['q75']:.3f}]"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table["_lloyd_last"] = table["method"] == LLOYD  # Lloyd's row first within each train/test pair
+    return table.sort_values(["train", "test", "_lloyd_last"], ascending=[True, True, False], kind="stable").drop(
+        columns="_lloyd_last").reset_index(drop=True)
+
+
+def task_dissimilarity(ctx: Context) -> Figure:
+    """Pairwise earth-mover distances between tasks' distributions of squared point-to-initial-center distances."""
+    spec = _dissimilarity_spec(ctx)
+    per_family = ctx.settings.dissimilarity_tasks
+    names, samples = [], []
+    for family in FAMILIES:
+        generator = torch.Generator().manual_seed(zlib.crc32(f"{ctx.settings.seed}/dissimilarity/{family}".encode()))
+        X, C0 = sample_tasks(TaskSpec(**{**spec.__dict__, "family": family}), per_family, generator)
+        for i in range(per_family):
+            names.append(f"{family} {i}")
+            samples.append(sq_distances(X[i:i + 1], C0[i:i + 1]).flatten().double().numpy())
+    m = len(samples)
+    matrix = np.zeros((m, m))
+    for i in range(m):
+        for j in range(i + 1, m):
+            matrix[i, j] = matrix[j, i] = wasserstein_distance(samples[i], samples[j])
+    families = [n.split(" ")[0] for n in names]
+    data = pd.DataFrame([{"task_i": names[i], "family_i": families[i], "task_j": names[j], "family_j": families[j],
+                          "distance": matrix[i, j]} for i in range(m) for j in range(m)])
+    blocks = data.groupby(["family_i", "family_j"])["distance"].mean().unstack().loc[list(FAMILIES), list(FAMILIES)]
+    files = draw_heatmap(matrix, names, ctx.out_dir, "task_dissimilarity",
+                         f"tasks n={spec.n}, d={spec.d}, k={spec.k}, scale={spec.scale:g}; grouped by family")
+    return Figure("task_dissimilarity", data, [], files, tables={"family_blocks": blocks.reset_index()},
+                  notes=[f"{per_family} tasks per family, n={spec.n}, d={spec.d}, k={spec.k}"])
+
+
+def _dissimilarity_spec(ctx: Context) -> TaskSpec:
+    """The family sub-grid's task shape when there is one, else the reference models', else the paper's default."""
+    runs = ctx.tagged("family")
+    runs = runs if not runs.empty else ctx.runs
+    if runs.empty:
+        return TaskSpec()
+    run = narrow(runs, keep=[]).iloc[0]
+    return TaskSpec(n=int(run["task.n"]), d=int(run["task.d"]), k=int(run["task.k"]), scale=float(run["task.scale"]))
+
+
+def loss_surface(ctx: Context) -> Figure:
+    """The training loss around trained weights along two filter-normalised random directions: l2/ne x OH/BN x d."""
+    pool = ctx.runs[ctx.runs["model.embedding"].isin(["onehot", "binary"])]
+    if pool.empty:
+        raise MissingInput("loss_surface: needs onehot or binary runs; none found")
+    runs = _probe_runs(ctx, ["loss.regularizer", "model.embedding", "task.d"], pool)
+    runs = runs[runs["outcome"] == FINISHED]
+    # One trained model per configuration (its first seed), as in the paper.
+    keys = ["loss.regularizer", "model.embedding", "task.d"]
+    first = runs.sort_values("seed").groupby(keys, as_index=False).head(1)
+    frames = []
+    for _, run in first.iterrows():
+        table = ctx.evaluator("loss_surface", run)
+        frames.append(table.assign(panel=", ".join(short(k, run[k]) for k in keys), run_id=run["run_id"]))
+    data = pd.concat(frames, ignore_index=True)
+    files = draw_contours(data, ctx.out_dir, "loss_surface", ncols=min(4, len(frames)))
+    return Figure("loss_surface", data, list(first["run_id"]), files, notes=[_which(first)])
+
+
+def _which(runs: pd.DataFrame) -> str:
+    """Which trained configuration(s) a probe used, in words."""
+    fixed = [k for k in REFERENCE if k in runs and runs[k].astype(str).nunique() == 1]
+    return "models: " + ", ".join(f"{k}={runs[k].iloc[0]}" for k in fixed) + f"; {len(runs)} runs"

@@ -1,0 +1,115 @@
+"""`python -m analysis.report [figures=[...]] [tracking.*] [select.*] [eval.*]`: every figure and table.
+
+Writes under reports/<experiment>/: each figure as PNG and PDF, its plotted
+data as CSV, its tables as CSV and Markdown, and index.md showing every
+figure with the runs it used. A figure whose inputs are not in the store is
+named in the index with what it needs, and the others are still drawn.
+Evaluations are cached (see analysis.evaluate), so a second report is fast.
+Prints the path of index.md last.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from analysis.claims import check
+from analysis.cli import open_context
+from analysis.context import Context
+from analysis.figures import FIGURES
+from analysis.plot import Figure, MissingInput
+from analysis.runs import config_keys
+
+
+def markdown(table: pd.DataFrame, digits: int = 4) -> str:
+    """A DataFrame as a GitHub Markdown table."""
+    def cell(v: object) -> str:
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+    head = "| " + " | ".join(map(str, table.columns)) + " |"
+    rule = "|" + "---|" * len(table.columns)
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def write_outputs(figure: Figure, out_dir: Path) -> None:
+    figure.data.to_csv(out_dir / f"{figure.name}.csv", index=False)
+    for name, table in figure.tables.items():
+        table.to_csv(out_dir / f"{name}.csv", index=False)
+        (out_dir / f"{name}.md").write_text(markdown(table) + "\n")
+
+
+def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> str:
+    """The index entry of one figure: the image, which runs made it, its notes and tables; or why it is missing."""
+    if isinstance(result, str):
+        return f"## {name}\n\n**Not drawn.** {result}\n"
+    lines = [f"## {name}", "", f"![{name}]({name}.png)", "",
+             f"Files: [{name}.png]({name}.png), [{name}.pdf]({name}.pdf), plotted data [{name}.csv]({name}.csv) "
+             f"({seconds:.1f} s)."]
+    used = ctx.runs[ctx.runs["run_id"].isin(result.run_ids)]
+    if len(used):
+        outcome = used["outcome"].value_counts().to_dict()
+        lines += ["", f"Runs used: {len(used)} ({', '.join(f'{v} {k}' for k, v in outcome.items())}); "
+                      f"{len(used[config_keys(used.columns)].drop_duplicates())} configurations, "
+                      f"seeds {sorted(used['seed'].unique().tolist())}.",
+                  "", "<details><summary>run ids and names</summary>", "",
+                  *[f"- `{r.run_id}` {r.run_name}" for r in used.itertuples()], "", "</details>"]
+    else:
+        lines += ["", "Runs used: none (not from training runs)."]
+    lines += [""] + [f"- {note}" for note in result.notes]
+    for table_name, table in result.tables.items():
+        lines += ["", f"### {table_name}", "", f"[{table_name}.csv]({table_name}.csv), [{table_name}.md]({table_name}.md)",
+                  "", markdown(table)]
+    return "\n".join(lines) + "\n"
+
+
+def build(ctx: Context, names: list[str]) -> tuple[Path, int]:
+    """Draw the figures, write the index; returns its path and the number of figures that failed with an error."""
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    sections, failed = [], 0
+    for name in (bar := tqdm(names, desc="report", unit="figure")):
+        bar.set_postfix_str(name)
+        start = time.perf_counter()
+        try:
+            result: Figure | str = FIGURES[name](ctx)
+            write_outputs(result, ctx.out_dir)
+        except MissingInput as err:
+            result = f"Missing input: {err}"
+        except Exception as err:  # one broken figure must not take the report down; the index says why
+            failed += 1
+            result = f"Failed: {type(err).__name__}: {err}\n\n```\n{traceback.format_exc(limit=4)}```"
+        sections.append(section(name, ctx, result, time.perf_counter() - start))
+    head = [f"# Report: experiment `{ctx.experiment}`", "",
+            f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
+            f"({', '.join(f'{v} {k}' for k, v in ctx.runs['outcome'].value_counts().to_dict().items())}). "
+            "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the median "
+            "across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and counted.", "",
+            "Contents: " + ", ".join(f"[{n}](#{n})" for n in names), ""]
+    if set(names) == set(FIGURES):  # the full report also checks the paper's claims (from the cached evaluations)
+        sections.append(claims_section(ctx))
+    index = ctx.out_dir / "index.md"
+    index.write_text("\n".join(head) + "\n" + "\n".join(sections))
+    return index, failed
+
+
+def claims_section(ctx: Context) -> str:
+    table = pd.DataFrame([vars(claim) for claim in check(ctx)])[["status", "name", "text", "numbers"]]
+    table.to_csv(ctx.out_dir / "claims.csv", index=False)
+    (ctx.out_dir / "claims.md").write_text(markdown(table) + "\n")
+    return "## claims\n\nThe paper's claims (SPEC 7) against this store (`python -m analysis.claims`).\n\n" + markdown(table) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ctx, own = open_context(argv, "analysis.report", list(FIGURES))
+    index, failed = build(ctx, own["figures"] or list(FIGURES))
+    print(index.resolve())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

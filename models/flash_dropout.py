@@ -1,0 +1,111 @@
+"""Fused CPU attention with dropout on the attention weights.
+
+PyTorch's CPU flash-attention kernel has no dropout, so SDPA with
+dropout_p > 0 falls back to the unfused math path (score matrix, softmax,
+a dense Bernoulli mask: about 2-4x slower at n = 512). At the paper's
+dropout (0.01) only 1% of the weights are dropped, so this computes
+
+    Y = (A V - sum over dropped (i, j) of a_ij v_j) / (1 - p)
+
+with A V from the flash kernel and the correction over the dropped pairs
+only, and the backward pass likewise: the flash backward, given the
+post-dropout output, yields every gradient term but those of the dropped
+pairs, which are subtracted sparsely. The dropped pairs are a Bernoulli(p)
+process over the weights drawn from the global generator (geometric gaps),
+the same distribution as torch's dense dropout mask, not the same draws.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def dropped_positions(total: int, p: float) -> torch.Tensor:
+    """Flat indices in [0, total) of a Bernoulli(p) process: cumulative geometric gaps."""
+    expected = total * p
+    chunk = int(expected + 6 * math.sqrt(expected) + 16)  # almost always one chunk suffices
+    parts, end = [], 0
+    while end < total:
+        gaps = torch.empty(chunk, dtype=torch.float64).geometric_(p).to(torch.int64)
+        positions = gaps.cumsum(0) + (end - 1)
+        parts.append(positions)
+        end = int(positions[-1]) + 1
+    positions = torch.cat(parts)
+    return positions[positions < total]
+
+
+def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The sparse matrix with `values` at (rows, cols), rows sorted, in CSR form.
+
+    CSR products (sparse @ dense, and dense @ dense sampled at the pattern) are
+    far faster on CPU than gathering rows (index_select, then a reduction over a
+    short last axis) and scattering them back (index_add_).
+    """
+    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
+    crow[1:] = torch.bincount(rows, minlength=shape[0]).cumsum(0)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": the two products used here are stable
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, cols, values, shape, check_invariants=False)
+
+
+def _sampled_dots(pattern: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a_r . b_c at each (r, c) of the pattern, in its order."""
+    return torch.sparse.sampled_addmm(pattern, a, b.t(), beta=0.0).values()
+
+
+class _FlashDropout(torch.autograd.Function):
+    """q (N, 1, L, E), k and v (N, 1, S, E), flat dropped pair indices (sorted) into (N, L, S).
+
+    The dropped pairs form a sparse (N L) x (N S) matrix over the flattened
+    query and key rows; its products with dense rows are the corrections.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale: float, p: float, dropped: torch.Tensor):
+        out, lse = FLASH(q, k, v, scale=scale)
+        N, _, L, E = q.shape
+        S = k.shape[2]
+        rows_q = dropped // S  # row b * L + i of the flattened queries (sorted, as `dropped` is)
+        rows_k = dropped // (L * S) * S + dropped % S  # row b * S + j of the flattened keys
+        qf, kf, vf = q.reshape(N * L, E), k.reshape(N * S, E), v.reshape(N * S, E)
+        pattern = _csr(rows_q, rows_k, torch.zeros_like(rows_q, dtype=q.dtype), (N * L, N * S))
+        a = torch.exp(scale * _sampled_dots(pattern, qf, kf) - lse.reshape(N * L)[rows_q])  # dropped weights
+        kept = (out.reshape(N * L, E) - _csr(rows_q, rows_k, a, (N * L, N * S)) @ vf).view_as(out)
+        ctx.save_for_backward(q, k, v, kept, lse, rows_q, rows_k, a)
+        ctx.scale, ctx.p = scale, p
+        return kept / (1 - p)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, kept, lse, rows_q, rows_k, a = ctx.saved_tensors
+        scale = ctx.scale
+        g = (grad / (1 - ctx.p)).contiguous()
+        # Given the post-dropout output, the flash backward's row terms (g_i . out_i) are already right.
+        dq, dk, dv = FLASH_BACKWARD(g, q, k, v, kept, lse, 0.0, False, scale=scale)
+        N, _, L, E = q.shape
+        S = k.shape[2]
+        qf, kf, vf, gf = q.reshape(N * L, E), k.reshape(N * S, E), v.reshape(N * S, E), g.reshape(N * L, E)
+        shape, shape_t = (N * L, N * S), (N * S, N * L)
+        # Minus the score gradient the dropped pairs got from the flash backward.
+        ds = a * _sampled_dots(_csr(rows_q, rows_k, torch.zeros_like(a), shape), gf, vf) * -scale
+        order = torch.argsort(rows_k, stable=True)  # the transposed pattern, rows sorted
+        t_rows, t_cols = rows_k[order], rows_q[order]
+        dq = dq.reshape(N * L, E) + _csr(rows_q, rows_k, ds, shape) @ kf
+        dk = dk.reshape(N * S, E) + _csr(t_rows, t_cols, ds[order], shape_t) @ qf
+        dv = dv.reshape(N * S, E) - _csr(t_rows, t_cols, a[order], shape_t) @ gf
+        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None, None
+
+
+def flash_dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, p: float) -> torch.Tensor:
+    """softmax(scale q k^T) with dropout p, times v; q, k, v of equal width, any batch dims, CPU."""
+    batch = q.shape[:-2]
+    L, S = q.shape[-2], k.shape[-2]
+    q4, k4, v4 = (t.reshape(-1, 1, *t.shape[-2:]).contiguous() for t in (q, k, v))
+    dropped = dropped_positions(q4.shape[0] * L * S, p)
+    return _FlashDropout.apply(q4, k4, v4, scale, p, dropped).view(*batch, L, v.shape[-1])

@@ -1,0 +1,224 @@
+"""Expand a sweep (conf/sweep/*.yaml) into configurations and trials.
+
+A sweep names sub-grids; each is the product of its axes, every other axis at
+the sweep's baseline. The union of the sub-grids is the set of distinct
+configurations (a configuration named by several sub-grids appears once and
+remembers all their names); every configuration runs once per seed. All of
+this is checked here, with the training config's own validation, before any
+job starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from sweeper.config import ConfigError, config_hash, format_value, run_name, validate
+
+SWEEP_KEYS = ("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids")
+SCHEDULERS = ("none", "asha")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One grid point: the config overrides that make it, and the sub-grids naming it."""
+
+    overrides: dict[str, Any]  # config key -> value
+    subgrids: tuple[str, ...]
+
+    def override_strings(self) -> list[str]:
+        return [f"{key}={format_value(value)}" for key, value in self.overrides.items()]
+
+
+@dataclass(frozen=True)
+class Subgrid:
+    name: str
+    axes: tuple[tuple[str, int], ...]  # (axis, number of values), in file order
+
+    @property
+    def size(self) -> int:
+        return math.prod(count for _, count in self.axes)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One training job: a configuration at a seed; `key` is its config_hash."""
+
+    key: str
+    seed: int
+    name: str  # the run name, e.g. tau0.1-l2-binary-d32-k10-normal-lr0.01-s153476998
+    configuration: Configuration
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    subgrids: tuple[Subgrid, ...]
+    configurations: tuple[Configuration, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def trial_count(self) -> int:
+        return len(self.configurations) * len(self.seeds)
+
+    def summary(self) -> str:
+        n, s = len(self.configurations), len(self.seeds)
+        return f"{n} configurations x {s} seeds = {n * s} trials"
+
+    def table(self) -> str:
+        rows = [("sub-grid", "axes", "count")]
+        rows += [(g.name, " x ".join(f"{a}({c})" for a, c in g.axes), str(g.size)) for g in self.subgrids]
+        rows.append(("union", "distinct configurations", str(len(self.configurations))))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows)
+
+
+def _fail(sweep: str, where: str, message: str) -> None:
+    raise ConfigError(f"sweep {sweep!r}, {where}: {message}")
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, (DictConfig, ListConfig)) else node
+
+
+def _axis_keys(name: str, axes: dict[str, str], axis: str) -> list[str]:
+    """Config keys an axis sets; "d,k" is a zipped axis setting two keys."""
+    parts = [part.strip() for part in str(axis).split(",")]
+    unknown = [part for part in parts if part not in axes]
+    if unknown:
+        _fail(name, f"axis {axis!r}", f"unknown axis {unknown[0]!r}; allowed axes: {', '.join(axes)}")
+    return [axes[part] for part in parts]
+
+
+def _points(name: str, sub: dict, axes: dict[str, str]) -> tuple[Subgrid, list[dict[str, Any]]]:
+    """The sub-grid's product, each point as config key -> value."""
+    sub = dict(sub)
+    label = sub.pop("name", None)
+    if not label:
+        _fail(name, "subgrids", f"every sub-grid needs a name, got {sub}")
+    columns: list[list[dict[str, Any]]] = []
+    counts: list[tuple[str, int]] = []
+    for axis, values in sub.items():
+        keys = _axis_keys(name, axes, axis)
+        if not isinstance(values, list) or not values:
+            _fail(name, f"sub-grid {label!r}, axis {axis!r}", f"needs a non-empty list of values, got {values!r}")
+        column = []
+        for value in values:
+            value = list(value) if isinstance(value, (list, tuple)) else [value]
+            if len(value) != len(keys):
+                _fail(name, f"sub-grid {label!r}, axis {axis!r}", f"value {value!r} needs {len(keys)} entries")
+            if any(isinstance(v, (dict, list)) for v in value):
+                _fail(name, f"sub-grid {label!r}, axis {axis!r}", f"value {value!r}: values are numbers or names")
+            column.append(dict(zip(keys, value)))
+        columns.append(column)
+        counts.append((axis, len(values)))
+    points = [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*columns)]
+    return Subgrid(label, tuple(counts)), points
+
+
+def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Plan:
+    """The sub-grids, their union and the seeds of a sweep definition (structure checked).
+
+    Keys in `command_line` (set by the user's overrides) keep the user's value over the sweep's `fixed` one;
+    the swept axes always win.
+    """
+    spec = _plain(sweep) or {}
+    name = spec.get("name") or "?"
+    unknown = sorted(set(spec) - set(SWEEP_KEYS))
+    if unknown:
+        _fail(name, f"key {unknown[0]!r}", f"unknown key; allowed keys: {', '.join(SWEEP_KEYS)}")
+    if spec.get("scheduler", "none") not in SCHEDULERS:
+        _fail(name, "sweep.scheduler", f"{spec['scheduler']!r} is not allowed: choose one of {', '.join(SCHEDULERS)}")
+    axes = spec.get("axes") or {}
+    baseline = {}
+    for axis, value in (spec.get("baseline") or {}).items():
+        (key,) = _axis_keys(name, axes, axis)
+        baseline[key] = value
+    fixed = {k: v for k, v in _flatten(spec.get("fixed") or {}).items() if k not in command_line}
+    seeds = _seeds(name, spec.get("seeds"))
+    subgrids, union = [], {}
+    for sub in spec.get("subgrids") or []:
+        grid, points = _points(name, sub, axes)
+        subgrids.append(grid)
+        for point in points:
+            overrides = {**baseline, **point, **fixed}
+            key = tuple(sorted(overrides.items()))  # 1 and 1.0 are one value, as in the config
+            names = union.setdefault(key, (overrides, []))[1]
+            if grid.name not in names:
+                names.append(grid.name)
+    if not union:
+        _fail(name, "sweep.subgrids", "the grid is empty: name at least one sub-grid with at least one value per axis")
+    configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
+    return Plan(name, tuple(subgrids), configurations, seeds)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{train: {steps: 5}} and {train.steps: 5} alike -> {"train.steps": 5}."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _seeds(name: str, seeds: Any) -> tuple[int, ...]:
+    if not isinstance(seeds, list) or not seeds:
+        _fail(name, "sweep.seeds", f"needs a non-empty list of integer seeds, got {seeds!r}")
+    bad = [s for s in seeds if not isinstance(s, int) or isinstance(s, bool) or s < 0]
+    if bad:
+        _fail(name, "sweep.seeds", f"{bad[0]!r} is not a seed: seeds are integers >= 0")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        _fail(name, "sweep.seeds", f"duplicate seeds {repeated}: each repetition needs its own seed")
+    return tuple(seeds)
+
+
+def _configured(base: DictConfig, plan: Plan) -> Iterator[tuple[Configuration, DictConfig]]:
+    """Each configuration applied to one working copy of `base` (copying per trial is slow)."""
+    work = base.copy()
+    work.sweep = None
+    keys = {key for c in plan.configurations for key in c.overrides}
+    absent = object()
+    defaults = {key: OmegaConf.select(work, key, default=absent) for key in keys}
+    unknown = sorted(key for key, value in defaults.items() if value is absent)
+    if unknown:
+        raise ConfigError(f"sweep {plan.name!r}: {unknown[0]!r} is not a config key (python -m sweeper.train "
+                          "--help lists them)")
+    for configuration in plan.configurations:
+        try:
+            for key in keys:
+                OmegaConf.update(work, key, configuration.overrides.get(key, defaults[key]), merge=False)
+        except OmegaConfBaseException as err:
+            _reject(plan, configuration, f"{err.full_key}: {str(err).splitlines()[0]}")
+        yield configuration, work
+
+
+def _reject(plan: Plan, configuration: Configuration, why: str) -> None:
+    raise ConfigError(f"sweep {plan.name!r}, sub-grid {','.join(configuration.subgrids)!r}: {why} "
+                      f"(configuration {' '.join(configuration.override_strings())})")
+
+
+def check(base: DictConfig, plan: Plan) -> None:
+    """Validate every configuration of the plan as the training config would."""
+    for configuration, cfg in _configured(base, plan):
+        try:
+            validate(cfg)
+        except ConfigError as err:
+            _reject(plan, configuration, str(err))
+
+
+def trials(base: DictConfig, plan: Plan) -> list[Trial]:
+    """Every (configuration, seed) with its config_hash, the key of exactly-once."""
+    out = []
+    for configuration, cfg in _configured(base, plan):
+        for seed in plan.seeds:
+            cfg.seed = seed
+            out.append(Trial(config_hash(cfg), seed, run_name(cfg), configuration))
+    return out

@@ -1,0 +1,77 @@
+"""Re-run one MLflow run's configuration locally: `python -m sweeper.rerun RUN_ID [--tracking-uri URI]`.
+
+The configuration is rebuilt from the run's params (every value that
+determines the numbers), trained from scratch in a temporary workdir and
+logged to the same store and experiment as a new run tagged rerun_of=RUN_ID.
+Prints the original and the new final val_rel_lloyd; on CPU they are equal.
+Exit codes as for sweeper.train.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from sweeper.checkpoint import CheckpointError
+from sweeper.config import ConfigError, compose, config_hash, run_overrides
+from sweeper.metrics import CONFIG_HASH, DIVERGED, RERUN_OF, VAL_REL_LLOYD
+from sweeper.tracking import MlflowRecorder, TrackingError, probe
+from sweeper.train import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING, TrainResult, train
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+
+
+def rerun(run_id: str, uri: str) -> tuple[float | None, TrainResult]:
+    """Train run_id's configuration again as a new run; return (original, new result)."""
+    probe(uri)
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        original = client.get_run(run_id)
+    except MlflowException:
+        raise TrackingError(f"run {run_id} is not in the tracking store {uri}") from None
+    experiment = client.get_experiment(original.info.experiment_id).name
+    cfg = compose(run_overrides(original.data.params) +
+                  [f"tracking.uri='{uri}'", f"tracking.experiment='{experiment}'", "train.resume=never"])
+    recorded = original.data.tags.get(CONFIG_HASH)
+    if recorded and recorded != config_hash(cfg):
+        raise ConfigError(f"run {run_id} has {CONFIG_HASH}={recorded} but its params rebuild "
+                          f"{config_hash(cfg)}: the config schema changed since it ran")
+    recorder = MlflowRecorder(uri, experiment, tags={RERUN_OF: run_id})
+    with tempfile.TemporaryDirectory(prefix="rerun-") as workdir:
+        result = train(cfg, recorder, Path(workdir))
+    return original.data.metrics.get(VAL_REL_LLOYD), result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeper.rerun", description=__doc__.splitlines()[0])
+    parser.add_argument("run_id")
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),
+                        help="default: $MLFLOW_TRACKING_URI, else %(default)s")
+    args = parser.parse_args(argv)
+    try:
+        before, result = rerun(args.run_id, args.tracking_uri)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except TrackingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_TRACKING
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CHECKPOINT
+    after = result.metrics.get(VAL_REL_LLOYD)
+    print(f"original run {args.run_id}: final {VAL_REL_LLOYD} {before!r}")
+    print(f"rerun {result.run_id}: final {VAL_REL_LLOYD} {after!r} ({result.outcome})")
+    if before is not None and after is not None:
+        print("equal" if before == after else f"differ by {abs(after - before):.3g}")
+    return EXIT_DIVERGED if result.outcome == DIVERGED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Run a sweep on Ray Tune: `python -m sweeper.sweep sweep=NAME [overrides]`.
+
+    python -m sweeper.sweep sweep=paper sweep.dry_run=true   # the plan; Ray is not started
+    python -m sweeper.sweep sweep=paper                      # 3,000 trials on a local Ray instance
+    python -m sweeper.sweep sweep=paper cluster.address=auto tracking.uri=http://HOST:5000 \\
+        cluster.storage=/shared/ray_results                  # on a running Ray cluster
+
+Other overrides (train.steps=..., cluster.cpus_per_trial=0.5, ...) apply to
+every trial. The same command started again continues the sweep: trials with
+a finished (or diverged) MLflow run are skipped, interrupted ones resume from
+their last checkpoint in their own run. On a multi-node cluster
+`cluster.storage` must be shared storage (an NFS path mounted alike on every
+node, or s3://, gs://): trials resume from checkpoints written elsewhere.
+
+Exit codes: 0 every trial ended (finished or diverged), 1 some trials failed
+after their retries (start again to retry them), 2 rejected configuration,
+4 tracking store unreachable, 6 Ray cluster unreachable or storage not shared.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from omegaconf import DictConfig, OmegaConf
+
+from sweeper import grid
+from sweeper.config import CONF_DIR, ConfigError, compose
+from sweeper.metrics import SWEEP
+
+EXIT_FAILED, EXIT_CONFIG, EXIT_TRACKING, EXIT_CLUSTER = 1, 2, 4, 6
+NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot be used; the message says which address or path and why."""
+
+
+def sweep_names() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml") if p.stem != NO_SWEEP)
+
+
+def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
+    """Compose, expand and validate: every error here comes before Ray starts."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
+    names = sweep_names()
+    if not chosen or chosen[-1] not in names:
+        got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
+        raise ConfigError(f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} (conf/sweep/)")
+    cfg = compose(overrides)
+    plan = grid.expand(cfg.sweep, frozenset(_key(o) for o in overrides))
+    grid.check(cfg, plan)
+    return cfg, plan
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
+    """The command line's overrides a trial composes with: not the sweep's, not the keys the grid sets."""
+    gridded = {key for c in plan.configurations for key in c.overrides} | {"seed"}
+    return [o for o in overrides
+            if _key(o) != "sweep" and not _key(o).startswith("sweep.") and _key(o) not in gridded]
+
+
+def jobs_of(trials: list[grid.Trial]) -> dict[str, dict]:
+    """What each trial needs, keyed by config_hash: plain data, shipped once to every worker."""
+    return {t.key: {"overrides": t.configuration.override_strings(), "seed": t.seed, "name": t.name,
+                    "subgrids": list(t.configuration.subgrids)} for t in trials}
+
+
+def reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast, naming the address, when nothing listens there (ray.init would retry for a minute)."""
+    if address == "auto":
+        return  # ray.init finds the local cluster's address file or says there is none
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    port = parts.port or (10001 if address.startswith("ray://") else 6379)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as err:
+        raise ClusterError(f"Ray cluster cluster.address={address} is unreachable ({err}); start one with "
+                           "`ray start --head`, fix the address, or leave cluster.address unset for a local "
+                           "instance") from None
+
+
+def connect(cluster: DictConfig) -> None:
+    import ray
+
+    if ray.is_initialized():  # a caller (a notebook, the tests) already chose the Ray instance
+        return
+    if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
+        ray.init(address="local", dashboard_host=cluster.dashboard_host)
+        return
+    reachable(cluster.address)
+    try:
+        ray.init(address=cluster.address)
+    except ConnectionError as err:
+        raise ClusterError(f"cannot join the Ray cluster at cluster.address={cluster.address}: "
+                           f"{str(err).splitlines()[0]}") from None
+
+
+def storage_path(cluster: DictConfig) -> str | None:
+    if cluster.storage is None or "://" in cluster.storage:
+        return cluster.storage
+    return str(Path(cluster.storage).expanduser().resolve())
+
+
+def check_shared(storage: str | None) -> None:
+    """On several nodes, a local storage path must be one shared file system: try it from every node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    if len(nodes) < 2 or (storage and "://" in storage):
+        return
+    if storage is None:
+        raise ClusterError(f"the Ray cluster has {len(nodes)} nodes: set cluster.storage to shared storage "
+                           "(a path mounted alike on every node, or s3://, gs://) so trials resume anywhere")
+    marker = Path(storage) / f".shared-{uuid.uuid4().hex}"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("")
+    sees = ray.remote(num_cpus=0)(os.path.exists)
+    try:
+        refs = [sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(str(marker)) for n in nodes]
+        blind = [n["NodeManagerAddress"] for n, ok in zip(nodes, ray.get(refs, timeout=120)) if not ok]
+    finally:
+        marker.unlink()
+    if blind:
+        raise ClusterError(f"cluster.storage={storage} is not shared storage: nodes {', '.join(blind)} do not "
+                           "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs://")
+
+
+def scheduler_of(cfg: DictConfig):
+    if cfg.sweep.scheduler != "asha":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    from sweeper.trial import STEP
+
+    # Decisions from ten evaluations on: early validation ratios say little.
+    return ASHAScheduler(time_attr=STEP, max_t=cfg.train.steps, grace_period=10 * cfg.train.eval_every)
+
+
+def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from sweeper.mlflow_callback import MlflowWriter, read_ledger
+    from sweeper.tracking import MlflowRecorder
+
+    uri, cluster = cfg.tracking.uri, cfg.cluster
+    if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
+        raise ConfigError(f"cluster.address={cluster.address} runs the sweep driver, the MLflow writer, on the "
+                          f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)")
+    trials = grid.trials(cfg, plan)
+    experiment = MlflowRecorder(uri, cfg.tracking.experiment)._experiment_id()  # probes the store first
+    client = MlflowClient(tracking_uri=uri)
+    ledger = read_ledger(client, experiment, plan.name)
+    pending = [t for t in trials if t.key not in ledger.done]
+    print(f"{len(trials) - len(pending)} of {len(trials)} trials already in MLflow; {len(pending)} to run")
+    if not pending:
+        return 0
+    if ledger.parent_id is None:  # the MLflow UI groups the trials' runs under it
+        ledger.parent_id = client.create_run(experiment, run_name=f"sweep-{plan.name}",
+                                             tags={SWEEP: plan.name}).info.run_id
+        client.log_text(ledger.parent_id, OmegaConf.to_yaml(cfg.sweep), "sweep.yaml")
+    else:
+        client.update_run(ledger.parent_id, status="RUNNING")
+    jobs = jobs_of(pending)
+    for key, path in ledger.resume_from.items():
+        if key in jobs:
+            jobs[key]["resume_from"] = path
+    connect(cluster)
+    storage = storage_path(cluster)
+    check_shared(storage)
+    writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, ledger)
+    errors = tune_fit(cfg, plan, overrides, jobs, storage, writer)
+    complete = errors == 0 and len(writer.outcomes) == len(pending)
+    writer.finish_parent(complete)
+    counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
+    print(f"sweep {plan.name}: {len(writer.outcomes)} of {len(pending)} trials ended {counts}; {writer.retries} "
+          f"retries; {errors} failed after retries{' (start the same command again to retry them)' if errors else ''}"
+          f"; {writer.points_written} metric points written")
+    print(where_to_look(uri, cfg.tracking.experiment))
+    return 0 if complete else EXIT_FAILED
+
+
+def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict], storage: str | None,
+             writer, trainable=None) -> int:
+    """Run the pending trials (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries."""
+    from ray import tune
+
+    from sweeper.metrics import VAL_REL_LLOYD
+    from sweeper.trial import run_trial
+
+    c = cfg.cluster
+    trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, base=trial_overrides(overrides, plan),
+                                     threads=max(1, int(c.cpus_per_trial)))
+    trainable = tune.with_resources(trainable, {"cpu": c.cpus_per_trial, "gpu": c.gpus_per_trial})
+    scheduler = scheduler_of(cfg)
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"key": tune.grid_search(list(jobs))},
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=c.max_concurrent, scheduler=scheduler, reuse_actors=True,  # imports once per worker
+            metric=VAL_REL_LLOYD if scheduler else None, mode="min" if scheduler else None,
+            trial_name_creator=lambda trial: jobs[trial.config["key"]]["name"],
+            trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
+        run_config=tune.RunConfig(
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer],
+            failure_config=tune.FailureConfig(max_failures=c.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None)))  # MlflowWriter prunes them
+    results = tuner.fit()
+    return len(results.errors)
+
+
+def where_to_look(uri: str, experiment: str) -> str:
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///")).resolve()
+        return (f"MLflow store: {db} (experiment {experiment}); browse it with:\n"
+                f"  mlflow ui --backend-store-uri sqlite:///{db}   # then open http://127.0.0.1:5000")
+    return f"MLflow: open {uri} (experiment {experiment})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    overrides = sys.argv[1:] if argv is None else argv
+    if overrides and overrides[0] in ("-h", "--help"):
+        print(__doc__.strip() + f"\n\nSweeps: {', '.join(sweep_names())}")
+        return 0
+    try:
+        cfg, plan = load(overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(plan.table())
+    print(plan.summary(), flush=True)
+    if cfg.sweep.dry_run:
+        return 0
+    from sweeper.tracking import TrackingError  # MLflow takes seconds to import: not for a dry run
+
+    try:
+        return run(cfg, plan, overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except TrackingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_TRACKING
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CLUSTER
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""The analysis on a real store: a `sweep=smoke` sweep (Ray Tune, SQLite MLflow) trained once per session.
+
+The smoke sweep is run as the CLI runs it, with one extra sub-grid (onehot
+models trained on cauchy tasks) so that family transfer and the ablation by
+family have two training families. Oracles are independent of the analysis
+code: MlflowClient's own metric histories with numpy.median/percentile,
+Lloyd's monotonicity, the exact Lloyd transformer, the loss recomputed from
+the checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from analysis import claims, report
+from analysis.cli import expected_sizes
+from analysis.aggregate import seed_band
+from analysis.context import Context
+from analysis.evaluate import EVAL_OF, EvalSettings, load_model, spec_of, fresh_tasks, trajectories
+from analysis.figures import FIGURES
+from analysis.plot import MissingInput
+from analysis.runs import load_runs
+from analysis.style import LLOYD
+from models.exact import ExactLloydTransformer
+from models.losses import smoothed_objective
+from sweeper.config import compose
+from sweeper.metrics import SEED, VAL_REL_LLOYD
+from sweeper.tracking import MlflowRecorder
+from sweeper.train import train
+from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes
+SMALL = EvalSettings(batches=1, batch=4, steps=4, inits=("random", "gonzalez"), lengths=(16, 32),
+                     surface_points=3, dissimilarity_tasks=2, device="cpu")
+SMALL_ARGS = ["eval.batches=1", "eval.batch=4", "eval.steps=4", "eval.inits=[random,gonzalez]", "eval.lengths=[16,32]",
+              "eval.surface_points=3", "eval.dissimilarity_tasks=2", "eval.device=cpu"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+# The sweep starts its own local Ray instance even when a `ray start --head` cluster runs on this
+# machine (ray.init() with no address would join that one).
+SWEEP_ENV = {**ENV, "RAY_ADDRESS": "local"}
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory) -> str:
+    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI."""
+    root = tmp_path_factory.mktemp("smoke_store")
+    uri = f"sqlite:///{root}/mlflow.db"
+    subgrids = "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: family, family: [normal, cauchy]}]"
+    done = subprocess.run([sys.executable, "-m", "sweeper.sweep", "sweep=smoke", subgrids, f"tracking.uri={uri}",
+                           f"cluster.storage={root}/ray", "cluster.cpus_per_trial=0.5"],
+                          cwd=REPO, env=SWEEP_ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return uri
+
+
+@pytest.fixture(scope="session")
+def ctx(smoke_store, tmp_path_factory) -> Context:
+    runs = load_runs(smoke_store, EXPERIMENT)
+    return Context.build(smoke_store, EXPERIMENT, runs, SMALL, tmp_path_factory.mktemp("report"), expected=expected_sizes())
+
+
+def _expected_embeddings(uri: str, family: str = "normal") -> set[str]:
+    """Straight from MlflowClient: the embeddings of finished runs trained on `family`."""
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    found = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'")
+    short = {"onehot": "OH", "binary": "BN", "none": "NA"}
+    return {short[r.data.params["model.embedding"]] for r in found
+            if r.data.params.get("task.family") == family and "config_hash" in r.data.tags}
+
+
+def test_iqr_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"g": rng.integers(0, 3, 600), "step": rng.integers(0, 5, 600), "seed": np.arange(600),
+                          "value": rng.lognormal(size=600)})
+    band = seed_band(frame, ["g"], "step", "value")
+    for row in band.itertuples():
+        values = frame[(frame["g"] == row.g) & (frame["step"] == row.step)]["value"].to_numpy()
+        assert row.n_seeds == len(values)
+        np.testing.assert_allclose([row.q25, row.median, row.q75], np.percentile(values, [25, 50, 75]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("embedding", ["binary", "onehot"])
+def test_iterating_the_exact_transformer_is_lloyd(embedding: str) -> None:
+    """Re-embedded and naive iteration of the exact Lloyd transformer both reproduce Lloyd's curve."""
+    X, C0 = sample_tasks(TaskSpec(n=64, d=3, k=5), 6, torch.Generator().manual_seed(1))
+    model = ExactLloydTransformer(3, 5, embedding).double()
+    curves = trajectories(model, X.double(), C0.double(), 6, ("reembed", "naive"))
+    torch.testing.assert_close(curves["reembed"], curves["lloyd"], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(curves["naive"], curves["lloyd"], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in FIGURES if n != "speed_memory"])
+def test_each_figure_returns_what_it_plotted(ctx: Context, smoke_store: str, name: str) -> None:
+    figure = FIGURES[name](ctx)
+    png = ctx.out_dir / f"{name}.png"
+    assert png.stat().st_size > 1000 and (ctx.out_dir / f"{name}.pdf").stat().st_size > 1000
+    data = figure.data
+    assert not data.empty
+    embeddings = _expected_embeddings(smoke_store)
+    panels, series = set(data.get("panel", [])), set(data.get("series", [])) - {LLOYD}
+    if name == "convergence":
+        assert panels == {"train_loss | d=4, tau=1", "val_rel_lloyd | d=4, tau=1"}
+        assert series == {f"{e}-L2" for e in embeddings}
+    elif name == "multistep":
+        assert panels == {f"init {i} | {m}" for i in SMALL.inits for m in ("reembed", "naive", "attention")}
+        assert series == embeddings
+    elif name == "mixture_shift":
+        assert panels == {f"test: {s}" for s in ("train", "unequal_weights", "anisotropic", "scale_0.05", "scale_0.2")}
+        assert series == embeddings
+    elif name == "length":
+        assert panels == {f"test n={n}" for n in SMALL.lengths} and series == embeddings
+    elif name == "family_transfer":
+        trained = {f for f in ("normal", "cauchy") if _expected_embeddings(smoke_store, f)}
+        assert {p.split(" | ")[1] for p in panels} == {f"test {f}" for f in FAMILIES}
+        assert {p.split(" | ")[0].split(" (")[0] for p in panels} == {f"train {f}" for f in trained}
+        assert set(figure.tables["table1"]["test"]) == set(FAMILIES)
+    elif name == "ablations":
+        assert panels == {"val_rel_lloyd by task.family"} and series == {"family=normal", "family=cauchy"}
+    elif name == "time_to_quality":
+        assert series == embeddings - {"NA"} and (data["x"] >= 0).all()
+    elif name == "loss_surface":
+        assert len(data) == len(panels) * SMALL.surface_points ** 2
+        assert {p.split(", ")[1] for p in panels} == embeddings - {"NA"}
+    elif name == "task_dissimilarity":
+        m = len(FAMILIES) * SMALL.dissimilarity_tasks
+        assert len(data) == m * m and (data.loc[data["task_i"] == data["task_j"], "distance"] == 0).all()
+        matrix = data.pivot(index="task_i", columns="task_j", values="distance")
+        np.testing.assert_allclose(matrix.to_numpy(), matrix.to_numpy().T)
+    if name not in ("loss_surface", "task_dissimilarity"):
+        assert LLOYD in set(data["series"])  # every curve figure shows Lloyd's
+
+
+@pytest.mark.slow
+def test_lloyd_curves_never_increase(ctx: Context) -> None:
+    data = FIGURES["multistep"](ctx).data
+    lloyd = data[data["series"] == LLOYD]
+    assert lloyd["panel"].nunique() == len(SMALL.inits) * 3
+    for _, curve in lloyd.groupby("panel"):
+        for column in ("median", "q25", "q75"):
+            values = curve.sort_values("x")[column].to_numpy()
+            assert (np.diff(values) <= 1e-9).all(), (column, values)
+
+
+@pytest.mark.slow
+def test_convergence_medians_match_mlflow_histories(ctx: Context, smoke_store: str) -> None:
+    data = FIGURES["convergence"](ctx).data
+    client = MlflowClient(smoke_store)
+    runs = ctx.runs[(ctx.runs["model.embedding"] == "binary") & (ctx.runs["task.family"] == "normal")]
+    per_step: dict[int, list[float]] = {}
+    for run_id in runs["run_id"]:
+        for m in client.get_metric_history(run_id, VAL_REL_LLOYD):
+            per_step.setdefault(m.step, []).append(m.value)
+    curve = data[(data["series"] == "BN-L2") & data["panel"].str.startswith(VAL_REL_LLOYD)].set_index("x")
+    assert sorted(curve.index) == sorted(per_step)
+    for step, values in per_step.items():
+        np.testing.assert_allclose(curve.loc[step, ["q25", "median", "q75"]].astype(float),
+                                   np.percentile(values, [25, 50, 75]), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_loss_surface_centre_is_the_trained_models_loss(ctx: Context, smoke_store: str) -> None:
+    run = ctx.runs[(ctx.runs["model.embedding"] == "onehot") & (ctx.runs["task.family"] == "normal")].iloc[0]
+    table = ctx.evaluator("loss_surface", run)
+    centre = table[(table["alpha"] == 0) & (table["beta"] == 0)]["value"].item()
+    model = load_model(smoke_store, run, torch.device("cpu"))
+    tasks = fresh_tasks(spec_of(run), SMALL, run[SEED], "loss_surface")
+    with torch.no_grad():
+        loss = torch.cat([smoothed_objective(X, model(X, C), 1.0, "l2") for X, C in tasks]).mean()
+    assert centre == pytest.approx(float(loss), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_missing_inputs_are_named(ctx: Context) -> None:
+    with pytest.raises(MissingInput, match="speed_memory"):
+        FIGURES["speed_memory"](ctx)
+    figure = FIGURES["family_transfer"](ctx)
+    assert any("`family` sub-grid" in note and "/60 configurations found" in note for note in figure.notes)
+
+
+@pytest.mark.slow
+def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "analysis.report", f"tracking.uri={smoke_store}", f"out={tmp_path}",
+            "figures=[speed_memory,length]", f"speed_json={tmp_path}/none.json", *SMALL_ARGS]
+    first = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    index = Path(first.stdout.strip().splitlines()[-1])
+    assert index == (tmp_path / EXPERIMENT / "index.md").resolve()
+    text = index.read_text()
+    assert "![length](length.png)" in text and "Runs used: 6" in text
+    assert "## speed_memory" in text and "Missing input" in text
+    assert (index.parent / "length.png").stat().st_size > 1000
+    client = MlflowClient(smoke_store)
+    evaluations = client.get_experiment_by_name(f"{EXPERIMENT}-evaluations")
+    logged = client.search_runs([evaluations.experiment_id], "tags.evaluation = 'length'")
+    finished_normal = load_runs(smoke_store, EXPERIMENT, where={"task.family": "normal"})
+    assert {r.data.tags[EVAL_OF] for r in logged} == set(finished_normal["run_id"])
+    before = pd.read_csv(index.parent / "length.csv")
+    # A second report, without the local cache: the evaluations come back from MLflow, none is rerun.
+    for cached in (index.parent / "cache").iterdir():
+        cached.unlink()
+    assert report.main(args[3:]) == 0  # the same command, in this process
+    assert len(client.search_runs([evaluations.experiment_id], "tags.evaluation = 'length'")) == len(logged)
+    pd.testing.assert_frame_equal(pd.read_csv(index.parent / "length.csv"), before)
+
+
+@pytest.mark.slow
+def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_path: Path) -> None:
+    """Barely trained tau=0.1 onehot/binary models lose to one Lloyd step: 'tau 0.1 beats Lloyd' must FAIL."""
+    experiment = "contradiction"
+    for embedding in ("onehot", "binary"):
+        cfg = compose(["task.n=16", "train.steps=2", "train.eval_every=1", "train.batch=4", "train.val_batches=1",
+                       "optim.lr=1e-6", "loss.tau=0.1", f"model.embedding={embedding}", f"tracking.uri={smoke_store}",
+                       f"tracking.experiment={experiment}"])
+        result = train(cfg, MlflowRecorder(smoke_store, experiment), tmp_path / embedding)
+        assert result.metrics[VAL_REL_LLOYD] > 1  # the store contradicts the claim
+    runs = load_runs(smoke_store, experiment)
+    ctx = Context.build(smoke_store, experiment, runs, SMALL, tmp_path / "report")
+    claim = claims.tau01_beats_lloyd(ctx)
+    assert claim.status == claims.FAIL and "0/2" in claim.numbers
+    assert claims.cauchy_fails(ctx).status == claims.UNTESTED
+    assert claims.l2_beats_ne(ctx).status == claims.UNTESTED
+
+
+def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, capsys) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(uri).create_experiment("empty", artifact_location=(tmp_path / "artifacts").as_uri())
+    for experiment, words in (("empty", "has no training runs"), ("absent", "does not exist")):
+        with pytest.raises(SystemExit) as exit_:
+            report.main([f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"out={tmp_path}"])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "nothing to analyse" in err and words in err and experiment in err and "python -m sweeper.sweep" in err
+        assert not (tmp_path / experiment / "index.md").exists()
+
+
+def test_bad_arguments_are_rejected_before_any_work(tmp_path: Path) -> None:
+    for bad, named in (("eval.colour=red", "eval.steps"), ("figures=[multistep,nope]", "family_transfer")):
+        with pytest.raises(SystemExit) as exit_:
+            report.main([f"tracking.uri=sqlite:///{tmp_path}/x.db", bad])
+        assert exit_.value.code != 0 and bad.split("=")[0] in str(exit_.value.code) and named in str(exit_.value.code)
+    assert not (tmp_path / "x.db").exists()  # rejected before the store was opened
+
+
+@pytest.mark.slow
+def test_unknown_config_key_in_a_filter_is_named(smoke_store: str) -> None:
+    with pytest.raises(KeyError, match="task.q"):
+        load_runs(smoke_store, EXPERIMENT, where={"task.q": 1})
+
+
+@pytest.mark.slow
+def test_speed_memory_plots_the_benchmark_rows(ctx: Context, tmp_path: Path) -> None:
+    """The benchmark's JSON (`python -m analysis.bench speed_memory --out FILE`): every measured value is plotted."""
+    rows = [{"d": d, "k": k, **{e: {"d_emb": d + k, "forward_seconds": 0.001 * d * k * (2 if e == "onehot" else 1),
+                                    "backward_seconds": 0.002 * k, "peak_memory_bytes": 1000 * k + d}
+                                for e in ("onehot", "binary")}, "onehot_over_binary_forward_seconds": 2.0}
+            for d in (4, 16) for k in (8, 64)]
+    path = tmp_path / "speed_memory.json"
+    path.write_text(json.dumps({"command": "speed_memory", "rows": rows}))
+    figure = FIGURES["speed_memory"](dataclasses.replace(ctx, speed_json=path, out_dir=tmp_path))
+    assert (tmp_path / "speed_memory.png").stat().st_size > 1000
+    data = figure.data
+    assert set(data["series"]) == {"OH", "BN"} and data["panel"].nunique() == 3 * 2
+    for row in rows:
+        for e, label in (("onehot", "OH"), ("binary", "BN")):
+            for measure, value in row[e].items():
+                if measure != "d_emb":
+                    hit = data[(data["panel"] == f"{measure} | d={row['d']}") & (data["series"] == label)
+                               & (data["x"] == row["k"])]
+                    assert hit["median"].item() == value

@@ -1,0 +1,121 @@
+"""The benchmark suite runs and prints its figures; the straightforward baseline and the
+fused CPU dropout attention compute what the model computes (no timed assertions)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from analysis.bench import main
+from models.baseline import BaselineTransformer, sample_tasks_loop, smoothed_objective_plain
+from models.flash_dropout import _FlashDropout, dropped_positions
+from models.losses import smoothed_objective
+from models.transformer import ClusteringTransformer
+from tasks.sampler import TaskSpec
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"]
+
+
+def bench(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "analysis.bench", *args, "--threads", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.slow
+def test_bench_step_prints_the_figures_as_json() -> None:
+    out = bench("step", *TINY, "--repeats", "1")
+    for figures in (out, out["baseline"]):
+        for key in ("seconds_per_step", "model_steps_per_second", "peak_memory_bytes", "flop_rate", "flop_fraction"):
+            assert positive(figures[key]), key
+        assert figures["model_steps_per_second"] == pytest.approx(1 / figures["seconds_per_step"])
+    assert positive(out["speedup"]) and positive(out["matmul_flop_rate"]) and out["memory_measure"]
+    assert out["config"]["n"] == 24 and out["device"] == "cpu"
+
+
+def test_bench_pack_prints_json(capsys: pytest.CaptureFixture) -> None:
+    assert main(["pack", *TINY, "--packs", "3", "--repeats", "1", "--threads", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [row["pack"] for row in out["packs"]] == [3] and positive(out["solo"]["model_steps_per_second"])
+    assert all(positive(row["model_steps_per_second"]) and positive(row["peak_memory_bytes"]) for row in out["packs"])
+
+
+def test_bench_rejects_a_bad_override_naming_it(capsys: pytest.CaptureFixture) -> None:
+    assert main(["step", "model.embedding=ternary"]) == 2
+    err = capsys.readouterr().err
+    assert "model.embedding" in err and "ternary" in err
+
+
+@pytest.mark.parametrize("embedding", ["onehot", "binary", "none"])
+@pytest.mark.parametrize("qkv_mult", [1, 2])
+def test_baseline_computes_the_model_function(embedding: str, qkv_mult: int) -> None:
+    torch.manual_seed(0)
+    model = ClusteringTransformer(3, 5, embedding, gamma=0.7, dropout=0.0, qkv_mult=qkv_mult)
+    base = BaselineTransformer.like(model)
+    X, C = torch.rand(2, 30, 3), torch.rand(2, 5, 3)
+    outs = []
+    for m in (model, base):
+        out = m(X, C)
+        smoothed_objective(X, out, 0.5, "l2").sum().backward()
+        outs.append((out.detach(), {name: p.grad for name, p in m.named_parameters()}))
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=0, atol=1e-5)
+    for name, grad in outs[0][1].items():
+        torch.testing.assert_close(outs[1][1][name], grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("regularizer", ["l2", "ne"])
+def test_baseline_loss_is_the_smoothed_objective(regularizer: str) -> None:
+    X, C = torch.rand(3, 40, 2), torch.rand(3, 6, 2)
+    torch.testing.assert_close(smoothed_objective_plain(X, C, 0.3, regularizer),
+                               smoothed_objective(X, C, 0.3, regularizer), rtol=1e-5, atol=1e-5)
+
+
+def test_baseline_sampler_draws_tasks_in_the_unit_cube_with_data_point_centers() -> None:
+    torch.manual_seed(0)
+    spec = TaskSpec(family="gumbel", n=50, d=3, k=4, equal_weights=False, equal_scales=False)
+    X, C = sample_tasks_loop(spec, 5, torch.Generator().manual_seed(1))
+    assert X.shape == (5, 50, 3) and C.shape == (5, 4, 3)
+    assert torch.all(X.amin(1) == 0) and torch.allclose(X.amax((1, 2)), torch.ones(5))
+    assert torch.all((C.unsqueeze(2) == X.unsqueeze(1)).all(-1).any(-1))  # every center is one of the points
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_flash_dropout_equals_dense_attention_with_that_mask(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    N, L, S, E, p, scale = 3, 9, 6, 5, 0.3, 0.7
+    q, k, v = (torch.randn(N, 1, n, E, dtype=dtype, requires_grad=True) for n in (L, S, S))
+    dropped = dropped_positions(N * L * S, p)
+    mask = torch.ones(N * L * S, dtype=dtype)
+    mask[dropped] = 0
+    reference = (torch.softmax(scale * q @ k.transpose(-1, -2), -1) * mask.view(N, 1, L, S)) @ v / (1 - p)
+    fused = _FlashDropout.apply(q, k, v, scale, p, dropped)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(fused, reference, rtol=0, atol=tol)
+    w = torch.randn_like(reference)
+    for mine, ref in zip(torch.autograd.grad(fused, (q, k, v), w), torch.autograd.grad(reference, (q, k, v), w)):
+        torch.testing.assert_close(mine, ref, rtol=0, atol=tol)
+
+
+def test_dropped_positions_are_a_bernoulli_process() -> None:
+    torch.manual_seed(0)
+    total, p = 400_000, 0.01
+    positions = dropped_positions(total, p)
+    assert positions.min() >= 0 and positions.max() < total
+    assert torch.all(positions[1:] > positions[:-1])  # sorted, distinct
+    sigma = math.sqrt(total * p * (1 - p))
+    assert abs(len(positions) - total * p) < 6 * sigma
+    # Uniform over the range: each tenth holds a tenth of them (6 sigma).
+    counts = torch.bincount(positions * 10 // total, minlength=10).double()
+    assert torch.all((counts - total * p / 10).abs() < 6 * math.sqrt(total * p / 10))

@@ -1,0 +1,94 @@
+"""The config tree: paper defaults, one clear error per bad value, hashing, params round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from models.embedding import EMBEDDINGS
+from models.losses import REGULARIZERS
+from sweeper.config import (ConfigError, compose, config_hash, flat_params, run_config, run_name,
+                            run_overrides)
+from sweeper.train import EXIT_CONFIG, main
+from tasks.sampler import FAMILIES
+
+
+def test_defaults_are_the_papers():
+    cfg = compose()
+    # SPEC 5 and the SPEC 6 baseline.
+    assert (cfg.optim.lr, cfg.optim.lr_factor, cfg.optim.lr_patience) == (0.01, 0.5, 5)
+    assert (cfg.train.batch, cfg.task.n, cfg.train.steps, cfg.train.eval_every, cfg.train.val_batches) == \
+        (32, 512, 10_000, 50, 10)
+    assert (cfg.loss.tau, cfg.loss.regularizer, cfg.model.embedding) == (1.0, "l2", "onehot")
+    assert (cfg.task.d, cfg.task.k, cfg.task.family, cfg.task.scale) == (4, 6, "normal", 0.1)
+    assert (cfg.model.gamma, cfg.model.dropout, cfg.seed) == (1.0, 0.01, 153476998)
+    assert cfg.tracking.uri == "sqlite:///mlflow.db"
+    assert cfg.cluster.address is None
+
+
+@pytest.mark.parametrize("override, key, allowed", [
+    ("task.foo=1", "task.foo", "family"),
+    ("nothing=1", "nothing", "task"),
+    ("task.d=abc", "task.d", "integer"),
+    ("train.steps=1.5", "train.steps", "integer"),
+    ("task.equal_weights=maybe", "task.equal_weights", "true or false"),
+    ("loss.tau=0", "loss.tau", "> 0"),
+    ("loss.tau=-0.5", "loss.tau", "> 0"),
+    ("optim.lr=0", "optim.lr", "> 0"),
+    ("optim.lr_factor=1.5", "optim.lr_factor", "(0, 1)"),
+    ("model.embedding=sparse", "model.embedding", ", ".join(EMBEDDINGS)),
+    ("loss.regularizer=l1", "loss.regularizer", ", ".join(REGULARIZERS)),
+    ("task.family=uniform", "task.family", ", ".join(FAMILIES)),
+    ("task.init=kmeans", "task.init", "gonzalez"),
+    ("task.k=1", "task.k", ">= 2"),
+    ("task.n=5", "task.n", ">= k"),
+    ("model.dropout=1.0", "model.dropout", "[0, 1)"),
+    ("train.device=gpu", "train.device", "cuda"),
+    ("train.resume=sometimes", "train.resume", "auto, never, must"),
+    ("train.inject_nan_at_step=0", "train.inject_nan_at_step", "null"),
+    ("cluster.max_concurrent=0", "cluster.max_concurrent", ">= 1"),
+    ("task=nonexistent", "task/nonexistent", "paper"),
+])
+def test_bad_value_gives_one_clear_error(override, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        compose([override])
+    message = str(err.value)
+    assert key in message and allowed in message
+    assert "\n" not in message
+    if "unknown key" not in message and "/" not in key:
+        assert override.split("=", 1)[1].split(".")[0] in message  # the rejected value is named
+
+
+def test_hash_is_per_configuration_and_seed():
+    base = compose()
+    assert config_hash(base) == config_hash(compose())
+    assert config_hash(base) != config_hash(compose(["seed=235510766"]))
+    assert config_hash(base) != config_hash(compose(["loss.tau=0.1"]))
+    # Where and how a run executes is not part of what it computes.
+    same = compose(["tracking.uri=http://example:5000", "train.device=cpu", "train.resume=never",
+                    "train.workdir=/elsewhere", "cluster.address=auto", "sweep=paper"])
+    assert config_hash(same) == config_hash(base)
+    assert set(run_config(base)) == {"task", "model", "loss", "optim", "train", "seed"}
+
+
+def test_run_name_is_readable():
+    cfg = compose(["task.d=32", "task.k=10", "model.embedding=binary", "loss.tau=0.1"])
+    assert run_name(cfg) == "tau0.1-l2-binary-d32-k10-normal-lr0.01-s153476998"
+
+
+def test_params_rebuild_the_same_configuration():
+    cfg = compose(["task.init=kmeans++", "loss.tau=0.25", "model.gamma=inf", "task.equal_weights=false",
+                   "train.inject_nan_at_step=7", "seed=1"])
+    params = flat_params(cfg)
+    assert params["task.init"] == "kmeans++" and params["tracking.uri"] == "sqlite:///mlflow.db"
+    assert all(isinstance(v, str) for v in params.values())
+    assert run_config(compose(run_overrides(params))) == run_config(cfg)
+
+
+def test_cli_rejects_a_bad_config_before_writing_anything(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["loss.tau=0"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "loss.tau" in err
+    assert list(tmp_path.iterdir()) == []  # no mlflow.db, no runs/

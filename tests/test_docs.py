@@ -1,0 +1,201 @@
+"""README.md: its commands exist with the flags they show, its runnable blocks run, and its
+configuration reference is the one sweeper/config_reference.py generates.
+
+A ```bash block right after a line `<!-- runnable -->` is run by test_runnable_blocks, all of
+them in README order in one shell in an empty directory, as a newcomer would type them.
+`<!-- runnable smoke="k=v ..." -->` appends those overrides to the block's
+`python -m sweeper.train` lines, so a 10,000-step command runs at smoke scale.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sweeper import config_reference
+from sweeper import sweep as sweep_cli
+from sweeper.config import compose
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+@dataclass
+class Block:
+    line: int           # 1-based line of the opening fence
+    text: str
+    runnable: bool
+    smoke: list[str]
+
+
+def blocks(lang: str = "bash") -> list[Block]:
+    lines = README.read_text().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == f"```{lang}":
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+            marker = lines[i - 1].strip() if i else ""
+            runnable = re.fullmatch(r"<!-- runnable( smoke=\"[^\"]*\")? -->", marker) is not None
+            smoke = re.search(r'smoke="([^"]*)"', marker)
+            out.append(Block(i + 1, "\n".join(lines[i + 1:end]), runnable, smoke.group(1).split() if smoke else []))
+            i = end
+        i += 1
+    return out
+
+
+def commands(text: str) -> list[list[str]]:
+    """Shell commands of a block: continuation lines joined, comments and heredoc bodies dropped."""
+    text = re.sub(r"<<'EOF'\n.*?\nEOF", "", text, flags=re.S).replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            words = shlex.split(line)
+            cuts = [-1] + [i for i, w in enumerate(words) if w == "&&"] + [len(words)]
+            out += [words[a + 1:b] for a, b in zip(cuts, cuts[1:])]
+            # a command quoted inside another (`ray exec CLUSTER "cd /app && python -m ..."`)
+            out += [c for w in words if " " in w and "python -m" in w for c in commands(w)]
+    return out
+
+
+def python_module_commands(module: str) -> list[list[str]]:
+    """Arguments of every distinct `python -m MODULE ...` of the README: in bash blocks and inline code."""
+    inline = re.findall(r"`(python -m [^`]+)`", " ".join(README.read_text().splitlines()))
+    found = []
+    for words in [w for b in blocks() for w in commands(b.text)] + [shlex.split(c) for c in inline]:
+        if words[:3] == ["python", "-m", module] and words[3:] not in found:
+            found.append(words[3:])
+    return found
+
+
+def test_readme_opens_with_make_demo_then_make_test():
+    text = README.read_text()
+    first = blocks()[0]
+    assert [" ".join(c) for c in commands(first.text)] == ["make demo", "make test"]
+    assert text.index("```bash") < text.index("\n## "), "the two commands come before any section"
+
+
+@pytest.fixture(scope="module")
+def generated() -> str:
+    return config_reference.generate()
+
+
+def test_config_reference_is_in_sync_with_the_config_tree(generated):
+    text = README.read_text()
+    body = text.split(config_reference.START, 1)[1].split(config_reference.END, 1)[0]
+    assert body.strip() == generated.strip(), (
+        "README's configuration reference is stale: run `python -m sweeper.config_reference --write`")
+
+
+def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated):
+    from sweeper.config import flat_params
+
+    key_table = generated.split("\n\n")[1]  # the first table: one row per key
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]*)` \| (.*?) \|", key_table, flags=re.M)
+    assert {key for key, _, _ in rows} == set(flat_params(compose([]))), "every configuration key, and only those"
+    for key, _, allowed in rows:
+        choices = re.match(r"choose one of (.*)", allowed)
+        for value in (choices.group(1).split(", ") if choices else []):
+            compose([f"{key}={value}"])  # every documented choice is accepted
+
+
+def test_readme_commands_use_options_the_code_accepts(capsys):
+    trains = python_module_commands("sweeper.train")
+    assert ["--help"] in trains
+    for args in trains:
+        if args != ["--help"]:
+            compose(args)
+    sweeps = [a for a in python_module_commands("sweeper.sweep") if a]  # a bare mention names the module
+    assert len(sweeps) >= 3, "the README shows how to run a sweep"
+    for args in sweeps:
+        rc = sweep_cli.main([a for a in args if not a.startswith("sweep.dry_run")] + ["sweep.dry_run=true"])
+        assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
+    from analysis import bench, cli
+
+    for args in python_module_commands("analysis.report") + python_module_commands("analysis.claims"):
+        cli.parse(args)
+    for args in python_module_commands("analysis.bench"):
+        _, overrides = bench.parse(args)
+        compose(overrides)
+    reruns = python_module_commands("sweeper.rerun")
+    assert reruns and all(len(a) == 1 or a[1:2] == ["--tracking-uri"] for a in reruns), reruns
+    assert ["RUN_ID", "--tracking-uri", "http://127.0.0.1:5000"] in reruns
+    rerun_help = subprocess.run([sys.executable, "-m", "sweeper.rerun", "--help"], capture_output=True, text=True,
+                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert rerun_help.returncode == 0 and "--tracking-uri" in rerun_help.stdout
+    import importlib
+
+    importlib.import_module("analysis.claims")
+
+
+def test_readme_names_files_that_exist():
+    text = README.read_text()
+    for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml)", text))):
+        if path != "docker/.env":  # the user makes it from docker/.env.example
+            assert (ROOT / path).exists(), path
+
+
+def runnable_script() -> str:
+    parts = ["set -euo pipefail"]
+    for block in blocks():
+        if not block.runnable:
+            continue
+        text = block.text
+        if block.smoke:
+            text = re.sub(r"^(python -m sweeper\.train .*)$", lambda m: f"{m.group(1)} {' '.join(block.smoke)}",
+                          text, flags=re.M)
+        parts += [f"echo \"### README block at line {block.line} (started at ${{SECONDS}}s)\"", text]
+    return "\n".join(parts) + "\n"
+
+
+def test_runnable_blocks_are_marked():
+    runnable = [b for b in blocks() if b.runnable]
+    assert len(runnable) >= 5
+    # A marker must sit right above a bash fence, or it would silently mark nothing.
+    lines = README.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("<!-- runnable"):
+            assert lines[i + 1].strip() == "```bash", f"README line {i + 1}: marker not above a bash block"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_runnable_blocks(tmp_path):
+    """Every runnable block, in README order, in one shell in an empty directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", PYTHONPATH=str(ROOT),
+               MPLBACKEND="Agg", RAY_DEDUP_LOGS="0")
+    start = time.monotonic()
+    result = subprocess.run(["bash", "-c", runnable_script()], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=580)
+    seconds = time.monotonic() - start
+    ran = re.findall(r"### README block at line (\d+)", result.stdout)
+    print("\n".join(re.findall(r"### README block .*", result.stdout)) + f"\nall done in {seconds:.0f}s")
+    assert result.returncode == 0, (f"README block at line {ran[-1] if ran else '?'} failed:\n"
+                                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    assert len(ran) == len([b for b in blocks() if b.runnable])
+    out = result.stdout
+    assert "300 configurations x 10 seeds = 3000 trials" in out
+    assert re.search(r"finished 20 steps: val_rel_lloyd", out)
+    assert "torch.Size([4, 6, 4])" not in out  # the trained configuration is d 32, k 10
+    assert "torch.Size([4, 10, 32])" in out
+    assert (tmp_path / "reports").is_dir() and any((tmp_path / "reports").rglob("index.md"))
+
+
+def test_every_torch_load_is_weights_only():
+    """The security notes promise it: no checkpoint unpickles code when loaded."""
+    sources = [p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (ROOT / d).rglob("*.py")]
+    calls = [(p, m) for p in sources for m in re.finditer(r"torch\.load\(([^()]*(?:\([^()]*\)[^()]*)*)\)", p.read_text())]
+    assert calls, "the project loads checkpoints somewhere"
+    for path, call in calls:
+        assert "weights_only=True" in call.group(1), f"{path.relative_to(ROOT)}: {call.group(0)}"
+    readme_calls = re.findall(r"torch\.load\(([^)]*)\)", README.read_text())
+    assert readme_calls and all("weights_only=True" in c for c in readme_calls)

@@ -1,0 +1,122 @@
+"""The sweep grids: the paper's 300 configurations, the plan, and bad input before Ray starts."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeper import grid
+from sweeper.config import ConfigError, compose, config_hash, run_name
+from sweeper.sweep import load, main
+
+REPO = Path(__file__).resolve().parent.parent
+PAPER_GRID = REPO.parent / "shared" / "paper_grid.csv"
+CSV_KEYS = {"tau": "loss.tau", "regularizer": "loss.regularizer", "embedding": "model.embedding", "d": "task.d",
+            "k": "task.k", "family": "task.family", "lr": "optim.lr"}
+
+
+def _typed(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@pytest.fixture(scope="module")
+def paper() -> tuple:
+    return load(["sweep=paper"])
+
+
+def test_paper_grid_equals_the_published_list(paper):
+    if not PAPER_GRID.exists():
+        pytest.skip(f"{PAPER_GRID} is absent: CI clones the project with shared/ beside it")
+    with PAPER_GRID.open() as f:
+        rows = list(csv.DictReader(f))
+    expected = {tuple(_typed(row[c]) for c in CSV_KEYS): row["subgrids"] for row in rows}
+    _, plan = paper
+    got = {tuple(c.overrides[key] for key in CSV_KEYS.values()): ",".join(c.subgrids) for c in plan.configurations}
+    assert len(plan.configurations) == len(got)  # no configuration twice
+    assert got == expected
+    # each sub-grid's size in the plan is the number of listed configurations naming it
+    for sub in plan.subgrids:
+        assert sub.size == sum(sub.name in row["subgrids"].split(",") for row in rows), sub.name
+
+
+def test_paper_trials_are_config_hashes_of_composed_runs(paper):
+    cfg, plan = paper
+    trials = grid.trials(cfg, plan)
+    assert len(trials) == len(plan.configurations) * len(plan.seeds) == plan.trial_count
+    assert len({t.key for t in trials}) == len(trials)
+    assert len(set(plan.seeds)) == len(plan.seeds)
+    for t in trials[::997]:  # the command a trial runs, composed independently by Hydra
+        run = compose([*t.configuration.override_strings(), f"seed={t.seed}"])
+        assert config_hash(run) == t.key
+        assert run_name(run) == t.name
+
+
+def test_dry_run_prints_the_plan_without_ray_or_mlflow():
+    code = ("import sys; from sweeper.sweep import main; rc = main(['sweep=paper', 'sweep.dry_run=true']); "
+            "assert 'ray' not in sys.modules and 'mlflow' not in sys.modules, 'dry run imported ray/mlflow'; "
+            "sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "300 configurations x 10 seeds = 3000 trials"
+    table = "\n".join(lines)
+    for name in ("tau", "lr", "dim", "clusters", "family", "compute"):
+        assert f"\n{name} " in table
+
+
+@pytest.mark.parametrize("sweep, configurations, seeds", [("points", 4, 10), ("demo", 4, 3), ("smoke", 3, 2)])
+def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
+    cfg, plan = load([f"sweep={sweep}"])
+    assert plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
+    assert len(grid.trials(cfg, plan)) == configurations * seeds
+
+
+def test_points_sweeps_n_at_the_paper_baseline(paper):
+    _, plan = load(["sweep=points"])
+    _, paper_plan = paper
+    baseline = [c for c in paper_plan.configurations if c.subgrids == ("tau", "lr", "dim", "clusters")][0]
+    assert sorted(c.overrides["task.n"] for c in plan.configurations) == [128, 256, 512, 1024]
+    for c in plan.configurations:
+        assert {k: v for k, v in c.overrides.items() if k != "task.n"} == baseline.overrides
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sweep=nope"], r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of demo, paper, points, smoke"),
+    ([], r"no sweep chosen"),
+    (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: [1.0, -1.0]}]"], r"sub-grid 'bad'.*loss\.tau=-1\.0"),
+    (["sweep=smoke", "sweep.subgrids=[{name: bad, embedding: [onehot, fancy]}]"],
+     r"sub-grid 'bad'.*model\.embedding='fancy'.*onehot"),
+    (["sweep=smoke", "sweep.subgrids=[{name: bad, d: [4, four]}]"], r"sub-grid 'bad'.*task\.d"),
+    (["sweep=smoke", "sweep.subgrids=[{name: bad, width: [1, 2]}]"], r"unknown axis 'width'; allowed axes: tau"),
+    (["sweep=smoke", "sweep.subgrids=[]"], r"the grid is empty"),
+    (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: []}]"], r"axis 'tau'.*non-empty list"),
+    (["sweep=smoke", "sweep.seeds=[7, 8, 7]"], r"duplicate seeds \[7\]"),
+    (["sweep=smoke", "sweep.scheduler=hyperband"], r"sweep.scheduler.*'hyperband'.*none, asha"),
+    (["sweep=smoke", "+sweep.fixed.task.width=3"], r"'task.width' is not a config key"),
+])
+def test_bad_sweeps_are_rejected_before_ray(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load(overrides)
+
+
+def test_cli_rejects_with_exit_code_and_one_line(capsys):
+    assert main(["sweep=smoke", "sweep.seeds=[1, 1]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: sweep 'smoke', sweep.seeds: duplicate seeds [1]")
+
+
+def test_command_line_beats_the_sweeps_fixed_values_not_its_axes():
+    cfg, plan = load(["sweep=smoke", "train.steps=7", "model.embedding=binary"])
+    assert all("train.steps" not in c.overrides for c in plan.configurations)
+    assert sorted(c.overrides["model.embedding"] for c in plan.configurations) == ["binary", "none", "onehot"]
+    t = grid.trials(cfg, plan)[0]
+    assert config_hash(compose(["train.steps=7", *t.configuration.override_strings(), f"seed={t.seed}"])) == t.key

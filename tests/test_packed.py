@@ -1,0 +1,102 @@
+"""Packed training (sweeper.packed) equals each model trained alone (sweeper.train.train).
+
+model.dropout=0: with dropout the pack draws its dropout masks in one piece
+from the global RNG, so they cannot equal the solo draws (see sweeper/packed.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweeper.checkpoint import last_path, load
+from sweeper.config import compose
+from sweeper.metrics import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
+from sweeper.packed import check_packable, packed_forward, train_pack
+from sweeper.tracking import MemoryRecorder
+from sweeper.train import train
+from models.transformer import ClusteringTransformer
+
+TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=3",
+        "train.log_every=2", "train.val_batches=2", "model.dropout=0.0", "optim.lr_patience=0", "train.device=cpu"]
+# Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
+# the last one diverges (the test-only NaN hook) at step 5 and must leave the others untouched.
+MEMBERS = [
+    ["seed=153476998"],
+    ["seed=235510766"],
+    ["seed=153476998", "loss.tau=0.1", "loss.regularizer=ne", "optim.lr=0.05", "task.family=laplace"],
+    ["seed=205084180", "train.inject_nan_at_step=5"],
+]
+
+
+def test_packed_models_equal_solo_models(tmp_path: Path) -> None:
+    cfgs = [compose(TINY + extra) for extra in MEMBERS]
+    solo = [MemoryRecorder() for _ in cfgs]
+    solo_results = [train(cfg, rec, tmp_path / f"solo{i}") for i, (cfg, rec) in enumerate(zip(cfgs, solo))]
+    packed = [MemoryRecorder() for _ in cfgs]
+    packed_results = train_pack(cfgs, packed, [tmp_path / f"pack{i}" for i in range(len(cfgs))])
+
+    assert [r.outcome for r in packed_results] == [FINISHED, FINISHED, FINISHED, DIVERGED]
+    for i, (s, p, rs, rp) in enumerate(zip(solo, packed, solo_results, packed_results)):
+        assert (rp.outcome, rp.step, rp.diverged_at) == (rs.outcome, rs.step, rs.diverged_at), i
+        assert p.tags == s.tags and p.params == s.params and p.status == s.status
+        assert sorted(p.artifacts) == sorted(s.artifacts)
+        assert set(p.metrics) == set(s.metrics) >= {TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR}
+        for key, points in s.metrics.items():
+            assert [step for step, _ in p.metrics[key]] == [step for step, _ in points], (i, key)
+            torch.testing.assert_close([v for _, v in p.metrics[key]], [v for _, v in points], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(rp.best_val, rs.best_val, rtol=1e-5, atol=1e-6)
+        solo_state, pack_state = load(last_path(tmp_path / f"solo{i}")), load(last_path(tmp_path / f"pack{i}"))
+        assert pack_state["step"] == solo_state["step"]
+        for name, tensor in solo_state["model"].items():
+            torch.testing.assert_close(pack_state["model"][name], tensor, rtol=1e-5, atol=1e-6)
+    assert packed[3].tags[OUTCOME] == DIVERGED and packed[3].tags[DIVERGED_AT] == "5"
+    # The learning rate was halved at least once (patience 0), per model on its own schedule.
+    assert any(v < cfgs[0].optim.lr for _, v in packed[0].metrics[LR])
+
+
+def test_packed_forward_is_each_model_forward() -> None:
+    torch.manual_seed(0)
+    models = [ClusteringTransformer(3, 5, "binary", dropout=0.0, qkv_mult=2) for _ in range(3)]
+    X, C = torch.rand(3, 2, 17, 3), torch.rand(3, 2, 5, 3)
+    out = packed_forward(models, X, C)
+    for p, model in enumerate(models):
+        torch.testing.assert_close(out[p], model(X[p], C[p]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("override, key", [("task.k=5", "task.k"), ("model.embedding=binary", "model.embedding"),
+                                           ("train.steps=7", "train.steps")])
+def test_pack_rejects_models_of_different_shapes(override: str, key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        check_packable([compose(TINY), compose(TINY + [override, "seed=1"])])
+    with pytest.raises(ValueError, match="twice"):
+        check_packable([compose(TINY), compose(TINY)])
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_an_interrupted_pack_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    cfgs = [compose(TINY + extra) for extra in MEMBERS[:2]]
+    whole = train_pack(cfgs, [MemoryRecorder() for _ in cfgs], [tmp_path / f"whole{i}" for i in range(2)])
+
+    def crash(step: int, metrics: dict, workdir: Path) -> None:
+        if step == 6:
+            raise Interrupt
+    parts = [tmp_path / f"part{i}" for i in range(2)]
+    first = [MemoryRecorder() for _ in cfgs]
+    with pytest.raises(Interrupt):
+        train_pack(cfgs, first, parts, on_eval=crash)
+    assert all(rec.status == "FAILED" for rec in first)
+    again = [MemoryRecorder() for _ in cfgs]
+    resumed = train_pack(cfgs, again, parts)
+    assert [r.outcome for r in resumed] == [FINISHED, FINISHED]
+    assert min(step for step, _ in again[0].metrics[VAL_REL_LLOYD]) > 3  # continued, not restarted
+    for i, (w, r) in enumerate(zip(whole, resumed)):
+        assert r.metrics == w.metrics and r.best_val == w.best_val
+        expected = load(last_path(tmp_path / f"whole{i}"))["model"]
+        for name, tensor in load(last_path(parts[i]))["model"].items():
+            assert torch.equal(tensor, expected[name]), name

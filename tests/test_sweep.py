@@ -1,0 +1,167 @@
+"""Sweeps on a real local Ray instance into real MLflow stores (SQLite file, `mlflow server`).
+
+One Ray instance serves the whole module (sweeper.sweep.connect reuses an
+initialised one). Trials are tiny (the smoke grid): what is tested is the
+plumbing — one writer, exactly-once, equality with a local run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from sweeper import grid
+from sweeper.config import compose
+from sweeper.metrics import (CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP,
+                             TRAIN_LOSS)
+from sweeper.sweep import load, main
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    import ray
+
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def children(uri: str, sweep: str) -> list:
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("leaner-clustering")
+    runs = client.search_runs([experiment.experiment_id], f"tags.{SWEEP} = '{sweep}'", max_results=5000)
+    return [r for r in runs if CONFIG_HASH in r.data.tags]
+
+
+def histories(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in METRICS}
+
+
+def expected_counts(cfg) -> dict[str, int]:
+    """Points a run of cfg logs: train_loss every log_every steps; the rest at step 0, every eval_every, the end."""
+    t = cfg.train
+    evals = len({0, t.steps} | set(range(t.eval_every, t.steps + 1, t.eval_every)))
+    return {key: (t.steps // t.log_every if key == TRAIN_LOSS else evals) for key in METRICS}
+
+
+LOCAL = """
+import json, sys, tempfile, torch
+from sweeper.config import compose
+from sweeper.tracking import MemoryRecorder
+from sweeper.train import train
+torch.set_num_threads(1)
+out = []
+for overrides in json.load(sys.stdin):
+    recorder = MemoryRecorder()
+    train(compose(overrides), recorder, tempfile.mkdtemp())
+    out.append({key: sorted(points) for key, points in recorder.metrics.items()})
+print(json.dumps(out))
+"""
+
+
+def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, float]]]]:
+    """Each configuration trained locally in a fresh process with one thread, as a trial with
+    cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count)."""
+    done = subprocess.run([sys.executable, "-c", LOCAL], cwd=REPO, input=json.dumps(runs), capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [{key: [tuple(p) for p in points] for key, points in h.items()} for h in json.loads(done.stdout)]
+
+
+def check_histories(client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str]) -> None:
+    """Every metric point once (counted from the config) and equal to a local run of the same config and seed."""
+    runs = [[*base, *t.configuration.override_strings(), f"seed={t.seed}"] for t in trials]
+    for t, overrides, want in zip(trials, runs, local_histories(runs)):
+        got = histories(client, by_key[t.key].info.run_id)
+        assert {k: len(v) for k, v in got.items()} == expected_counts(compose(overrides)), t.name  # none lost
+        assert got == want, t.name  # none duplicated, the same numbers
+
+
+def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
+    cfg, plan = load(overrides)
+    return grid.trials(cfg, plan)
+
+
+def max_overlap(client: MlflowClient, runs: list) -> int:
+    """Most trials training at once: intervals from each run's first to last metric timestamp."""
+    spans = []
+    for run in runs:
+        stamps = [m.timestamp for key in METRICS for m in client.get_metric_history(run.info.run_id, key)]
+        spans.append((min(stamps), max(stamps)))
+    return max(sum(a <= t <= b for a, b in spans) for t, _ in spans)
+
+
+# 3 smoke configurations and 1 that diverges at step 7 (a test-only hook), x 3 seeds = 12 trials;
+# a quarter CPU each, so 8 run at once on 2 CPUs.
+MIXED = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60", "+sweep.axes.poison=train.inject_nan_at_step",
+         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: bad, poison: [7]}]"]
+CONCURRENT = ["cluster.cpus_per_trial=0.25", "cluster.max_failures=3"]
+
+
+def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    overrides = [*MIXED, *CONCURRENT, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    assert main(overrides) == 0
+    out = capfd.readouterr()
+    assert "database is locked" not in out.out + out.err
+    client = MlflowClient(tracking_uri=uri)
+    runs = children(uri, "smoke")
+    trials = sweep_trials(MIXED)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    assert len({r.data.tags[MLFLOW_PARENT_RUN_ID] for r in runs}) == 1
+    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
+    good = []
+    for t in trials:
+        run = by_key[t.key]
+        assert run.data.tags[SEED] == str(t.seed) and run.data.tags[SUBGRIDS] == ",".join(t.configuration.subgrids)
+        if t.configuration.subgrids == ("bad",):  # diverged, ended, not retried; the others carried on
+            assert (run.data.tags[OUTCOME], run.info.status, run.data.tags[DIVERGED_AT]) == (DIVERGED, "FAILED", "7")
+            assert all(step < 7 for points in histories(client, run.info.run_id).values() for step, _ in points)
+        else:
+            assert (run.data.tags[OUTCOME], run.info.status) == (FINISHED, "FINISHED")
+            good.append(t)
+    check_histories(client, by_key, good, ["train.steps=60"])
+    print(f"most trials training at once: {max_overlap(client, runs)} (8 slots)")
+    # The same command again: every trial has an outcome, nothing runs, no run is added.
+    assert main(overrides) == 0
+    assert "12 of 12 trials already in MLflow; 0 to run" in capfd.readouterr().out
+    assert len(children(uri, "smoke")) == 12
+    # One trial against `python -m sweeper.train` with the same config and seed, in another store.
+    t = trials[1]
+    cli_uri = f"sqlite:///{tmp_path}/cli.db"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a trial's thread count (cluster.cpus_per_trial <= 1)
+    cmd = [sys.executable, "-m", "sweeper.train", "train.steps=60", *t.configuration.override_strings(),
+           f"seed={t.seed}", f"tracking.uri={cli_uri}", f"train.workdir={tmp_path}/runs"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    cli = MlflowClient(tracking_uri=cli_uri)
+    (cli_run,) = cli.search_runs([cli.get_experiment_by_name("leaner-clustering").experiment_id])
+    assert cli_run.data.tags[CONFIG_HASH] == t.key
+    assert histories(cli, cli_run.info.run_id) == histories(client, by_key[t.key].info.run_id)
+    where = ("tracking.", "cluster.", "train.workdir")  # where a run executes and records, not what it computes
+    assert ({k: v for k, v in cli_run.data.params.items() if not k.startswith(where)}
+            == {k: v for k, v in by_key[t.key].data.params.items() if not k.startswith(where)})
+
+
+def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
+    smoke = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60"]
+    assert main([*smoke, *CONCURRENT, f"tracking.uri={mlflow_server}", f"cluster.storage={tmp_path}/ray"]) == 0
+    out = capfd.readouterr()
+    assert "database is locked" not in out.out + out.err
+    client = MlflowClient(tracking_uri=mlflow_server)
+    runs = children(mlflow_server, "smoke")
+    trials = sweep_trials(smoke)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
+    check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
+    print(f"most trials training at once: {max_overlap(client, runs)} (8 slots)")

@@ -1,0 +1,73 @@
+"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate points."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from conftest import free_port
+from sweeper.config import compose, config_hash, flat_params
+from sweeper.metrics import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, FINISHED,
+                             GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
+from sweeper.tracking import MlflowRecorder, TrackingError
+from sweeper.train import EXIT_TRACKING, main, train
+
+
+@pytest.mark.slow
+def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path, mlflow_server):
+    cfg = compose(tiny + [f"tracking.uri={mlflow_server}", "tracking.experiment=http-test"])
+    result = train(cfg, MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment), tmp_path)
+    client = MlflowClient(tracking_uri=mlflow_server)
+    found = client.get_run(result.run_id)
+    assert found.info.status == "FINISHED" and found.info.run_name == "tau1-l2-onehot-d2-k3-normal-lr0.01-s153476998"
+    assert found.data.params == flat_params(cfg)
+    tags = found.data.tags
+    assert (tags[CONFIG_HASH], tags[SEED], tags[OUTCOME]) == (config_hash(cfg), str(cfg.seed), FINISHED)
+    assert tags[GIT_COMMIT]
+    steps = {key: [m.step for m in client.get_metric_history(result.run_id, key)] for key in METRICS}
+    assert sorted(steps[TRAIN_LOSS]) == list(range(5, 41, 5))
+    for key in set(METRICS) - {TRAIN_LOSS}:
+        assert sorted(steps[key]) == [0, 10, 20, 30, 40], key
+    assert found.data.metrics[VAL_REL_LLOYD] == result.metrics[VAL_REL_LLOYD]
+    top = {a.path for a in client.list_artifacts(result.run_id)}
+    assert top == {CONFIG_ARTIFACT, CHECKPOINT_DIR, CURVE_ARTIFACT}
+    stored = {a.path for a in client.list_artifacts(result.run_id, CHECKPOINT_DIR)}
+    assert stored == {f"{CHECKPOINT_DIR}/{BEST_CHECKPOINT}", f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"}
+    local = client.download_artifacts(result.run_id, f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}", str(tmp_path / "dl"))
+    state = torch.load(local, weights_only=True)
+    assert (state["step"], state["run_id"]) == (40, result.run_id)
+    yaml_path = client.download_artifacts(result.run_id, CONFIG_ARTIFACT, str(tmp_path / "dl"))
+    assert OmegaConf.to_container(OmegaConf.load(yaml_path)) == OmegaConf.to_container(cfg)
+
+
+def test_unreachable_server_is_a_clear_error_before_training(tiny, tmp_path, monkeypatch, capsys):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(TrackingError, match=uri):
+        MlflowRecorder(uri, "x")
+    monkeypatch.chdir(tmp_path)
+    assert main(tiny + [f"tracking.uri={uri}"]) == EXIT_TRACKING
+    err = capsys.readouterr().err
+    assert uri in err and "unreachable" in err and err.strip().count("\n") == 0
+    assert not (tmp_path / "runs").exists()  # training never started
+
+
+def test_resumed_recorder_skips_points_already_logged(sqlite_uri):
+    first = MlflowRecorder(sqlite_uri, "dedupe")
+    run_id = first.start("r", {"p": "1"}, {"t": "1"})
+    for step in range(0, 31, 10):
+        first.log_metrics(step, {"m": float(step)})
+    first.flush()  # then the process dies: steps 0..30 are stored
+    again = MlflowRecorder(sqlite_uri, "dedupe")
+    assert again.start("r", {"p": "1"}, {"t": "1"}, run_id=run_id) == run_id
+    for step in range(20, 51, 10):  # replayed from a checkpoint at step 10
+        again.log_metrics(step, {"m": float(step)})
+    again.finish("FINISHED")
+    history = MlflowClient(tracking_uri=sqlite_uri).get_metric_history(run_id, "m")
+    assert sorted((m.step, m.value) for m in history) == [(s, float(s)) for s in range(0, 51, 10)]
+
+
+def test_continuing_a_run_missing_from_the_store_is_an_error(sqlite_uri):
+    with pytest.raises(TrackingError, match="train.resume=never"):
+        MlflowRecorder(sqlite_uri, "x").start("r", {}, {}, run_id="0123456789abcdef0123456789abcdef")

@@ -1,0 +1,161 @@
+"""Training one configuration: determinism, the validation metrics, divergence, checkpoints, crash-resume."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from conftest import subprocess_env
+from models.transformer import ClusteringTransformer
+from sweeper import checkpoint
+from sweeper.checkpoint import CheckpointError
+from sweeper.config import compose, run_config
+from sweeper.metrics import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
+                             VAL_REL_LLOYD)
+from sweeper.tracking import MemoryRecorder
+from sweeper.train import EXIT_DIVERGED, default_workdir, main, train
+from tasks.sampler import TaskSpec, validation_tasks
+
+
+def run(overrides: list[str], workdir: Path) -> tuple[MemoryRecorder, object]:
+    recorder = MemoryRecorder()
+    return recorder, train(compose(overrides), recorder, workdir)
+
+
+def test_same_seed_same_histories_other_seed_differs(tiny, tmp_path):
+    first, result = run(tiny, tmp_path / "a")
+    again, _ = run(tiny, tmp_path / "b")
+    other, _ = run(tiny + ["seed=235510766"], tmp_path / "c")
+    assert result.outcome == FINISHED and first.status == "FINISHED" and first.tags[OUTCOME] == FINISHED
+    assert set(first.metrics) == set(METRICS)
+    assert [s for s, _ in first.metrics[TRAIN_LOSS]] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert [s for s, _ in first.metrics[VAL_REL_LLOYD]] == [0, 10, 20, 30, 40]
+    assert first.metrics == again.metrics
+    assert first.metrics[VAL_REL_LLOYD] != other.metrics[VAL_REL_LLOYD]
+    assert sorted(first.artifacts) == ["checkpoints/best.pt", "checkpoints/last.pt", "config.yaml", "curves.png"]
+
+
+def numpy_objective(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """sum_i min_j ||x_i - c_j||^2 per task, by explicit broadcasting in float64."""
+    return ((X[:, :, None, :] - C[:, None, :, :]) ** 2).sum(-1).min(-1).sum(-1)
+
+
+def numpy_lloyd_step(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """One Lloyd iteration with plain loops; an empty cluster keeps its center."""
+    out = C.copy()
+    for b in range(X.shape[0]):
+        nearest = ((X[b, :, None, :] - C[b, None, :, :]) ** 2).sum(-1).argmin(-1)
+        for j in range(C.shape[1]):
+            if (nearest == j).any():
+                out[b, j] = X[b, nearest == j].mean(0)
+    return out
+
+
+def test_validation_metrics_match_an_independent_computation(tiny, tmp_path):
+    recorder, result = run(tiny, tmp_path)
+    cfg = compose(tiny)
+    state = checkpoint.load(checkpoint.last_path(tmp_path))
+    model = ClusteringTransformer(cfg.task.d, cfg.task.k, cfg.model.embedding, cfg.model.gamma, cfg.model.dropout)
+    model.load_state_dict(state["model"])
+    model.eval()
+    spec = TaskSpec(**run_config(cfg)["task"])
+    objective, ratio = [], []
+    with torch.no_grad():
+        for X, C in validation_tasks(spec, cfg.seed, cfg.train.val_batches, cfg.train.batch):
+            mine = numpy_objective(X.double().numpy(), model(X, C).double().numpy())
+            lloyd = numpy_objective(X.double().numpy(), numpy_lloyd_step(X.double().numpy(), C.double().numpy()))
+            objective.append(mine)
+            ratio.append(mine / lloyd)
+    # float32 model and objective against float64 NumPy: relative 1e-5.
+    assert result.metrics[VAL_KMEANS] == pytest.approx(np.concatenate(objective).mean(), rel=1e-5)
+    assert result.metrics[VAL_REL_LLOYD] == pytest.approx(np.concatenate(ratio).mean(), rel=1e-5)
+    assert result.best_val == min(v for _, v in recorder.metrics[VAL_REL_LLOYD])
+    assert recorder.metrics[LR][0] == (0, cfg.optim.lr)
+
+
+def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path):
+    recorder, result = run(tiny + ["train.inject_nan_at_step=13"], tmp_path)
+    assert (result.outcome, result.diverged_at) == (DIVERGED, 13)
+    assert recorder.status == "FAILED"
+    assert recorder.tags[OUTCOME] == DIVERGED and recorder.tags[DIVERGED_AT] == "13"
+    assert max(s for s, _ in recorder.metrics[TRAIN_LOSS]) == 10  # nothing logged from step 13 on
+    state = checkpoint.load(checkpoint.last_path(tmp_path))
+    assert state["step"] == 10 and all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_corrupt_checkpoint_is_an_error_unless_told_to_start_over(tiny, tmp_path):
+    checkpoint.last_path(tmp_path).write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="last.pt.*train.resume=never"):
+        run(tiny, tmp_path)
+    _, result = run(tiny + ["train.resume=never"], tmp_path)
+    assert result.outcome == FINISHED
+    with pytest.raises(CheckpointError, match="already finished"):
+        run(tiny + ["train.resume=must"], tmp_path)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        run(tiny + ["train.resume=must"], tmp_path / "empty")
+
+
+def test_a_finished_run_is_not_continued_but_repeated(tiny, tmp_path):
+    first, _ = run(tiny, tmp_path)
+    second, _ = run(tiny, tmp_path)
+    assert second.metrics == first.metrics
+
+
+# Trains like the CLI, but SIGKILLs itself right after the checkpoint of step 20.
+KILLED_AT_20 = textwrap.dedent("""
+    import os, signal, sys
+    from sweeper.config import compose
+    from sweeper.tracking import MlflowRecorder
+    from sweeper.train import default_workdir, train
+
+    def on_eval(step, metrics, workdir):
+        if step == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    cfg = compose(sys.argv[1:])
+    train(cfg, MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment), default_workdir(cfg), on_eval)
+""")
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_in_the_same_mlflow_run_with_identical_numbers(tiny, tmp_path, sqlite_uri, monkeypatch):
+    overrides = tiny + [f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path / 'runs'}"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_20, *overrides], cwd=tmp_path, env=subprocess_env(),
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr
+    workdir = default_workdir(compose(overrides))
+    run_id = checkpoint.load(checkpoint.last_path(workdir))["run_id"]
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert client.get_run(run_id).info.status == "RUNNING"  # killed: nobody closed it
+    assert max(m.step for m in client.get_metric_history(run_id, VAL_REL_LLOYD)) == 20
+
+    monkeypatch.chdir(tmp_path)
+    assert main(overrides) == 0  # the same command again
+    runs = client.search_runs([client.get_experiment_by_name("leaner-clustering").experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].info.status == "FINISHED" and runs[0].data.tags[OUTCOME] == FINISHED
+
+    uninterrupted, _ = run(tiny, tmp_path / "uninterrupted")
+    for key in METRICS:
+        logged = [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        assert sorted(logged) == uninterrupted.metrics[key], key  # exact, and no step twice
+
+
+@pytest.mark.slow
+def test_cli_divergence_exits_3_and_marks_the_run_failed(tiny, tmp_path, sqlite_uri, capsys):
+    code = main(tiny + ["train.inject_nan_at_step=7", f"tracking.uri={sqlite_uri}",
+                        f"train.workdir={tmp_path / 'runs'}"])
+    assert code == EXIT_DIVERGED == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("diverged: non-finite loss or parameters at step 7")
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("leaner-clustering").experiment_id])
+    assert found.info.status == "FAILED"
+    assert (found.data.tags[OUTCOME], found.data.tags[DIVERGED_AT]) == (DIVERGED, "7")
