@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A real slice of the paper grid (12 trials on a local Ray instance, MLflow in
+# ./mlflow.db), then every figure and table it supports under reports/.
 demo: $(STAMP)
-	$(PY) -m sweeper.demo
+	$(PY) -m sweeper.sweep sweep=demo
+	$(PY) -m analysis.report select.sweep=demo eval.batches=1 'eval.lengths=[128,256,1024]'
 
 test: $(STAMP)
 	$(PY) -m pytest -q

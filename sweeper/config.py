@@ -82,6 +82,7 @@ class TrainConfig:
     eval_every: int = MISSING
     val_batches: int = MISSING
     log_every: int = MISSING
+    threads: int = MISSING
     device: str = MISSING
     resume: str = MISSING
     workdir: str = MISSING
@@ -191,7 +192,7 @@ def validate(cfg: DictConfig) -> None:
     _positive("optim.lr", opt.lr)
     _require(0 < opt.lr_factor < 1, "optim.lr_factor", opt.lr_factor, "a number in (0, 1)")
     _at_least("optim.lr_patience", opt.lr_patience, 0)
-    for key in ("steps", "batch", "eval_every", "val_batches", "log_every"):
+    for key in ("steps", "batch", "eval_every", "val_batches", "log_every", "threads"):
         _at_least(f"train.{key}", t[key], 1)
     _require(re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device) is not None, "train.device", t.device,
              "auto, cpu, cuda, cuda:N or mps")

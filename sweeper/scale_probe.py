@@ -24,7 +24,7 @@ from sweeper.metrics import FINISHED, METRICS, OUTCOME
 from sweeper.sweep import jobs_of, load
 
 
-def noop_trial(config: dict, *, jobs: dict, base: list, threads: int) -> None:
+def noop_trial(config: dict, *, jobs: dict, base: list) -> None:
     """Reports like a finished run of train.steps=0: start, one evaluation, outcome; trains nothing."""
     from ray import tune
 

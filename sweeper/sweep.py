@@ -200,8 +200,7 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
     from sweeper.trial import run_trial
 
     c = cfg.cluster
-    trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, base=trial_overrides(overrides, plan),
-                                     threads=max(1, int(c.cpus_per_trial)))
+    trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, base=trial_overrides(overrides, plan))
     trainable = tune.with_resources(trainable, {"cpu": c.cpus_per_trial, "gpu": c.gpus_per_trial})
     scheduler = scheduler_of(cfg)
     tuner = tune.Tuner(

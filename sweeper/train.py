@@ -162,6 +162,7 @@ class Trainer:
 def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
     """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run."""
     validate(cfg)
+    torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     resumed = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))

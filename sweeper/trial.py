@@ -15,7 +15,6 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
 from ray import tune
 
 from sweeper.config import compose, config_hash
@@ -85,13 +84,12 @@ def restore(workdir: Path, resume_from: str | None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_trial(config: dict, *, jobs: dict[str, dict], base: list[str], threads: int) -> None:
+def run_trial(config: dict, *, jobs: dict[str, dict], base: list[str]) -> None:
     """Tune's function trainable; config["key"] names the job (a config_hash) in `jobs`."""
     job = jobs[config["key"]]
     cfg = compose([*base, *job["overrides"], f"seed={job['seed']}"])
     if config_hash(cfg) != config["key"]:  # the driver's view and the trial's must be one configuration
         raise RuntimeError(f"trial {config['key']} composed to {config_hash(cfg)}: base overrides {base}")
-    torch.set_num_threads(threads)  # one fixed count per trial: the numbers do not depend on the node
     workdir = Path(tune.get_context().get_trial_dir()) / "work"
     restore(workdir, job.get("resume_from"))
     recorder = TuneRecorder()

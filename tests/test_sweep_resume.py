@@ -61,8 +61,12 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path):
     log = tmp_path / "sweep.log"
     first = start(overrides, log)
     try:
-        # Mid-sweep: one trial completed (Tune prints it), another has reported a checkpoint.
-        wait_for(lambda: "completed after" in log.read_text(errors="replace"), first, timeout=600)
+        # Mid-sweep: one trial completed (Tune prints it; the driver has deleted its checkpoint by then)
+        # and another has a checkpoint to resume from.
+        storage = tmp_path / "ray"
+        wait_for(lambda: "completed after" in log.read_text(errors="replace")
+                 and any(storage.glob("smoke-*/*/checkpoint_*")), first, timeout=600)
+        time.sleep(1)  # its MLflow tag follows the checkpoint by a moment
     finally:
         kill_group(first)
     client = MlflowClient(tracking_uri=uri)
