@@ -8,6 +8,8 @@ that forwards to Ray Tune, so the sweep driver stays the single MLflow writer.
 
 from __future__ import annotations
 
+import base64
+import os
 import subprocess
 import time
 import urllib.error
@@ -63,6 +65,25 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         reason = getattr(err, "reason", err)
         raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason}); start it "
                             f"(mlflow server --host HOST --port PORT) or set tracking.uri") from None
+    _probe_access(uri, timeout)
+
+
+def _probe_access(uri: str, timeout: float) -> None:
+    """/health needs no login; a server with basic auth refuses the API itself, so ask it once."""
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            reply.read()
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise TrackingError(f"MLflow tracking server {uri} refused access ({err.code}): set "
+                                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
+    except (urllib.error.URLError, OSError):
+        pass  # reachable a moment ago: let MLflow's own client report anything else
 
 
 def git_commit() -> str:

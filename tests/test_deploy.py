@@ -213,6 +213,11 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10)
         assert refused.value.code == 401
+        anonymous = subprocess.run([sys.executable, "-m", "sweeper.train", f"tracking.uri={uri}"], cwd=tmp_path,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                                   timeout=300)
+        assert anonymous.returncode == 4, anonymous.stderr[-2000:]
+        assert "refused access (401)" in anonymous.stderr + anonymous.stdout and uri in anonymous.stderr + anonymous.stdout
         user, password = environment["MLFLOW_AUTH_ADMIN_USERNAME"], environment["MLFLOW_AUTH_ADMIN_PASSWORD"]
         client_env = {**os.environ, "MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password,
                       "PYTHONPATH": str(ROOT)}
