@@ -29,11 +29,10 @@ from models.attention import distance_attention
 from models.embedding import embed
 from models.losses import smoothed_objective
 from models.transformer import ClusteringTransformer
-from sweeper import checkpoint
-from sweeper.config import config_hash, flat_params, run_config, run_name, validate
-from sweeper.metrics import CONFIG_ARTIFACT, CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, GIT_COMMIT, OUTCOME, SEED, TRAIN_LOSS
-from sweeper.tracking import Recorder, git_commit
-from sweeper.train import OnEval, Trainer, TrainResult, Validation, _close, _evaluate, pick_device
+from sweeper.config import config_hash
+from sweeper.metrics import DIVERGED, DIVERGED_AT, FINISHED, OUTCOME, TRAIN_LOSS
+from sweeper.tracking import Recorder
+from sweeper.train import OnEval, Trainer, TrainResult, Validation, _close, _evaluate, open_run
 from tasks.sampler import sample_tasks
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
@@ -128,18 +127,8 @@ class _Run:
 
 def _open(cfg: DictConfig, recorder: Recorder, workdir: Path) -> _Run:
     """As sweeper.train.train before its loop: resume or start, open the recorder run."""
-    validate(cfg)
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    resumed = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
-    trainer = Trainer(cfg, pick_device(cfg.train.device))
-    if resumed:
-        trainer.restore(resumed)
-    tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit()}
-    run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resumed["run_id"] if resumed else None)
-    if not resumed:
-        (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
-        recorder.log_artifact(workdir / CONFIG_ARTIFACT)
+    trainer, run_id = open_run(cfg, recorder, workdir)
     return _Run(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id)
 
 

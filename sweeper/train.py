@@ -159,11 +159,10 @@ class Trainer:
         return self.optimizer.param_groups[0]["lr"]
 
 
-def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
-    """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run."""
+def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> tuple[Trainer, str]:
+    """Resume from workdir/last.pt or start afresh, and open the recorder's run; returns the trainer and run id."""
     validate(cfg)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
-    workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     resumed = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
     trainer = Trainer(cfg, pick_device(cfg.train.device))
@@ -174,6 +173,13 @@ def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | 
     if not resumed:
         (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
         recorder.log_artifact(workdir / CONFIG_ARTIFACT)
+    return trainer, run_id
+
+
+def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
+    """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run."""
+    workdir = Path(workdir)
+    trainer, run_id = open_run(cfg, recorder, workdir)
     try:
         _loop(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id, on_eval)
     except Diverged as err:
