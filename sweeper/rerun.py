@@ -18,11 +18,10 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
 from sweeper.metrics import CONFIG_HASH, DIVERGED, RERUN_OF, VAL_REL_LLOYD
 from sweeper.tracking import MlflowRecorder, TrackingError, probe
-from sweeper.train import EXIT_CHECKPOINT, EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING, TrainResult, train
+from sweeper.train import CLI_ERRORS, EXIT_DIVERGED, TrainResult, report_error, train
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 
@@ -56,15 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         before, result = rerun(args.run_id, args.tracking_uri)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except TrackingError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_TRACKING
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CHECKPOINT
+    except CLI_ERRORS as err:
+        return report_error(err)
     after = result.metrics.get(VAL_REL_LLOYD)
     print(f"original run {args.run_id}: final {VAL_REL_LLOYD} {before!r}")
     print(f"rerun {result.run_id}: final {VAL_REL_LLOYD} {after!r} ({result.outcome})")

@@ -35,6 +35,8 @@ from sweeper.tracking import MlflowRecorder, Recorder, TrackingError, git_commit
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
 
 EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING, EXIT_CHECKPOINT = 2, 3, 4, 5
+# What the command lines (train, rerun) report as one line, with its exit code.
+CLI_ERRORS = (ConfigError, TrackingError, CheckpointError)
 
 OnEval = Callable[[int, dict, Path], None]
 
@@ -271,6 +273,13 @@ def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def report_error(err: Exception) -> int:
+    """Print one of CLI_ERRORS as one line on stderr; return its exit code."""
+    print(f"error: {err}", file=sys.stderr)
+    codes = {ConfigError: EXIT_CONFIG, TrackingError: EXIT_TRACKING, CheckpointError: EXIT_CHECKPOINT}
+    return next(code for kind, code in codes.items() if isinstance(err, kind))
+
+
 def main(argv: list[str] | None = None) -> int:
     overrides = sys.argv[1:] if argv is None else argv
     if overrides and overrides[0] in ("-h", "--help"):
@@ -281,15 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose(overrides)
         recorder = MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment)
         result = train(cfg, recorder, default_workdir(cfg))
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except TrackingError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_TRACKING
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CHECKPOINT
+    except CLI_ERRORS as err:
+        return report_error(err)
     where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"
     if result.outcome == DIVERGED:
         print(f"diverged: non-finite loss or parameters at step {result.diverged_at}; {where} marked FAILED",
