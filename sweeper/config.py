@@ -31,6 +31,7 @@ from tasks.sampler import TaskSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
+PACK_MODES = ("none", "seeds")  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
 # Keys of `train` that say how and where a run executes, not what it computes:
 # they stay out of run_config and config_hash, so a resumed run (say with
 # train.resume=must) keeps its hash and finds its own checkpoint.
@@ -104,6 +105,7 @@ class ClusterConfig:
     storage: Optional[str] = MISSING
     max_failures: int = MISSING
     dashboard_host: str = MISSING
+    pack: str = MISSING
 
 
 @dataclass
@@ -207,6 +209,7 @@ def validate(cfg: DictConfig) -> None:
     _require(c.max_concurrent is None or c.max_concurrent >= 1, "cluster.max_concurrent", c.max_concurrent,
              "null (no limit) or an integer >= 1")
     _at_least("cluster.max_failures", c.max_failures, -1)
+    _one_of("cluster.pack", c.pack, PACK_MODES)
 
 
 def run_config(cfg: DictConfig) -> dict:

@@ -20,6 +20,7 @@ GIT_COMMIT = "git_commit"
 RERUN_OF = "rerun_of"            # run id a `python -m sweeper.rerun` run reproduces
 SUBGRIDS = "subgrids"            # comma-separated named sub-grids of the sweep naming a configuration
 SWEEP = "sweep"                  # name of the sweep a run belongs to
+PACK = "pack"                    # set by the sweep driver (cluster.pack=seeds): the trial a model trained in with others
 TUNE_CHECKPOINT = "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
 
 # Outcomes (values of the OUTCOME tag).

@@ -1,9 +1,10 @@
 """The sweep driver as the single MLflow writer, and its ledger of finished trials.
 
 Trials report what they record through Ray Tune (sweeper.trial); MlflowWriter,
-a Tune callback in the driver, writes it: one child run per trial under one
-parent run per sweep, one log_batch per report. So a SQLite store sees one
-writer and an HTTP server one client, whatever the concurrency.
+a Tune callback in the driver, writes it: one child run per model under one
+parent run per sweep (a trial trains one model, or a pack of them), one
+log_batch per model and report. So a SQLite store sees one writer and an HTTP
+server one client, whatever the concurrency.
 
 Exactly-once rests on two facts. The ledger: a (config_hash, seed) — the
 config_hash includes the seed — whose run carries an outcome tag is done and
@@ -24,7 +25,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
-from sweeper.metrics import CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, SEED, STOPPED, SUBGRIDS, SWEEP, TUNE_CHECKPOINT
+from sweeper.metrics import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
+                             TUNE_CHECKPOINT)
 from sweeper.trial import PAYLOAD
 
 DONE = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good (a diverged one is not retried)
@@ -83,36 +85,42 @@ def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
     return f"{checkpoint.filesystem.type_name}://{checkpoint.path}"
 
 
-def _delete(checkpoint: tune.Checkpoint | None) -> None:
-    if checkpoint is not None:
-        try:
-            checkpoint.filesystem.delete_dir(checkpoint.path)
-        except (OSError, FileNotFoundError):
-            pass  # already gone
+def _delete(checkpoint: tune.Checkpoint) -> None:
+    try:
+        checkpoint.filesystem.delete_dir(checkpoint.path)
+    except (OSError, FileNotFoundError):
+        pass  # already gone
 
 
 class MlflowWriter(tune.Callback):
-    """Writes every trial's report into its child run; runs in the driver only."""
+    """Writes every model's report into its child run; runs in the driver only.
+
+    Keys: a trial's key (trial.config["key"]) names its models in `packs`;
+    everything else is keyed by model (config_hash), as the ledger is.
+    """
 
     def __init__(self, uri: str, experiment: str, sweep: str, parent_id: str, jobs: dict[str, dict],
-                 ledger: Ledger) -> None:
+                 packs: dict[str, list[str]], ledger: Ledger) -> None:
         self.client = MlflowClient(tracking_uri=uri)
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
-        self.jobs, self.unfinished = jobs, dict(ledger.unfinished)
-        self.checkpoints = {k: tune.Checkpoint(p) for k, p in ledger.resume_from.items()}  # the one each run names
-        self.runs: dict[str, str] = {}                  # config_hash -> run id, opened in this session
+        self.jobs, self.packs, self.unfinished = jobs, packs, dict(ledger.unfinished)
+        # model -> the checkpoint it would resume from; a checkpoint is deleted once no model holds it
+        self.held = {k: tune.Checkpoint(p) for k, p in ledger.resume_from.items() if k in jobs}
+        self.runs: dict[str, str] = {}                  # model -> run id, opened in this session
         self.logged: dict[str, dict[str, int]] = {}     # run id -> metric -> last stored step
-        self.outcomes: dict[str, str] = {}              # config_hash -> outcome, once the trial ended
+        self.outcomes: dict[str, str] = {}              # model -> outcome, once it ended
         self.points_written = 0
         self.retries = 0                                # trials Tune restarted after a failure
 
     def _run(self, key: str, start: dict | None) -> str:
-        """The trial's run: opened once per session, continuing an unfinished one when there is one."""
+        """The model's run: opened once per session, continuing an unfinished one when there is one."""
         if key in self.runs:
             return self.runs[key]
         job = self.jobs[key]
         tags = {SWEEP: self.sweep, SUBGRIDS: ",".join(job["subgrids"]), CONFIG_HASH: key, SEED: str(job["seed"]),
                 MLFLOW_PARENT_RUN_ID: self.parent_id, **(start or {}).get("tags", {})}
+        if job.get("pack"):
+            tags[PACK] = job["pack"]
         tags = {k: str(v) for k, v in tags.items()}
         params = dict((start or {}).get("params", {}))
         run_id = self.unfinished.get(key)
@@ -131,10 +139,13 @@ class MlflowWriter(tune.Callback):
         return run_id
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        payload = result.pop(PAYLOAD, None)  # popped: Tune need not keep points and bytes in its state
-        if payload is None:
-            return
-        key = trial.config["key"]
+        payloads = result.pop(PAYLOAD, None)  # popped: Tune need not keep points and bytes in its state
+        for key, payload in (payloads or {}).items():
+            if payload:
+                self._write(key, payload)
+
+    def _write(self, key: str, payload: dict) -> None:
+        """One model's part of a report: its points, tags and artifacts; its end when training ended it."""
         run_id = self._run(key, payload.get("start"))
         logged = self.logged[run_id]
         points = []
@@ -147,17 +158,22 @@ class MlflowWriter(tune.Callback):
             self.client.log_batch(run_id, metrics=points[i:i + BATCH], tags=tags if i == 0 else [])
         self.points_written += len(points)
         self._artifacts(run_id, payload.get("artifacts", []))
-        if "status" in payload:  # train() ended: the outcome tag came with this payload's tags
+        if "status" in payload:  # training ended: the outcome tag came with this payload's tags
             self.client.set_terminated(run_id, payload["status"])
             self.outcomes[key] = payload.get("tags", {}).get(OUTCOME, "")
-            self._drop_checkpoint(key, run_id)
+            self._release(key)
 
-    def _drop_checkpoint(self, key: str, run_id: str) -> None:
-        """A trial that ended needs no checkpoint to resume from (its last and best are artifacts of the run)."""
-        checkpoint = self.checkpoints.pop(key, None)
-        if checkpoint is not None:
+    def _release(self, key: str) -> None:
+        """A model that ended needs no checkpoint to resume from (its last and best are artifacts of its run)."""
+        checkpoint = self.held.pop(key, None)
+        if checkpoint is not None and key in self.runs:
+            self.client.delete_tag(self.runs[key], TUNE_CHECKPOINT)
+        self._collect(checkpoint)
+
+    def _collect(self, checkpoint: tune.Checkpoint | None) -> None:
+        """Delete a checkpoint no model holds any more (a pack's is shared by its models)."""
+        if checkpoint is not None and all(c.path != checkpoint.path for c in self.held.values()):
             _delete(checkpoint)
-            self.client.delete_tag(run_id, TUNE_CHECKPOINT)
 
     def _artifacts(self, run_id: str, artifacts: list) -> None:
         if not artifacts:
@@ -173,28 +189,31 @@ class MlflowWriter(tune.Callback):
         # Recorded after the points of the same report, so a restart resumes from here and replays no
         # unstored point; only then is the previous checkpoint deleted (Tune's num_to_keep would force an
         # experiment-state snapshot per checkpoint, and that state is not what a restart relies on).
-        key = trial.config["key"]
-        if key in self.runs:
-            self.client.set_tag(self.runs[key], TUNE_CHECKPOINT, checkpoint_uri(checkpoint))
-            _delete(self.checkpoints.get(key))
-            self.checkpoints[key] = checkpoint
+        previous = []
+        for key in self.packs[trial.config["key"]]:
+            if key in self.runs and key not in self.outcomes:
+                self.client.set_tag(self.runs[key], TUNE_CHECKPOINT, checkpoint_uri(checkpoint))
+                previous.append(self.held.get(key))
+                self.held[key] = checkpoint
+        for old in [*previous, checkpoint]:  # the new one too: it may come after the trial's models ended
+            self._collect(old)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        key = trial.config["key"]
-        if key in self.runs and key not in self.outcomes:  # ended without train() ending: the scheduler stopped it
-            self.client.log_batch(self.runs[key], tags=[RunTag(OUTCOME, STOPPED)])
-            self.client.set_terminated(self.runs[key], STATUS[STOPPED])
-            self.outcomes[key] = STOPPED
-            self._drop_checkpoint(key, self.runs[key])
+        for key in self.packs[trial.config["key"]]:
+            if key in self.runs and key not in self.outcomes:  # ended without training ending: a scheduler stop
+                self.client.log_batch(self.runs[key], tags=[RunTag(OUTCOME, STOPPED)])
+                self.client.set_terminated(self.runs[key], STATUS[STOPPED])
+                self.outcomes[key] = STOPPED
+                self._release(key)
 
     def on_trial_recover(self, iteration, trials, trial, **info) -> None:
         self.retries += 1  # Tune restarts it from its last checkpoint; the writer drops replayed points
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        # Out of retries: the run stays without an outcome, so the next start of the sweep tries again.
-        run_id = self.runs.get(trial.config["key"])
-        if run_id is not None:
-            self.client.set_terminated(run_id, "FAILED")
+        # Out of retries: the runs stay without an outcome, so the next start of the sweep tries again.
+        for key in self.packs[trial.config["key"]]:
+            if key in self.runs and key not in self.outcomes:
+                self.client.set_terminated(self.runs[key], "FAILED")
 
     def finish_parent(self, complete: bool) -> None:
         self.client.set_terminated(self.parent_id, "FINISHED" if complete else "FAILED")

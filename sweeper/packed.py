@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -32,7 +33,7 @@ from models.transformer import ClusteringTransformer
 from sweeper.config import config_hash
 from sweeper.metrics import DIVERGED, DIVERGED_AT, FINISHED, OUTCOME, TRAIN_LOSS
 from sweeper.tracking import Recorder
-from sweeper.train import OnEval, Trainer, TrainResult, Validation, _close, _evaluate, open_run
+from sweeper.train import Trainer, TrainResult, Validation, close, evaluate, open_run
 from tasks.sampler import sample_tasks
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
@@ -40,6 +41,9 @@ SHARED_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.gamma", "
                "train.steps", "train.batch", "train.eval_every", "train.log_every", "train.val_batches",
                "train.device")
 MODULES = ("cax", "sax", "cac", "sac")
+
+# Called after each round of evaluations with the step and {workdir: metrics} of the models that evaluated.
+OnPackEval = Callable[[int, dict[Path, dict]], None]
 
 
 def check_packable(cfgs: list[DictConfig]) -> None:
@@ -132,33 +136,42 @@ def _open(cfg: DictConfig, recorder: Recorder, workdir: Path) -> _Run:
     return _Run(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id)
 
 
-def _after_step(run: _Run, loss: float, total: float, on_eval: OnEval | None) -> None:
-    """Per model, what sweeper.train._loop does after each step (same order, same records)."""
+def _after_step(run: _Run, loss: float, total: float) -> bool:
+    """Per model, what sweeper.train._loop does after each step (same order, same records); True if it evaluated."""
     t, p = run.trainer.cfg.train, run.trainer.progress
     if not (math.isfinite(loss) and math.isfinite(total)):
-        _close(run.trainer, run.recorder, run.workdir, {OUTCOME: DIVERGED, DIVERGED_AT: str(p.step)}, "FAILED")
+        close(run.trainer, run.recorder, run.workdir, {OUTCOME: DIVERGED, DIVERGED_AT: str(p.step)}, "FAILED")
         run.result = TrainResult(DIVERGED, p.step, p.metrics, p.best_val, run.run_id, diverged_at=p.step)
-        return
+        return False
     p.window.append(loss)
     if p.step % t.log_every == 0:
         mean = sum(p.window) / len(p.window)
         run.recorder.log_metrics(p.step, {TRAIN_LOSS: mean})
         p.history.setdefault(TRAIN_LOSS, []).append([p.step, mean])
         p.window = []
-    if p.step % t.eval_every == 0 or p.step == t.steps:
-        _evaluate(run.trainer, run.validation, run.recorder, run.workdir, run.run_id, on_eval)
+    evaluated = p.step % t.eval_every == 0 or p.step == t.steps
+    if evaluated:
+        evaluate(run.trainer, run.validation, run.recorder, run.workdir, run.run_id)
     if p.step >= t.steps:
-        _close(run.trainer, run.recorder, run.workdir, {OUTCOME: FINISHED}, "FINISHED")
+        close(run.trainer, run.recorder, run.workdir, {OUTCOME: FINISHED}, "FINISHED")
         run.result = TrainResult(FINISHED, p.step, p.metrics, p.best_val, run.run_id)
+    return evaluated
+
+
+def _tell(on_eval: OnPackEval | None, runs: list[_Run]) -> None:
+    if on_eval is not None and runs:
+        on_eval(min(run.trainer.progress.step for run in runs), {run.workdir: run.trainer.progress.metrics
+                                                                 for run in runs})
 
 
 def train_pack(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path],
-               on_eval: OnEval | None = None) -> list[TrainResult]:
+               on_eval: OnPackEval | None = None) -> list[TrainResult]:
     """Train the models of a pack together; result i is what train(cfgs[i], recorders[i], workdirs[i]) returns.
 
     A model that diverges is closed and leaves the pack; the others go on.
-    on_eval(step, metrics, workdir) is called per model after each of its
-    evaluations (its workdir tells which model it is).
+    on_eval(step, {workdir: metrics}) is called once after each round of
+    evaluations (the models step together, so they evaluate together), when
+    every evaluated model's checkpoint is written.
     """
     if not len(cfgs) == len(recorders) == len(workdirs):
         raise ValueError(f"a pack needs one recorder and one workdir per configuration, got {len(cfgs)} "
@@ -168,13 +181,14 @@ def train_pack(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list
     try:
         for cfg, recorder, workdir in zip(cfgs, recorders, workdirs):
             runs.append(_open(cfg, recorder, workdir))
-        for run in runs:
-            if run.trainer.progress.step == 0:
-                _evaluate(run.trainer, run.validation, run.recorder, run.workdir, run.run_id, on_eval)
+        fresh = [run for run in runs if run.trainer.progress.step == 0]
+        for run in fresh:
+            evaluate(run.trainer, run.validation, run.recorder, run.workdir, run.run_id)
+        _tell(on_eval, fresh)
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
         while active:
-            for run, (loss, total) in zip(active, packed_step([run.trainer for run in active])):
-                _after_step(run, loss, total, on_eval)
+            steps = packed_step([run.trainer for run in active])
+            _tell(on_eval, [run for run, (loss, total) in zip(active, steps) if _after_step(run, loss, total)])
             active = [run for run in active if run.result is None]
     except BaseException as err:  # a crash or Ctrl-C: every unfinished run stays resumable
         for run in runs:

@@ -3,8 +3,11 @@
 The configuration is rebuilt from the run's params (every value that
 determines the numbers), trained from scratch in a temporary workdir and
 logged to the same store and experiment as a new run tagged rerun_of=RUN_ID.
-Prints the original and the new final val_rel_lloyd; on CPU they are equal.
-Exit codes as for sweeper.train.
+Prints the original and the new final val_rel_lloyd; on CPU they are equal,
+except for a model trained in a pack (cluster.pack=seeds, tag `pack`): its
+batched matmuls sum in another order, so a solo rerun matches it to about
+1e-5 with model.dropout=0 and only in distribution with dropout (a pack draws
+its dropout masks in one piece). Exit codes as for sweeper.train.
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
-from sweeper.metrics import CONFIG_HASH, DIVERGED, RERUN_OF, VAL_REL_LLOYD
+from sweeper.metrics import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from sweeper.tracking import MlflowRecorder, TrackingError, probe
 from sweeper.train import CLI_ERRORS, EXIT_DIVERGED, TrainResult, report_error, train
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 
 
-def rerun(run_id: str, uri: str) -> tuple[float | None, TrainResult]:
-    """Train run_id's configuration again as a new run; return (original, new result)."""
+def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:
+    """Train run_id's configuration again as a new run; return (original's tags, its final value, new result)."""
     probe(uri)
     client = MlflowClient(tracking_uri=uri)
     try:
@@ -44,7 +47,7 @@ def rerun(run_id: str, uri: str) -> tuple[float | None, TrainResult]:
     recorder = MlflowRecorder(uri, experiment, tags={RERUN_OF: run_id})
     with tempfile.TemporaryDirectory(prefix="rerun-") as workdir:
         result = train(cfg, recorder, Path(workdir))
-    return original.data.metrics.get(VAL_REL_LLOYD), result
+    return original.data.tags, original.data.metrics.get(VAL_REL_LLOYD), result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: $MLFLOW_TRACKING_URI, else %(default)s")
     args = parser.parse_args(argv)
     try:
-        before, result = rerun(args.run_id, args.tracking_uri)
+        tags, before, result = rerun(args.run_id, args.tracking_uri)
     except CLI_ERRORS as err:
         return report_error(err)
     after = result.metrics.get(VAL_REL_LLOYD)
@@ -62,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rerun {result.run_id}: final {VAL_REL_LLOYD} {after!r} ({result.outcome})")
     if before is not None and after is not None:
         print("equal" if before == after else f"differ by {abs(after - before):.3g}")
+    if PACK in tags:
+        print(f"the original trained in pack {tags[PACK]} (cluster.pack=seeds): trained alone it matches to about "
+              "1e-5 with model.dropout=0, and only in distribution with dropout > 0")
     return EXIT_DIVERGED if result.outcome == DIVERGED else 0
 
 

@@ -21,10 +21,10 @@ import psutil
 
 from sweeper import grid
 from sweeper.metrics import FINISHED, METRICS, OUTCOME
-from sweeper.sweep import jobs_of, load
+from sweeper.sweep import jobs_of, load, packs_of
 
 
-def noop_trial(config: dict, *, jobs: dict, base: list) -> None:
+def noop_trial(config: dict, *, jobs: dict, packs: dict, base: list) -> None:
     """Reports like a finished run of train.steps=0: start, one evaluation, outcome; trains nothing."""
     from ray import tune
 
@@ -33,7 +33,7 @@ def noop_trial(config: dict, *, jobs: dict, base: list) -> None:
     payload = {"start": {"name": jobs[config["key"]]["name"], "params": {"probe": "1"}, "tags": {}},
                "points": [[key, 1.0, 0, int(time.time() * 1000)] for key in METRICS],
                "tags": {OUTCOME: FINISHED}, "status": "FINISHED"}
-    tune.report({STEP: 0, PAYLOAD: payload})
+    tune.report({STEP: 0, PAYLOAD: {config["key"]: payload}})
 
 
 class PeakRss(threading.Thread):
@@ -68,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     experiment = MlflowRecorder(uri, "scale-probe")._experiment_id()
     parent = MlflowClient(tracking_uri=uri).create_run(experiment, run_name="probe").info.run_id
     jobs = jobs_of(trials)
+    packs = packs_of(trials, set(jobs), "none")
     ray.init(address="local", dashboard_host=cfg.cluster.dashboard_host)
-    writer = MlflowWriter(uri, experiment, "probe", parent, jobs, Ledger())
+    writer = MlflowWriter(uri, experiment, "probe", parent, jobs, packs, Ledger())
     rss = PeakRss()
     rss.start()
     start_rss, start = psutil.Process().memory_info().rss, time.perf_counter()
-    errors = tune_fit(cfg, plan, [], jobs, f"{tmp}/ray", writer, trainable=noop_trial)
+    errors = tune_fit(cfg, plan, [], jobs, packs, f"{tmp}/ray", writer, trainable=noop_trial)
     wall = time.perf_counter() - start
     rss.stop.set()
     print(json.dumps({"trials": len(trials), "errors": errors, "runs_written": len(writer.outcomes),

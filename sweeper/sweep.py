@@ -19,6 +19,7 @@ after their retries (start again to retry them), 2 rejected configuration,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
@@ -70,9 +71,32 @@ def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
 
 
 def jobs_of(trials: list[grid.Trial]) -> dict[str, dict]:
-    """What each trial needs, keyed by config_hash: plain data, shipped once to every worker."""
+    """What each model needs, keyed by config_hash: plain data, shipped once to every worker."""
     return {t.key: {"overrides": t.configuration.override_strings(), "seed": t.seed, "name": t.name,
                     "subgrids": list(t.configuration.subgrids)} for t in trials}
+
+
+def packs_of(trials: list[grid.Trial], pending: set[str], mode: str) -> dict[str, list[str]]:
+    """Ray Tune's trials, each a list of the pending models (config_hash) it trains.
+
+    mode none: one model per trial, keyed by its config_hash. mode seeds: the
+    seeds of a configuration train together (sweeper.packed), keyed by a hash
+    of all its seeds' keys, so a restarted sweep packs what is left under the same key.
+    """
+    if mode == "none":
+        return {t.key: [t.key] for t in trials if t.key in pending}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for t in trials:
+        groups.setdefault(tuple(t.configuration.override_strings()), []).append(t.key)
+    packs = {"pack-" + hashlib.sha256(" ".join(keys).encode()).hexdigest()[:12]: [k for k in keys if k in pending]
+             for keys in groups.values()}
+    return {key: members for key, members in packs.items() if members}
+
+
+def trial_name(members: list[str], jobs: dict[str, dict]) -> str:
+    """A model's run name; a pack's is its first model's without the seed, plus how many seeds it trains."""
+    first = jobs[members[0]]["name"]
+    return first if len(members) == 1 else f"{first.rsplit('-s', 1)[0]}-{len(members)}seeds"
 
 
 def reachable(address: str, timeout: float = 5.0) -> None:
@@ -176,11 +200,15 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     for key, path in ledger.resume_from.items():
         if key in jobs:
             jobs[key]["resume_from"] = path
+    packs = packs_of(trials, set(jobs), cluster.pack)
+    for key, members in packs.items():
+        for member in members:
+            jobs[member]["pack"] = key if len(members) > 1 else None
     connect(cluster)
     storage = storage_path(cluster)
     check_shared(storage)
-    writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, ledger)
-    errors = tune_fit(cfg, plan, overrides, jobs, storage, writer)
+    writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, packs, ledger)
+    errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, writer)
     complete = errors == 0 and len(writer.outcomes) == len(pending)
     writer.finish_parent(complete)
     counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
@@ -191,25 +219,26 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     return 0 if complete else EXIT_FAILED
 
 
-def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict], storage: str | None,
-             writer, trainable=None) -> int:
-    """Run the pending trials (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries."""
+def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict],
+             packs: dict[str, list[str]], storage: str | None, writer, trainable=None) -> int:
+    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries."""
     from ray import tune
 
     from sweeper.metrics import VAL_REL_LLOYD
     from sweeper.trial import run_trial
 
     c = cfg.cluster
-    trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, base=trial_overrides(overrides, plan))
+    trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, packs=packs,
+                                     base=trial_overrides(overrides, plan))
     trainable = tune.with_resources(trainable, {"cpu": c.cpus_per_trial, "gpu": c.gpus_per_trial})
     scheduler = scheduler_of(cfg)
     tuner = tune.Tuner(
         trainable,
-        param_space={"key": tune.grid_search(list(jobs))},
+        param_space={"key": tune.grid_search(list(packs))},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=c.max_concurrent, scheduler=scheduler, reuse_actors=True,  # imports once per worker
             metric=VAL_REL_LLOYD if scheduler else None, mode="min" if scheduler else None,
-            trial_name_creator=lambda trial: jobs[trial.config["key"]]["name"],
+            trial_name_creator=lambda trial: trial_name(packs[trial.config["key"]], jobs),
             trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer],
@@ -238,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     print(plan.table())
-    print(plan.summary(), flush=True)
+    print(plan.summary())
+    if cfg.cluster.pack == "seeds":
+        print(f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
+              f"{len(plan.seeds)} seeds of one configuration together")
+    sys.stdout.flush()
     if cfg.sweep.dry_run:
         return 0
     from sweeper.tracking import TrackingError  # MLflow takes seconds to import: not for a dry run

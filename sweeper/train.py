@@ -185,13 +185,13 @@ def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | 
     try:
         _loop(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id, on_eval)
     except Diverged as err:
-        _close(trainer, recorder, workdir, {OUTCOME: DIVERGED, DIVERGED_AT: str(err.step)}, "FAILED")
+        close(trainer, recorder, workdir, {OUTCOME: DIVERGED, DIVERGED_AT: str(err.step)}, "FAILED")
         p = trainer.progress
         return TrainResult(DIVERGED, err.step, p.metrics, p.best_val, run_id, diverged_at=err.step)
     except BaseException as err:  # a crash or Ctrl-C: the run stays resumable from its checkpoint
         recorder.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
-    _close(trainer, recorder, workdir, {OUTCOME: FINISHED}, "FINISHED")
+    close(trainer, recorder, workdir, {OUTCOME: FINISHED}, "FINISHED")
     p = trainer.progress
     return TrainResult(FINISHED, p.step, p.metrics, p.best_val, run_id)
 
@@ -200,7 +200,7 @@ def _loop(trainer: Trainer, validation: Validation, recorder: Recorder, workdir:
           on_eval: OnEval | None) -> None:
     t, p = trainer.cfg.train, trainer.progress
     if p.step == 0:
-        _evaluate(trainer, validation, recorder, workdir, run_id, on_eval)
+        evaluate(trainer, validation, recorder, workdir, run_id, on_eval)
     bar = tqdm(total=t.steps, initial=p.step, desc="train", disable=not sys.stderr.isatty(), dynamic_ncols=True)
     while p.step < t.steps:
         loss, total = trainer.step()
@@ -218,12 +218,12 @@ def _loop(trainer: Trainer, validation: Validation, recorder: Recorder, workdir:
             bar.set_postfix(loss=f"{mean:.4g}", val=f"{p.metrics[VAL_REL_LLOYD]:.4f}", lr=f"{trainer.lr:.2g}",
                             refresh=False)
         if p.step % t.eval_every == 0 or p.step == t.steps:
-            _evaluate(trainer, validation, recorder, workdir, run_id, on_eval)
+            evaluate(trainer, validation, recorder, workdir, run_id, on_eval)
     bar.close()
 
 
-def _evaluate(trainer: Trainer, validation: Validation, recorder: Recorder, workdir: Path, run_id: str,
-              on_eval: OnEval | None) -> None:
+def evaluate(trainer: Trainer, validation: Validation, recorder: Recorder, workdir: Path, run_id: str,
+             on_eval: OnEval | None = None) -> None:
     """Validate, step the scheduler, record, then checkpoint (metrics flushed first, so a resume never loses any)."""
     p = trainer.progress
     metrics = {**validation(trainer.model), LR: trainer.lr}
@@ -244,7 +244,7 @@ def _evaluate(trainer: Trainer, validation: Validation, recorder: Recorder, work
         on_eval(p.step, metrics, workdir)
 
 
-def _close(trainer: Trainer, recorder: Recorder, workdir: Path, tags: dict[str, str], status: str) -> None:
+def close(trainer: Trainer, recorder: Recorder, workdir: Path, tags: dict[str, str], status: str) -> None:
     """Store checkpoints and curves, tag the outcome, end the run."""
     recorder.flush()
     for path in (checkpoint.best_path(workdir), checkpoint.last_path(workdir)):

@@ -83,13 +83,18 @@ def test_an_interrupted_pack_resumes_to_the_same_weights(tmp_path: Path) -> None
     cfgs = [compose(TINY + extra) for extra in MEMBERS[:2]]
     whole = train_pack(cfgs, [MemoryRecorder() for _ in cfgs], [tmp_path / f"whole{i}" for i in range(2)])
 
-    def crash(step: int, metrics: dict, workdir: Path) -> None:
+    rounds = []
+
+    def crash(step: int, evaluated: dict[Path, dict]) -> None:
+        rounds.append((step, sorted(evaluated)))  # every model's checkpoint is on disk by now
+        assert all(load(last_path(workdir))["step"] == step for workdir in evaluated)
         if step == 6:
             raise Interrupt
     parts = [tmp_path / f"part{i}" for i in range(2)]
     first = [MemoryRecorder() for _ in cfgs]
     with pytest.raises(Interrupt):
         train_pack(cfgs, first, parts, on_eval=crash)
+    assert rounds == [(step, parts) for step in (0, 3, 6)]  # one call per round of evaluations
     assert all(rec.status == "FAILED" for rec in first)
     again = [MemoryRecorder() for _ in cfgs]
     resumed = train_pack(cfgs, again, parts)

@@ -55,9 +55,14 @@ def _session(p: psutil.Process) -> int | None:
         return None
 
 
-def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path):
+# Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
+PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
+
+
+@pytest.mark.parametrize("pack", [[], PACKED], ids=["solo", "packed"])
+def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pack):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    overrides = [*SWEEP, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.cpus_per_trial=1"]
+    overrides = [*SWEEP, *pack, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.cpus_per_trial=1"]
     log = tmp_path / "sweep.log"
     first = start(overrides, log)
     try:
@@ -83,11 +88,11 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path):
         assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in second.stdout + second.stderr
 
     runs = children(uri, "smoke")
-    trials = sweep_trials(SWEEP)
+    trials = sweep_trials([*SWEEP, *pack])
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     for key, run in interrupted.items():
         assert by_key[key].info.run_id == run.info.run_id  # continued, not replaced
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
-    check_histories(client, by_key, trials, ["train.steps=100", "train.eval_every=10"])
+    check_histories(client, by_key, trials, ["train.steps=100", "train.eval_every=10", *pack[2:]], packed=bool(pack))
