@@ -26,6 +26,7 @@ FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 
+@torch.compiler.disable  # data-dependent loop: torch.compile (train.compile) calls it as is
 def dropped_positions(total: int, p: float) -> torch.Tensor:
     """Flat indices in [0, total) of a Bernoulli(p) process: cumulative geometric gaps."""
     expected = total * p

@@ -31,6 +31,7 @@ from tasks.sampler import TaskSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
+COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see sweeper.train.compiled
 PACK_MODES = ("none", "seeds")  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
 # Keys of `train` that say how and where a run executes, not what it computes:
 # they stay out of run_config and config_hash, so a resumed run (say with
@@ -84,6 +85,7 @@ class TrainConfig:
     val_batches: int = MISSING
     log_every: int = MISSING
     threads: int = MISSING
+    compile: str = MISSING
     device: str = MISSING
     resume: str = MISSING
     workdir: str = MISSING
@@ -199,6 +201,9 @@ def validate(cfg: DictConfig) -> None:
     _require(re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device) is not None, "train.device", t.device,
              "auto, cpu, cuda, cuda:N or mps")
     _one_of("train.resume", t.resume, RESUME_MODES)
+    _one_of("train.compile", t.compile, COMPILE_MODES)
+    _require(t.compile != "cudagraphs" or t.device not in ("cpu", "mps"), "train.compile", t.compile,
+             f"cudagraphs needs a CUDA device (train.device={t.device}): use inductor or off")
     _require(t.inject_nan_at_step is None or t.inject_nan_at_step >= 1, "train.inject_nan_at_step",
              t.inject_nan_at_step, "null or an integer >= 1 (a test-only hook)")
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")

@@ -33,13 +33,13 @@ from models.transformer import ClusteringTransformer
 from sweeper.config import config_hash
 from sweeper.metrics import DIVERGED, DIVERGED_AT, FINISHED, OUTCOME, TRAIN_LOSS
 from sweeper.tracking import Recorder
-from sweeper.train import Trainer, TrainResult, Validation, close, evaluate, open_run
+from sweeper.train import Trainer, TrainResult, Validation, close, compiled, evaluate, open_run
 from tasks.sampler import sample_tasks
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
 SHARED_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.gamma", "model.dropout", "model.qkv_mult",
                "train.steps", "train.batch", "train.eval_every", "train.log_every", "train.val_batches",
-               "train.device")
+               "train.device", "train.compile")
 MODULES = ("cax", "sax", "cac", "sac")
 
 # Called after each round of evaluations with the step and {workdir: metrics} of the models that evaluated.
@@ -92,6 +92,9 @@ def packed_forward(models: list[ClusteringTransformer], X: torch.Tensor, C: torc
     return C1[..., : models[0].d]
 
 
+_COMPILED: dict[str, Callable] = {}  # train.compile mode -> packed_forward through it, compiled once per process
+
+
 def packed_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
     """One optimizer step of every trainer at once; each gets (loss, sum of its parameters), as Trainer.step."""
     for t in trainers:
@@ -100,7 +103,9 @@ def packed_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
     device = trainers[0].device
     X = torch.stack([x for x, _ in draws]).to(device)
     C0 = torch.stack([c for _, c in draws]).to(device)
-    C1 = packed_forward([t.model for t in trainers], X, C0)
+    mode = trainers[0].cfg.train.compile
+    forward = _COMPILED.setdefault(mode, compiled(packed_forward, mode))
+    C1 = forward([t.model for t in trainers], X, C0)
     losses = []
     for i, t in enumerate(trainers):
         loss = smoothed_objective(X[i], C1[i], t.cfg.loss.tau, t.cfg.loss.regularizer).mean()

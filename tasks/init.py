@@ -30,11 +30,11 @@ def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.G
     """Indices (B, k) of the initial centers among the n points of each task."""
     B, n, _ = X.shape
     if init == "random":
-        keys = torch.rand((B, n), generator=generator)
+        keys = torch.rand((B, n), generator=generator, device=generator.device)
         return keys.argsort(dim=-1)[:, :k].to(X.device)
     if init not in INITS:
         raise ValueError(f"task.init={init!r} is not allowed: choose one of {', '.join(INITS)}")
-    first = torch.randint(n, (B, 1), generator=generator).to(X.device)
+    first = torch.randint(n, (B, 1), generator=generator, device=generator.device).to(X.device)
     chosen = [first]
     taken = torch.zeros((B, n), dtype=torch.bool, device=X.device).scatter_(1, first, True)
     nearest = _sq_dist_to(X, first)  # to the nearest chosen center so far
@@ -45,8 +45,8 @@ def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.G
             weights = nearest.masked_fill(taken, 0.0)
             degenerate = weights.sum(-1, keepdim=True) <= 0
             weights = torch.where(degenerate, (~taken).to(weights.dtype), weights)
-            # The generator lives on the CPU (same stream on any machine); double keeps tiny weights.
-            nxt = torch.multinomial(weights.cpu().double(), 1, generator=generator).to(X.device)
+            # On the generator's device (the task stream's); double keeps tiny weights.
+            nxt = torch.multinomial(weights.to(generator.device, torch.float64), 1, generator=generator).to(X.device)
         chosen.append(nxt)
         taken.scatter_(1, nxt, True)
         nearest = torch.minimum(nearest, _sq_dist_to(X, nxt))

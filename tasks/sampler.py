@@ -64,7 +64,7 @@ def validate_task_spec(spec: TaskSpec) -> None:
 
 def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """Uniform draws in the open interval (0, 1), so inverse CDFs stay finite."""
-    u = torch.rand(shape, generator=generator)
+    u = torch.rand(shape, generator=generator, device=generator.device)
     tiny = torch.finfo(u.dtype).eps
     return u.clamp_(tiny, 1.0 - tiny)
 
@@ -75,7 +75,7 @@ def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Genera
     In-place ops: this runs on B * n * d values every training step.
     """
     if family in ("normal", "lognormal"):
-        return torch.randn(shape, generator=generator)
+        return torch.randn(shape, generator=generator, device=generator.device)
     u = _open_uniform(shape, generator)
     if family == "cauchy":
         return u.sub_(0.5).mul_(math.pi).tan_()
@@ -89,17 +89,23 @@ def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Genera
 
 
 def sample_points(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw mixture samples (B, n, d) and the component means (B, k, d), before mapping."""
+    """Raw mixture samples (B, n, d) and the component means (B, k, d), before mapping.
+
+    Drawn on the generator's device: a CUDA generator keeps sampling off the
+    host (a training step on a GPU would otherwise wait on it).
+    """
     if not _is_int(batch) or batch < 1:
         raise ValueError(f"batch={batch!r} is not allowed: an integer >= 1")
     B, n, d, k = batch, spec.n, spec.d, spec.k
-    means = torch.rand((B, k, d), generator=generator)
-    scales = None if spec.equal_scales else spec.scale * torch.rand((B, k, d), generator=generator)
-    weights = torch.ones(B, k) if spec.equal_weights else torch.rand((B, k), generator=generator)
+    device = generator.device
+    means = torch.rand((B, k, d), generator=generator, device=device)
+    scales = None if spec.equal_scales else spec.scale * torch.rand((B, k, d), generator=generator, device=device)
+    weights = torch.ones(B, k, device=device) if spec.equal_weights else torch.rand((B, k), generator=generator,
+                                                                                     device=device)
     comp = torch.multinomial(weights, n, replacement=True, generator=generator)  # (B, n); rows need not sum to 1
     # Row of each point's component in the flattened (B * k, d) parameters:
     # one index_select is much cheaper than a gather with an expanded index.
-    rows = (comp + k * torch.arange(B).unsqueeze(-1)).reshape(-1)
+    rows = (comp + k * torch.arange(B, device=device).unsqueeze(-1)).reshape(-1)
     loc = means.reshape(B * k, d).index_select(0, rows).view(B, n, d)
     noise = _standard_noise(spec.family, (B, n, d), generator)
     if scales is None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper.config import (ConfigError, compose, config_hash, flat_params, run_config, run_name,
                             run_overrides)
-from sweeper.train import EXIT_CONFIG, main
+from sweeper.train import EXIT_CONFIG, Trainer, main, pick_device
 from tasks.sampler import FAMILIES
 
 
@@ -48,6 +49,8 @@ def test_defaults_are_the_papers():
     ("train.resume=sometimes", "train.resume", "auto, never, must"),
     ("train.inject_nan_at_step=0", "train.inject_nan_at_step", "null"),
     ("cluster.max_concurrent=0", "cluster.max_concurrent", ">= 1"),
+    ("cluster.pack=configs", "cluster.pack", "none, seeds"),
+    ("train.compile=jit", "train.compile", "off, inductor, cudagraphs, aot_eager"),
     ("task=nonexistent", "task/nonexistent", "paper"),
 ])
 def test_bad_value_gives_one_clear_error(override, key, allowed):
@@ -60,14 +63,23 @@ def test_bad_value_gives_one_clear_error(override, key, allowed):
         assert override.split("=", 1)[1].split(".")[0] in message  # the rejected value is named
 
 
+def test_cudagraphs_needs_a_cuda_device():
+    with pytest.raises(ConfigError, match="train.compile.*CUDA"):
+        compose(["train.compile=cudagraphs", "train.device=cpu"])
+    if not torch.cuda.is_available():  # train.device=auto resolves to the CPU here: caught when training starts
+        with pytest.raises(ConfigError, match="train.compile=cudagraphs needs a CUDA device"):
+            Trainer(compose(["train.compile=cudagraphs"]), pick_device("auto"))
+
+
 def test_hash_is_per_configuration_and_seed():
     base = compose()
     assert config_hash(base) == config_hash(compose())
     assert config_hash(base) != config_hash(compose(["seed=235510766"]))
     assert config_hash(base) != config_hash(compose(["loss.tau=0.1"]))
+    assert config_hash(base) != config_hash(compose(["train.compile=inductor"]))  # compiled kernels round differently
     # Where and how a run executes is not part of what it computes.
     same = compose(["tracking.uri=http://example:5000", "train.device=cpu", "train.resume=never",
-                    "train.workdir=/elsewhere", "cluster.address=auto", "sweep=paper"])
+                    "train.workdir=/elsewhere", "cluster.address=auto", "cluster.pack=seeds", "sweep=paper"])
     assert config_hash(same) == config_hash(base)
     assert set(run_config(base)) == {"task", "model", "loss", "optim", "train", "seed"}
 

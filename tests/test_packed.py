@@ -105,3 +105,20 @@ def test_an_interrupted_pack_resumes_to_the_same_weights(tmp_path: Path) -> None
         expected = load(last_path(tmp_path / f"whole{i}"))["model"]
         for name, tensor in load(last_path(parts[i]))["model"].items():
             assert torch.equal(tensor, expected[name]), name
+
+
+def test_compiled_training_equals_eager(tmp_path: Path) -> None:
+    """train.compile (aot_eager: torch.compile's graph capture and autograd tracing, no code generation) changes
+    no number, solo or packed: to 1e-6 (measured: equal)."""
+    base = TINY + ["train.steps=6"]
+    runs = {}
+    for mode in ("off", "aot_eager"):
+        cfgs = [compose(base + extra + [f"train.compile={mode}"]) for extra in MEMBERS[:2]]
+        solo = MemoryRecorder()
+        train(cfgs[0], solo, tmp_path / f"solo-{mode}")
+        pack = [MemoryRecorder() for _ in cfgs]
+        train_pack(cfgs, pack, [tmp_path / f"pack-{mode}-{i}" for i in range(2)])
+        runs[mode] = [solo, *pack]
+    for eager, compiled in zip(runs["off"], runs["aot_eager"]):
+        for key, points in eager.metrics.items():
+            torch.testing.assert_close(compiled.metrics[key], points, rtol=1e-6, atol=1e-7)
