@@ -104,7 +104,7 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
         try:
             with checkpoint.as_directory() as found:
                 for key in keys:
-                    if (Path(found) / key).is_dir():  # a member may have ended before this checkpoint
+                    if (Path(found) / key).is_dir():  # absent: that model starts over
                         shutil.copytree(Path(found) / key, work / key)
             print(f"trial: resuming from checkpoint {checkpoint.path}")
         except OSError as err:  # gone (pruned, or storage not shared): start over; the writer drops replayed points
