@@ -40,7 +40,7 @@ def config_keys(columns: Iterable[str]) -> list[str]:
     return sorted(c for c in columns if c.split(".")[0] in RUN_GROUPS and "." in c and c not in operational)
 
 
-def _typed(text: str | None) -> object:
+def typed(text: str | None) -> object:
     """A param value back as the number/bool it was; everything else stays text."""
     if text is None or text == "null":
         return None
@@ -100,9 +100,9 @@ def _row(run) -> dict:
     row = {"run_id": info.run_id, "run_name": info.run_name, "status": info.status,
            "start_time": info.start_time, "end_time": info.end_time, "experiment_id": info.experiment_id}
     row.update({tag: data.tags.get(tag) for tag in TAGS})
-    row.update({key: _typed(value) for key, value in data.params.items()})
+    row.update({key: typed(value) for key, value in data.params.items()})
     row.update({key: data.metrics.get(key) for key in METRICS})  # the latest value of each metric
-    row[SEED] = _typed(data.tags.get(SEED, data.params.get(SEED)))
+    row[SEED] = typed(data.tags.get(SEED, data.params.get(SEED)))
     return row
 
 

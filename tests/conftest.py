@@ -74,6 +74,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM a process started with start_new_session=True and its children; SIGKILL after `timeout` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _wait_until_up(uri: str, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -107,9 +117,4 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
         _wait_until_up(uri, proc, log)
         yield uri
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=20)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import free_port, stop_group
 from sweeper import sweep as sweep_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,12 +167,6 @@ def test_compose_binds_to_loopback_and_takes_credentials_from_the_env_file():
     assert ignored.returncode == 0, ".gitignore must list docker/.env"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_http(url: str, seconds: float, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -244,12 +237,7 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
     finally:
         for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
             os.environ.pop(name, None)
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server, timeout=30)
 
 
 # --- Ray cluster launcher ---------------------------------------------------------------

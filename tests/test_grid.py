@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.runs import typed
 from sweeper import grid
 from sweeper.config import ConfigError, compose, config_hash, run_name
 from sweeper.sweep import load, main
@@ -17,15 +18,6 @@ REPO = Path(__file__).resolve().parent.parent
 PAPER_GRID = REPO.parent / "shared" / "paper_grid.csv"
 CSV_KEYS = {"tau": "loss.tau", "regularizer": "loss.regularizer", "embedding": "model.embedding", "d": "task.d",
             "k": "task.k", "family": "task.family", "lr": "optim.lr"}
-
-
-def _typed(text: str) -> object:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +30,7 @@ def test_paper_grid_equals_the_published_list(paper):
         pytest.skip(f"{PAPER_GRID} is absent: CI clones the project with shared/ beside it")
     with PAPER_GRID.open() as f:
         rows = list(csv.DictReader(f))
-    expected = {tuple(_typed(row[c]) for c in CSV_KEYS): row["subgrids"] for row in rows}
+    expected = {tuple(typed(row[c]) for c in CSV_KEYS): row["subgrids"] for row in rows}
     _, plan = paper
     got = {tuple(c.overrides[key] for key in CSV_KEYS.values()): ",".join(c.subgrids) for c in plan.configurations}
     assert len(plan.configurations) == len(got)  # no configuration twice
