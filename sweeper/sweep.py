@@ -161,15 +161,18 @@ def check_shared(storage: str | None) -> None:
                            "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs://")
 
 
-def scheduler_of(cfg: DictConfig):
+def scheduler_of(cfg: DictConfig, plan: grid.Plan):
     if cfg.sweep.scheduler != "asha":
         return None
     from ray.tune.schedulers import ASHAScheduler
 
     from sweeper.trial import STEP
 
+    # The trials' own values: a sweep's `fixed` keys and axes override the base configuration's.
+    steps = max(c.overrides.get("train.steps", cfg.train.steps) for c in plan.configurations)
+    every = max(c.overrides.get("train.eval_every", cfg.train.eval_every) for c in plan.configurations)
     # Decisions from ten evaluations on: early validation ratios say little.
-    return ASHAScheduler(time_attr=STEP, max_t=cfg.train.steps, grace_period=10 * cfg.train.eval_every)
+    return ASHAScheduler(time_attr=STEP, max_t=steps, grace_period=min(10 * every, steps))
 
 
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
@@ -231,7 +234,7 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
     trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, packs=packs,
                                      base=trial_overrides(overrides, plan))
     trainable = tune.with_resources(trainable, {"cpu": c.cpus_per_trial, "gpu": c.gpus_per_trial})
-    scheduler = scheduler_of(cfg)
+    scheduler = scheduler_of(cfg, plan)
     tuner = tune.Tuner(
         trainable,
         param_space={"key": tune.grid_search(list(packs))},

@@ -20,7 +20,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from sweeper import grid
 from sweeper.config import compose
 from sweeper.metrics import (CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, PACK, SEED, SUBGRIDS,
-                             RERUN_OF, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT, VAL_REL_LLOYD)
+                             RERUN_OF, STOPPED, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT, VAL_REL_LLOYD)
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import load, main
 
@@ -191,6 +191,28 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     assert f"trained in pack {original.data.tags[PACK]}" in out
     (again,) = client.search_runs([original.info.experiment_id], f"tags.{RERUN_OF} = '{original.info.run_id}'")
     assert again.data.metrics[VAL_REL_LLOYD] == pytest.approx(original.data.metrics[VAL_REL_LLOYD], rel=1e-5)
+
+
+def test_asha_stops_packs_and_every_model_ends_once(tmp_path, capfd):
+    """sweep.scheduler=asha with packs, one trial at a time (so its decisions are deterministic): a pack ASHA
+    stops marks each of its models stopped (MLflow KILLED), the others finish; started again, nothing runs."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    # Rungs at step 50 (ten evaluations, sweeper.sweep.scheduler_of) of 60; three configurations x 2 seeds.
+    overrides = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.scheduler=asha", "train.steps=60", "cluster.pack=seeds",
+                 "cluster.max_concurrent=1", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    assert main(overrides) == 0
+    runs = children(uri, "smoke")
+    assert len(runs) == 6
+    outcomes: dict[str, set] = {}
+    for run in runs:
+        outcome = run.data.tags[OUTCOME]
+        assert run.info.status == {FINISHED: "FINISHED", STOPPED: "KILLED"}[outcome]
+        outcomes.setdefault(run.data.tags[PACK], set()).add(outcome)
+    assert all(len(o) == 1 for o in outcomes.values()), outcomes  # a pack ends as one
+    assert sorted(o for (o,) in outcomes.values()) == [FINISHED, STOPPED, STOPPED], outcomes
+    capfd.readouterr()
+    assert main(overrides) == 0
+    assert "6 of 6 trials already in MLflow; 0 to run" in capfd.readouterr().out
 
 
 def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
