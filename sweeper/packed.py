@@ -104,8 +104,9 @@ def packed_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
     X = torch.stack([x for x, _ in draws]).to(device)
     C0 = torch.stack([c for _, c in draws]).to(device)
     mode = trainers[0].cfg.train.compile
-    forward = _COMPILED.setdefault(mode, compiled(packed_forward, mode))
-    C1 = forward([t.model for t in trainers], X, C0)
+    if mode not in _COMPILED:
+        _COMPILED[mode] = compiled(packed_forward, mode)
+    C1 = _COMPILED[mode]([t.model for t in trainers], X, C0)
     losses = []
     for i, t in enumerate(trainers):
         loss = smoothed_objective(X[i], C1[i], t.cfg.loss.tau, t.cfg.loss.regularizer).mean()

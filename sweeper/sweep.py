@@ -270,11 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     print(plan.table())
-    print(plan.summary())
     if cfg.cluster.pack == "seeds":
         print(f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
               f"{len(plan.seeds)} seeds of one configuration together")
-    sys.stdout.flush()
+    print(plan.summary(), flush=True)  # the plan's last line (SPEC section 8)
     if cfg.sweep.dry_run:
         return 0
     from sweeper.tracking import TrackingError  # MLflow takes seconds to import: not for a dry run

@@ -65,6 +65,13 @@ def test_dry_run_prints_the_plan_without_ray_or_mlflow():
         assert f"\n{name} " in table
 
 
+def test_packed_dry_run_says_how_many_ray_trials(capsys):
+    assert main(["sweep=paper", "sweep.dry_run=true", "cluster.pack=seeds"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2:] == ["cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one configuration "
+                          "together", "300 configurations x 10 seeds = 3000 trials"]
+
+
 @pytest.mark.parametrize("sweep, configurations, seeds", [("points", 4, 10), ("demo", 4, 3), ("smoke", 3, 2)])
 def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
     cfg, plan = load([f"sweep={sweep}"])
