@@ -3,7 +3,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install reproduce clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -20,6 +20,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m sweeper.sweep sweep=demo
 	$(PY) -m analysis.report select.sweep=demo eval.batches=1 'eval.lengths=[128,256,1024]'
+
+# The paper's sub-grids at laptop scale (conf/sweep/lite.yaml): sweep, benchmark, report and
+# claims into reports/leaner-clustering-lite/; measured at about an hour on 2 cores (README).
+LITE := tracking.experiment=leaner-clustering-lite
+LITE_OUT := reports/leaner-clustering-lite
+# One batch of 32 fresh tasks per probe condition and seed (the paper's report: 4); both cores.
+LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json eval.batches=1 eval.threads=2
+reproduce: $(STAMP)
+	$(PY) -m sweeper.sweep sweep=lite $(LITE)
+	$(PY) -m analysis.bench speed_memory --quick --repeats 3 --out $(LITE_OUT)/speed_memory.json
+	$(PY) -m analysis.report select.sweep=lite $(LITE) $(LITE_EVAL)
+	$(PY) -m analysis.claims select.sweep=lite $(LITE) $(LITE_EVAL)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

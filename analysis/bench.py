@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     return 0
 

@@ -56,7 +56,7 @@ class Context:
 
     def tagged(self, name: str) -> pd.DataFrame:
         """Runs tagged with sub-grid `name`."""
-        return self.runs[self.runs[SUBGRIDS].fillna("").map(lambda s: name in s.split(","))]
+        return tagged(self.runs, name)
 
     def subgrid(self, name: str) -> pd.DataFrame:
         """Runs of sub-grid `name`; all runs when none is tagged with it (a hand-made experiment)."""
@@ -68,6 +68,11 @@ class Context:
         runs = self.tagged(name)
         found = runs[config_keys(runs.columns)].drop_duplicates().shape[0] if not runs.empty else 0
         return f"{found}/{self.expected.get(name, '?')} configurations found"
+
+
+def tagged(runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The runs whose `subgrids` tag (a comma-separated list) names sub-grid `name`."""
+    return runs[runs[SUBGRIDS].fillna("").map(lambda s: name in s.split(","))]
 
 
 def varying(runs: pd.DataFrame) -> list[str]:
@@ -147,29 +152,57 @@ def lloyd_reference(curves: pd.DataFrame, level: float = 1.0) -> pd.DataFrame:
     return pd.concat([curves, pd.DataFrame(rows)], ignore_index=True)
 
 
-def eval_curves(ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series,
-                methods: tuple[str, ...]) -> pd.DataFrame:
-    """Evaluate every finished run (cached), then median/IQR across seeds per panel and series.
+# The task key each evaluation replaces when it draws its tasks (analysis.evaluate): runs that differ only there
+# were evaluated on the same tasks, e.g. family transfer tests models trained on every family on one set of tasks.
+REPLACED = {"multistep": "task.init", "length": "task.n", "family_transfer": "task.family"}
+
+
+def evaluation_rows(ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series,
+                    methods: tuple[str, ...]) -> pd.DataFrame:
+    """Evaluate every finished run (cached): its rows labelled panel, series, seed, step, value and `unit`.
 
     panel_of(table, run) -> Series of panel names for the rows of one run's evaluation table.
     A model's series is '<series> <method>' when several methods are shown; Lloyd's is one black series per panel.
+    unit is what a row measures: a model row, the trained model (its configuration and seed); a Lloyd row,
+    the tasks it ran on (the run's task keys but the one the evaluation replaces, the condition, the seed).
     """
     finished = runs[runs["outcome"] == FINISHED]
     if finished.empty:
         raise MissingInput(f"{name}: no finished run to evaluate ({len(runs)} runs, all diverged or unfinished)")
+    keys = config_keys(runs.columns)
+    task_keys = [k for k in keys if k.startswith("task.") and k != REPLACED.get(name)]
     tables = []
     for index, run in tqdm(list(finished.iterrows()), desc=name, leave=False, unit="run"):
         table = ctx.evaluator(name, run)
+        conditions = [c for c in table.columns if c not in ("method", "step", "value")]
         table["panel"] = panel_of(table, run).to_numpy()
         table = table[table["method"].isin(methods) | (table["method"] == LLOYD_METHOD)].assign(**{SEED: run[SEED]})
         labels = pd.Series(series[index], index=table.index)
         if len(methods) > 1:
             labels = labels + " " + table["method"]
-        table["series"] = labels.where(table["method"] != LLOYD_METHOD, LLOYD)
-        tables.append(table)
-    per_seed = pd.concat(tables, ignore_index=True)
-    # Lloyd's ran on the same tasks for every model of a seed: count it once per seed.
-    per_seed = per_seed.drop_duplicates(["panel", "series", SEED, "step"])
+        lloyd = table["method"] == LLOYD_METHOD
+        table["series"] = labels.where(~lloyd, LLOYD)
+        model = "/".join(f"{k}={run[k]}" for k in keys)
+        tasks = "/".join(f"{k}={run[k]}" for k in task_keys) + "/" + table[conditions].astype(str).agg("/".join, axis=1)
+        table["unit"] = tasks.where(lloyd, model)
+        tables.append(table[["panel", "series", SEED, "step", "value", "unit"]])
+    return pd.concat(tables, ignore_index=True)
+
+
+def count_once(rows: pd.DataFrame) -> pd.DataFrame:
+    """One value per (panel, series, seed, step, unit): Lloyd's once per seed and set of tasks, every model kept.
+
+    Models of one seed share Lloyd's tasks, so Lloyd's counts once, while models trained on different
+    configurations (e.g. on four families, tested in one panel) all count; a repeated (configuration, seed),
+    e.g. a rerun, counts once (its mean).
+    """
+    return rows.groupby(["panel", "series", SEED, "step", "unit"], as_index=False, sort=False)["value"].mean()
+
+
+def eval_curves(ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series,
+                methods: tuple[str, ...]) -> pd.DataFrame:
+    """Evaluate every finished run (cached), then median/IQR across seeds per panel and series (evaluation_rows)."""
+    per_seed = count_once(evaluation_rows(ctx, runs, name, panel_of, series, methods))
     curves = seed_band(per_seed, ["panel", "series"], "step", "value").rename(columns={"step": "x"})
     notes = _notes(runs, pd.Series("", index=runs.index), series).drop(columns="panel")
     curves = curves.assign(base=curves["series"].str.split(" ").str[0]).merge(

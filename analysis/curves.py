@@ -1,18 +1,30 @@
-"""Figures from what training logged: convergence, ablations, time to quality; and speed/memory from the benchmark."""
+"""Figures from what training logged: convergence, the ablations (one per sub-grid), time to quality; and
+speed/memory from the benchmark."""
 
 from __future__ import annotations
 
 import json
+import statistics
 
 import pandas as pd
+import torch
+from mlflow import MlflowClient
 
+from analysis.aggregate import divergence_counts, divergence_note, seed_band
+from analysis.bench import alternate
 from analysis.context import Context, lloyd_reference, metric_curves, narrow, series_labels, varying
-from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves
-from analysis.style import EMBEDDING_COLORS, short
-from sweeper.metrics import TRAIN_LOSS, VAL_REL_LLOYD
+from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
+from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
+from sweeper.config import compose, run_overrides
+from sweeper.metrics import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
+from sweeper.train import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
-ABLATIONS = {"optim.lr": "lr", "task.n": "points", "task.d": "dim", "task.k": "clusters", "task.family": "family"}
+# Sub-grid (SPEC 6) -> the config key it varies: one ablation figure each, `ablation_<sub-grid>`.
+ABLATIONS = {"lr": "optim.lr", "points": "task.n", "dim": "task.d", "clusters": "task.k", "family": "task.family"}
+FACETS = ["task.d", "loss.tau"]  # an ablation's panels: one per (d, tau) its runs have
+SERIES = ["model.embedding", "loss.regularizer"]  # convergence's and the ablations' series: colour, line style
+STEP_ROUNDS = 5  # time_to_quality: timed training steps per series
 
 
 def _panel(runs: pd.DataFrame, keys: list[str], prefix: str = "") -> pd.Series:
@@ -22,7 +34,7 @@ def _panel(runs: pd.DataFrame, keys: list[str], prefix: str = "") -> pd.Series:
 def convergence(ctx: Context) -> Figure:
     """train_loss and val_rel_lloyd against step, by tau, regularizer, embedding and d."""
     runs = narrow(ctx.subgrid("tau"), keep=["loss.tau", "loss.regularizer", "model.embedding", "task.d"])
-    series, styles = series_labels(runs, ["model.embedding", "loss.regularizer"])
+    series, styles = series_labels(runs, SERIES)
     parts = []
     for metric in (TRAIN_LOSS, VAL_REL_LLOYD):
         panel = _panel(runs, ["task.d", "loss.tau"], f"{metric} | ")
@@ -36,44 +48,122 @@ def convergence(ctx: Context) -> Figure:
     return Figure("convergence", data, list(runs["run_id"]), files, notes=notes)
 
 
-def ablations(ctx: Context) -> Figure:
-    """val_rel_lloyd against step, one panel per axis (lr, n, d, k, family), one series per axis value."""
-    parts, used, notes, styles = [], [], [], {}
-    for key, subgrid in ABLATIONS.items():
-        pool = ctx.subgrid(subgrid)
-        if key not in pool or key not in varying(pool):
-            notes.append(f"{key}: needs the `{subgrid}` sub-grid (runs that differ in {key}); {ctx.coverage(subgrid)}")
-            continue
-        runs = narrow(pool, keep=[key])
-        if runs[key].nunique() < 2:
-            notes.append(f"{key}: only one value left once the other keys are fixed")
-            continue
-        series, part_styles = series_labels(runs, [key])
-        styles.update(part_styles)
-        curves = metric_curves(ctx, runs, VAL_REL_LLOYD, pd.Series(f"{VAL_REL_LLOYD} by {key}", index=runs.index), series)
-        parts.append(lloyd_reference(curves))
-        used += list(runs["run_id"])
-    if not parts:
-        raise MissingInput("ablations: no axis varies; " + "; ".join(notes))
-    data = pd.concat(parts, ignore_index=True)
-    files = draw_curves(data, styles, ctx.out_dir, "ablations", xlabel="step", ylabel=VAL_REL_LLOYD, logy=True)
-    return Figure("ablations", data, used, files, notes=notes)
+def final_values(runs: pd.DataFrame, axis: str, panel: pd.Series, series: pd.Series) -> pd.DataFrame:
+    """Median/IQR across seeds of the runs' final val_rel_lloyd at each value of `axis`, per panel and series.
+
+    A run's final value is its last evaluation; finished runs only, and a (configuration, seed) run twice
+    counts once (its mean). Each point's `diverged` counts its diverged runs, and a point whose runs all
+    diverged keeps its row (no median) so the count is not lost.
+    """
+    frame = pd.DataFrame({"panel": panel, "series": series, "x": runs[axis], SEED: runs[SEED],
+                          "value": runs[VAL_REL_LLOYD]})
+    finished = frame[runs["outcome"] == FINISHED]
+    per_seed = finished.groupby(["panel", "series", "x", SEED], as_index=False)["value"].mean()
+    band = seed_band(per_seed, ["panel", "series"], "x", "value")
+    counts = divergence_counts(frame, ["panel", "series", "x"], runs["outcome"] == DIVERGED)
+    counts["diverged"] = [divergence_note(d, n) for d, n in zip(counts["n_diverged"], counts["n_runs"])]
+    points = band.merge(counts, on=["panel", "series", "x"], how="right")
+    points["n_seeds"] = points["n_seeds"].fillna(0).astype(int)
+    return points.loc[(points["n_seeds"] > 0) | (points["diverged"] != ""), CURVE_COLUMNS].reset_index(drop=True)
+
+
+def _facets(runs: pd.DataFrame, axis: str) -> list[str]:
+    """Panel keys: d and tau (bar the axis), then any other key varying among the runs, so none is pooled."""
+    keys = [k for k in FACETS if k != axis]
+    return keys + [k for k in varying(runs) if k not in keys + SERIES + [axis]]
+
+
+def _ablation_runs(ctx: Context, subgrid: str) -> pd.DataFrame:
+    runs = ctx.tagged(subgrid)
+    if runs.empty:
+        raise MissingInput(f"needs the `{subgrid}` sub-grid (runs tagged {SUBGRIDS}={subgrid}); "
+                           f"{ctx.coverage(subgrid)}")
+    return runs.sort_values(_facets(runs, ABLATIONS[subgrid]) + [ABLATIONS[subgrid]], kind="stable")  # panel order
+
+
+def ablation(ctx: Context, subgrid: str) -> Figure:
+    """Final val_rel_lloyd against the sub-grid's axis: one panel per (d, tau), one series per embedding x regularizer.
+
+    The paper's ablation findings are differences between these series and panels (binary against onehot
+    as k rises at d 4, tau 1; l2 against ne at tau 1 on gumbel and laplace; the lr minima at d 32), so
+    nothing is narrowed to one slice.
+    """
+    runs, axis = _ablation_runs(ctx, subgrid), ABLATIONS[subgrid]
+    series, styles = series_labels(runs, SERIES)
+    panel = _panel(runs, _facets(runs, axis))
+    data = lloyd_reference(final_values(runs, axis, panel, series))
+    name = f"ablation_{subgrid}"
+    files = draw_points(data, styles, ctx.out_dir, name, xlabel=AXIS_NAMES[axis], ylabel=f"final {VAL_REL_LLOYD}",
+                        logy=True, ncols=runs["loss.tau"].nunique(), panels=list(dict.fromkeys(panel)))
+    notes = [f"`{subgrid}` sub-grid: {ctx.coverage(subgrid)}",
+             f"each point: the median across seeds of the runs' final {VAL_REL_LLOYD}, bars the inter-quartile range; "
+             "below Lloyd's line (1) beats one Lloyd step; an x at a panel's top: some runs of that series diverged "
+             f"there (left out; counted in the `diverged` column of {name}.csv)"]
+    return Figure(name, data, list(runs["run_id"]), files, notes=notes)
+
+
+def lr_curves(ctx: Context) -> Figure:
+    """val_rel_lloyd against step for each lr: how fast, and whether, each rate gets to its final value."""
+    runs = _ablation_runs(ctx, "lr")
+    series, styles = series_labels(runs, SERIES)
+    panel = _panel(runs, _facets(runs, "optim.lr") + ["optim.lr"])
+    data = lloyd_reference(metric_curves(ctx, runs, VAL_REL_LLOYD, panel, series))
+    files = draw_curves(data, styles, ctx.out_dir, "ablation_lr_curves", xlabel="step", ylabel=VAL_REL_LLOYD,
+                        logy=True, ncols=runs["optim.lr"].nunique(), panels=list(dict.fromkeys(panel)))
+    return Figure("ablation_lr_curves", data, list(runs["run_id"]), files,
+                  notes=[f"`lr` sub-grid: {ctx.coverage('lr')}"])
 
 
 def time_to_quality(ctx: Context) -> Figure:
-    """val_rel_lloyd against elapsed seconds, onehot vs binary, per (d, k)."""
+    """val_rel_lloyd against training seconds, onehot vs binary, per (d, k).
+
+    The x axis is step x the model's own seconds per training step (step_seconds), not the trial's
+    wall-clock, which also counts validation, checkpointing and the other models of a pack.
+    """
     pool = ctx.subgrid("compute")
     runs = narrow(pool[pool["model.embedding"].isin(["onehot", "binary"])],
                   keep=["model.embedding", "task.d", "task.k"])
     if runs.empty:
         raise MissingInput("time_to_quality: needs onehot and binary runs (the `compute` sub-grid); none found")
+    runs = runs.sort_values(["task.d", "task.k"], kind="stable")  # panel order
     series, styles = series_labels(runs, ["model.embedding"])
-    curves = metric_curves(ctx, runs, VAL_REL_LLOYD, _panel(runs, ["task.d", "task.k"]), series, x="seconds")
-    data = lloyd_reference(curves)
-    files = draw_curves(data, styles, ctx.out_dir, "time_to_quality", xlabel="elapsed seconds", ylabel=VAL_REL_LLOYD,
-                        logy=True)
-    return Figure("time_to_quality", data, list(runs["run_id"]), files,
-                  notes=[f"compute sub-grid: {ctx.coverage('compute')}"])
+    panel = _panel(runs, ["task.d", "task.k"])
+    seconds = step_seconds(ctx, runs, panel, series)
+    curves = metric_curves(ctx, runs, VAL_REL_LLOYD, panel, series).merge(seconds, on=["panel", "series"])
+    curves["x"] = curves["x"] * curves.pop("seconds_per_step")
+    data = lloyd_reference(curves[CURVE_COLUMNS])
+    files = draw_curves(data, styles, ctx.out_dir, "time_to_quality", xlabel="step x seconds per step",
+                        ylabel=VAL_REL_LLOYD, logy=True, panels=list(dict.fromkeys(panel)))
+    device, threads = ctx.settings.torch_device(), int(runs["train.threads"].iloc[0])
+    notes = [f"compute sub-grid: {ctx.coverage('compute')}",
+             f"seconds per step (table step_seconds): measured for this figure on {device} with the runs' "
+             f"train.threads={threads}, the median of {STEP_ROUNDS} training steps (after one warm-up step) of a fresh "
+             "model at each series' configuration, the series of a panel timed alternately"]
+    return Figure("time_to_quality", data, list(runs["run_id"]), files, tables={"step_seconds": seconds}, notes=notes)
+
+
+def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.Series) -> pd.DataFrame:
+    """Seconds per training step (sweeper.train.Trainer.step) of each panel's series, timed round robin.
+
+    Each series is timed at the configuration of its first run (its params in MLflow), on the evaluation
+    device and with the training's thread count; the step time depends on shapes, not on seeds or tau.
+    """
+    client, device = MlflowClient(ctx.uri), ctx.settings.torch_device()
+    firsts = runs.assign(panel=panel, series=series).drop_duplicates(["panel", "series"])
+    rows, threads = [], torch.get_num_threads()
+    try:
+        for name, part in firsts.groupby("panel", sort=False):
+            steps = {}
+            for run in part.itertuples():
+                cfg = compose(run_overrides(client.get_run(run.run_id).data.params) + [f"train.device={device}"])
+                torch.set_num_threads(cfg.train.threads)
+                steps[run.series] = Trainer(cfg, device).step
+            times = alternate(steps, STEP_ROUNDS, device)
+            rows += [{"panel": name, "series": label, "seconds_per_step": statistics.median(t)}
+                     for label, t in times.items()]
+    finally:
+        torch.set_num_threads(threads)
+    return pd.DataFrame(rows)
 
 
 def speed_memory(ctx: Context) -> Figure:

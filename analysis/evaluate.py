@@ -1,6 +1,7 @@
 """Evaluations of trained models, from their checkpoints, on fresh tasks (SPEC 7).
 
-Each evaluation takes one training run, loads its best checkpoint and
+Each evaluation takes one training run, loads one of its checkpoints
+(EvalSettings.checkpoint: the last, i.e. the model as trained, by default) and
 returns a tidy table: one row per (condition, method, step) with the mean
 over tasks of the log k-means objective (aggregate.task_mean_log). The tasks
 are fresh: drawn from a generator seeded by (EvalSettings.seed, the run's
@@ -40,6 +41,7 @@ from models.embedding import embed
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
+from sweeper.config import ConfigError
 from sweeper.metrics import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 
@@ -52,13 +54,18 @@ VERSION = 1  # bump when an evaluation's definition changes: older cached result
 
 METHODS = ("reembed", "naive", "attention")
 LLOYD_METHOD = "lloyd"
+# eval.checkpoint -> (the artifact a probe loads, what it holds). `last` by default: `best` is the model at
+# its lowest val_rel_lloyd, which for a run whose validation only worsens is the untrained model of step 0.
+CHECKPOINTS = {"last": (LAST_CHECKPOINT, "the final weights, the model as trained"),
+               "best": (BEST_CHECKPOINT, "the weights at the lowest val_rel_lloyd seen, step 0 included")}
 SHIFTS = {"train": {}, "unequal_weights": {"equal_weights": False}, "anisotropic": {"equal_scales": False},
           "scale_0.05": {"scale": 0.05}, "scale_0.2": {"scale": 0.2}}
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Sizes of the evaluations; the report's `eval.*` overrides set them (tests use small ones)."""
+    """Sizes of the evaluations and the checkpoint they load; the report's `eval.*` overrides set them (tests use small
+    ones). All but device, threads and max_elements are part of a cached result's key (Evaluator.key)."""
 
     seed: int = 20261129  # fixes every evaluation task stream
     batches: int = 4      # task batches per condition and seed
@@ -72,6 +79,17 @@ class EvalSettings:
     device: str = "auto"       # auto: CUDA when present
     threads: int = 1           # CPU threads while evaluating: the models are tiny, more threads mostly add contention
     max_elements: int = 2**26  # tasks per forward are cut so B*n*n stays below this
+    checkpoint: str = "last"   # last | best: which of a run's checkpoints the probes load (CHECKPOINTS)
+
+    def __post_init__(self) -> None:
+        if self.checkpoint not in CHECKPOINTS:
+            raise ConfigError(f"eval.checkpoint={self.checkpoint!r} is not allowed: choose one of "
+                              f"{', '.join(CHECKPOINTS)}")
+
+    def checkpoint_note(self) -> str:
+        """Which checkpoint the probes used, in words (the report's header and every probe figure's notes)."""
+        artifact, words = CHECKPOINTS[self.checkpoint]
+        return f"probes load each run's `{CHECKPOINT_DIR}/{artifact}` (eval.checkpoint={self.checkpoint}: {words})"
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
@@ -94,14 +112,13 @@ def fresh_tasks(spec: TaskSpec, settings: EvalSettings, seed: int, stream: str) 
     return [sample_tasks(spec, settings.batch, generator) for _ in range(settings.batches)]
 
 
-def load_model(uri: str, run: pd.Series, device: torch.device) -> ClusteringTransformer:
-    """The run's best checkpoint (its last one if no best was kept) in a fresh model, in eval mode."""
-    client = MlflowClient(uri)
-    names = {a.path for a in client.list_artifacts(run["run_id"], CHECKPOINT_DIR)}
-    chosen = next((f"{CHECKPOINT_DIR}/{n}" for n in (BEST_CHECKPOINT, LAST_CHECKPOINT) if f"{CHECKPOINT_DIR}/{n}" in names), None)
-    if chosen is None:
-        raise FileNotFoundError(f"run {run['run_id']} has no {CHECKPOINT_DIR}/{BEST_CHECKPOINT} or "
-                                f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT} artifact")
+def load_model(uri: str, run: pd.Series, device: torch.device, checkpoint: str) -> ClusteringTransformer:
+    """The run's `checkpoint` (a key of CHECKPOINTS) in a fresh model, in eval mode."""
+    chosen = f"{CHECKPOINT_DIR}/{CHECKPOINTS[checkpoint][0]}"
+    names = {a.path for a in MlflowClient(uri).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
+    if chosen not in names:
+        raise FileNotFoundError(f"run {run['run_id']} has no {chosen} artifact (eval.checkpoint={checkpoint}); "
+                                f"it has: {', '.join(sorted(names)) or 'no checkpoints'}")
     with tempfile.TemporaryDirectory() as tmp:
         path = download_artifacts(run_id=run["run_id"], artifact_path=chosen, dst_path=tmp, tracking_uri=uri)
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -260,7 +277,7 @@ class Evaluator:
                                           tracking_uri=self.uri)
                 table = pd.read_csv(path)
         else:
-            model = load_model(self.uri, run, self.settings.torch_device())
+            model = load_model(self.uri, run, self.settings.torch_device(), self.settings.checkpoint)
             threads = torch.get_num_threads()
             torch.set_num_threads(self.settings.threads)
             try:

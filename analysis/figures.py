@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 from analysis import curves, probes
@@ -17,6 +18,11 @@ FIGURES: dict[str, Callable[[Context], Figure]] = {
     "length": probes.length,
     "family_transfer": probes.family_transfer,
     "task_dissimilarity": probes.task_dissimilarity,
-    "ablations": curves.ablations,
+    "ablation_lr": partial(curves.ablation, subgrid="lr"),
+    "ablation_lr_curves": curves.lr_curves,
+    "ablation_points": partial(curves.ablation, subgrid="points"),
+    "ablation_dim": partial(curves.ablation, subgrid="dim"),
+    "ablation_clusters": partial(curves.ablation, subgrid="clusters"),
+    "ablation_family": partial(curves.ablation, subgrid="family"),
     "time_to_quality": curves.time_to_quality,
 }

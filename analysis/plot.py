@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 from analysis.style import LLOYD, LLOYD_COLOR  # noqa: E402
 
 CURVE_COLUMNS = ["panel", "series", "x", "median", "q25", "q75", "n_seeds", "diverged"]
+DODGE = 0.06  # draw_points: sideways shift between neighbouring series, in units of the gap between x values
 
 
 class MissingInput(LookupError):
@@ -78,8 +79,51 @@ def draw_curves(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name
         ax.tick_params(labelsize=7)
         if logy:
             ax.set_yscale("log")
+    return save(legend(fig, axes[: len(panels)]), out_dir, name)
+
+
+def draw_points(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name: str, *, xlabel: str, ylabel: str,
+                ncols: int | None = None, logy: bool = False, panels: list[str] | None = None) -> list[Path]:
+    """Per panel, each series' median at every x with IQR error bars, joined by its line; Lloyd's level black.
+
+    The x values (numbers or names) sit evenly spaced in sorted order, so lr 0.001..1 or k 6..25 read
+    like a log axis and families as categories; the series are shifted sideways a little so their bars
+    stay apart, and Lloyd's level (lloyd_reference) is a line across the panel. An x at the top of a
+    panel marks a point where some runs of that series diverged (its row's `diverged` note).
+    """
+    panels = panels or list(dict.fromkeys(data["panel"]))
+    values = sorted(set(data.loc[data["series"] != LLOYD, "x"]))
+    position = {v: i for i, v in enumerate(values)}
+    named = [s for s in styles if s in set(data["series"])]
+    fig, axes = grid(len(panels), ncols)
+    for ax, panel in zip(axes, panels):
+        part = data[data["panel"] == panel]
+        for j, series in enumerate(named):
+            points = part[part["series"] == series].sort_values("x")
+            at = points["x"].map(position) + DODGE * (j - (len(named) - 1) / 2)
+            errors = [points["median"] - points["q25"], points["q75"] - points["median"]]
+            ax.errorbar(at, points["median"], yerr=errors, marker="o", ms=3, capsize=2, lw=1.2, label=series,
+                        **styles[series])
+            hit = points["diverged"].fillna("") != ""
+            ax.plot(at[hit], [0.97] * int(hit.sum()), "x", color=styles[series].get("color"),
+                    transform=ax.get_xaxis_transform())
+        for level in part.loc[part["series"] == LLOYD, "median"].unique():
+            ax.axhline(level, color=LLOYD_COLOR, lw=1.2, label=LLOYD)
+        names = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+        ax.set_xticks(range(len(values)), names, rotation=30 if any(isinstance(v, str) for v in values) else 0)
+        ax.set_title(panel, fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        if logy:
+            ax.set_yscale("log")
+    return save(legend(fig, axes[: len(panels)]), out_dir, name)
+
+
+def legend(fig: plt.Figure, axes) -> plt.Figure:
+    """One legend above all panels (each label once), the panels laid out below it."""
     handles = {}
-    for ax in axes[: len(panels)]:
+    for ax in axes:
         for handle, text in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(text, handle)
     legend_rows = math.ceil(len(handles) / 6)
@@ -87,7 +131,7 @@ def draw_curves(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name
     fig.tight_layout(rect=(0, 0, 1, top))
     fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=min(len(handles), 6), fontsize=8,
                bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return save(fig, out_dir, name)
+    return fig
 
 
 def draw_heatmap(matrix: np.ndarray, labels: list[str], out_dir: Path, name: str, title: str) -> list[Path]:

@@ -37,7 +37,7 @@ def multistep(ctx: Context) -> Figure:
     panels = [f"init {i} | {m}" for i in ctx.settings.inits for m in methods]
     files = draw_curves(data, styles, ctx.out_dir, "multistep", xlabel="step t", ylabel=YLABEL, ncols=len(methods),
                         panels=panels)
-    return Figure("multistep", data, list(runs["run_id"]), files, notes=[_which(runs)])
+    return Figure("multistep", data, list(runs["run_id"]), files, notes=_which(ctx, runs))
 
 
 def mixture_shift(ctx: Context) -> Figure:
@@ -50,7 +50,7 @@ def mixture_shift(ctx: Context) -> Figure:
     series, styles = series_labels(runs, ["model.embedding"])
     data = eval_curves(ctx, runs, "mixture_shift", lambda t, r: "test: " + t["shift"], series, ("reembed",))
     files = draw_curves(data, styles, ctx.out_dir, "mixture_shift", xlabel="step t", ylabel=YLABEL)
-    return Figure("mixture_shift", data, list(runs["run_id"]), files, notes=[_which(runs)])
+    return Figure("mixture_shift", data, list(runs["run_id"]), files, notes=_which(ctx, runs))
 
 
 def length(ctx: Context) -> Figure:
@@ -59,7 +59,7 @@ def length(ctx: Context) -> Figure:
     series, styles = series_labels(runs, ["model.embedding"])
     data = eval_curves(ctx, runs, "length", lambda t, r: "test n=" + t["n"].astype(str), series, ("reembed",))
     files = draw_curves(data, styles, ctx.out_dir, "length", xlabel="step t", ylabel=YLABEL)
-    return Figure("length", data, list(runs["run_id"]), files, notes=[_which(runs)])
+    return Figure("length", data, list(runs["run_id"]), files, notes=_which(ctx, runs))
 
 
 def family_transfer(ctx: Context) -> Figure:
@@ -77,7 +77,7 @@ def family_transfer(ctx: Context) -> Figure:
     panels = [p for p in panels if p in set(data["panel"])]
     files = draw_curves(data, styles, ctx.out_dir, "family_transfer", xlabel="step t", ylabel=YLABEL,
                         ncols=len(FAMILIES), panels=panels)
-    notes = [_which(runs)]
+    notes = _which(ctx, runs)
     if len(trained) < len(FAMILIES):
         notes.append(f"trained on {', '.join(trained)} only: the full 5 x 5 grid needs the `family` sub-grid; "
                      f"{ctx.coverage('family')}")
@@ -155,10 +155,11 @@ def loss_surface(ctx: Context) -> Figure:
         frames.append(table.assign(panel=", ".join(short(k, run[k]) for k in keys), run_id=run["run_id"]))
     data = pd.concat(frames, ignore_index=True)
     files = draw_contours(data, ctx.out_dir, "loss_surface", ncols=min(4, len(frames)))
-    return Figure("loss_surface", data, list(first["run_id"]), files, notes=[_which(first)])
+    return Figure("loss_surface", data, list(first["run_id"]), files, notes=_which(ctx, first))
 
 
-def _which(runs: pd.DataFrame) -> str:
-    """Which trained configuration(s) a probe used, in words."""
+def _which(ctx: Context, runs: pd.DataFrame) -> list[str]:
+    """Which trained configuration(s) and which of their checkpoints a probe used, in words."""
     fixed = [k for k in REFERENCE if k in runs and runs[k].astype(str).nunique() == 1]
-    return "models: " + ", ".join(f"{k}={runs[k].iloc[0]}" for k in fixed) + f"; {len(runs)} runs"
+    models = "models: " + ", ".join(f"{k}={runs[k].iloc[0]}" for k in fixed) + f"; {len(runs)} runs"
+    return [models, ctx.settings.checkpoint_note()]

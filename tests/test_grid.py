@@ -72,7 +72,7 @@ def test_packed_dry_run_says_how_many_ray_trials(capsys):
                           "together", "300 configurations x 10 seeds = 3000 trials"]
 
 
-@pytest.mark.parametrize("sweep, configurations, seeds", [("points", 4, 10), ("demo", 4, 3), ("smoke", 3, 2)])
+@pytest.mark.parametrize("sweep, configurations, seeds", [("points", 4, 10), ("demo", 3, 2), ("lite", 15, 3), ("smoke", 3, 2)])
 def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
     cfg, plan = load([f"sweep={sweep}"])
     assert plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
@@ -88,8 +88,26 @@ def test_points_sweeps_n_at_the_paper_baseline(paper):
         assert {k: v for k, v in c.overrides.items() if k != "task.n"} == baseline.overrides
 
 
+# What sweep=lite scales (conf/sweep/lite.yaml): n and steps everywhere; d and k of the `family` sub-grid.
+LITE_SCALE = {"family": {"task.d": 32, "task.k": 10}}
+
+
+@pytest.mark.parametrize("sweep", ["lite", "demo"])
+def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(paper, sweep):
+    """Every configuration of sweep=lite / demo, scaled back, is a configuration of the paper's sub-grid of that name."""
+    _, plan = load([f"sweep={sweep}"])
+    _, paper_plan = paper
+    named = {(name, tuple(sorted(c.overrides.items()))) for c in paper_plan.configurations for name in c.subgrids}
+    for c in plan.configurations:
+        assert c.overrides["task.n"] == 128 and c.overrides["train.steps"] == 4000
+        for name in c.subgrids:
+            scaled = {k: v for k, v in c.overrides.items() if k not in ("task.n", "train.steps")}
+            scaled.update(LITE_SCALE.get(name, {}))
+            assert (name, tuple(sorted(scaled.items()))) in named, (name, c.overrides)
+
+
 @pytest.mark.parametrize("overrides, message", [
-    (["sweep=nope"], r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of demo, paper, points, smoke"),
+    (["sweep=nope"], r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of demo, lite, paper, points, smoke"),
     ([], r"no sweep chosen"),
     (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: [1.0, -1.0]}]"], r"sub-grid 'bad'.*loss\.tau=-1\.0"),
     (["sweep=smoke", "sweep.subgrids=[{name: bad, embedding: [onehot, fancy]}]"],

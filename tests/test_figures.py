@@ -1,0 +1,195 @@
+"""The ablation figures, time to quality and the probes' checkpoint, on small real MLflow stores.
+
+`store` is a SQLite MLflow store written with MlflowClient as a sweep writes one (a configuration's
+flat params, the config_hash, seed, subgrids and outcome tags, val_rel_lloyd points at steps 0, 10,
+20) but with values drawn here, so no model is trained: a `clusters` sub-grid over k, d, tau,
+regularizer and embedding (3 seeds; one run diverged, and one configuration whose runs all
+diverged) and a small `lr` sub-grid. Oracles read the same values back through MlflowClient and
+reduce them with numpy. The checkpoint tests train one tiny run for real.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from omegaconf import OmegaConf
+
+from analysis import report
+from analysis.cli import expected_sizes
+from analysis.context import Context
+from analysis.evaluate import EvalSettings, Evaluator, load_model
+from analysis.figures import FIGURES
+from analysis.plot import MissingInput
+from analysis.runs import load_runs
+from analysis.style import LLOYD
+from sweeper.config import ConfigError, compose, config_hash, flat_params, run_name
+from sweeper.metrics import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, DIVERGED, FINISHED, LAST_CHECKPOINT,
+                             OUTCOME, SEED, SUBGRIDS, VAL_REL_LLOYD)
+from sweeper.tracking import MlflowRecorder
+from sweeper.train import train
+
+EXPERIMENT = "figures"
+SEEDS = (1, 2, 3)
+STEPS = (0, 10, 20)
+BASE = ["task.n=32", "train.batch=2", "train.steps=20", "train.eval_every=10", "train.val_batches=1"]
+SHORT = {"onehot": "OH", "binary": "BN", "l2": "L2", "ne": "NE"}
+CLUSTERS = {"task.k": (6, 25), "task.d": (4, 32), "loss.tau": (1.0, 0.1), "loss.regularizer": ("l2", "ne"),
+            "model.embedding": ("onehot", "binary")}
+LR = {"optim.lr": (0.01, 0.1), "task.d": (4, 32)}
+ONE_DIVERGED = {"task.k": 6, "task.d": 32, "loss.tau": 0.1, "loss.regularizer": "l2", "model.embedding": "onehot"}
+ALL_DIVERGED = {"task.k": 25, "task.d": 4, "loss.tau": 1.0, "loss.regularizer": "ne", "model.embedding": "binary"}
+SETTINGS = EvalSettings(device="cpu")
+
+
+def _log_runs(client: MlflowClient, exp_id: str, subgrid: str, axes: dict, rng: np.random.Generator) -> None:
+    """One run per configuration of the product of `axes` and seed, as sweeper.train logs it."""
+    base = compose(BASE)  # composed once: the typed config's own assignment checks each value below
+    for values in itertools.product(*axes.values()):
+        config = dict(zip(axes, values))
+        for seed in SEEDS:
+            cfg = base.copy()
+            for key, value in {**config, "seed": seed}.items():
+                OmegaConf.update(cfg, key, value)
+            diverged = config == ALL_DIVERGED or (config == ONE_DIVERGED and seed == SEEDS[0])
+            tags = {CONFIG_HASH: config_hash(cfg), SEED: str(seed), SUBGRIDS: subgrid,
+                    OUTCOME: DIVERGED if diverged else FINISHED, "mlflow.runName": run_name(cfg)}
+            run_id = client.create_run(exp_id, tags=tags).info.run_id
+            points = [Metric(VAL_REL_LLOYD, float(v), 1000 * s, s) for s, v in zip(STEPS, rng.lognormal(0, 0.3, 3))]
+            client.log_batch(run_id, metrics=points, params=[Param(k, v) for k, v in flat_params(cfg).items()])
+            client.set_terminated(run_id, "FAILED" if diverged else "FINISHED")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, _empty_store: Path) -> str:
+    root = tmp_path_factory.mktemp("figures_store")
+    shutil.copyfile(_empty_store, root / "mlflow.db")
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment(EXPERIMENT, artifact_location=(root / "artifacts").as_uri())
+    rng = np.random.default_rng(0)
+    _log_runs(client, exp_id, "clusters", CLUSTERS, rng)
+    _log_runs(client, exp_id, "lr", LR, rng)
+    return uri
+
+
+@pytest.fixture
+def ctx(store: str, tmp_path: Path) -> Context:
+    return Context.build(store, EXPERIMENT, load_runs(store, EXPERIMENT), SETTINGS, tmp_path,
+                         expected=expected_sizes())
+
+
+def _mlflow_runs(uri: str) -> list:
+    client = MlflowClient(uri)
+    return client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id], max_results=1000)
+
+
+def test_ablation_clusters_plots_the_median_final_value_of_every_point(ctx: Context, store: str) -> None:
+    figure = FIGURES["ablation_clusters"](ctx)
+    assert (ctx.out_dir / "ablation_clusters.png").stat().st_size > 1000
+    data = figure.data
+    assert set(data["panel"]) == {"d=4, tau=0.1", "d=4, tau=1", "d=32, tau=0.1", "d=32, tau=1"}
+    assert set(data["series"]) == {"OH-L2", "OH-NE", "BN-L2", "BN-NE", LLOYD}
+    assert (data.loc[data["series"] == LLOYD, "median"] == 1).all()
+    finals: dict[tuple, list[float]] = {}
+    diverged: dict[tuple, int] = {}
+    for run in _mlflow_runs(store):
+        p = run.data.params
+        if run.data.tags[SUBGRIDS] != "clusters":
+            continue
+        point = (f"d={p['task.d']}, tau={float(p['loss.tau']):g}",
+                 f"{SHORT[p['model.embedding']]}-{SHORT[p['loss.regularizer']]}", int(p["task.k"]))
+        if run.data.tags[OUTCOME] == DIVERGED:
+            diverged[point] = diverged.get(point, 0) + 1
+        else:
+            finals.setdefault(point, []).append(run.data.metrics[VAL_REL_LLOYD])  # the latest point: step 20
+    models = data[data["series"] != LLOYD].set_index(["panel", "series", "x"])
+    assert set(models.index) == set(finals) | set(diverged)
+    for point, values in finals.items():
+        row = models.loc[point]
+        np.testing.assert_allclose(row[["q25", "median", "q75"]].astype(float), np.percentile(values, [25, 50, 75]),
+                                   rtol=1e-12)
+        assert row["n_seeds"] == len(values)
+    for point, count in diverged.items():
+        assert models.loc[point, "diverged"] == f"{count}/{len(SEEDS)} diverged"
+    assert len(diverged) == 2 and math.isnan(models.loc[("d=4, tau=1", "BN-NE", 25), "median"])
+    assert any("`clusters` sub-grid: 32/96 configurations found" in note for note in figure.notes)
+
+
+def test_ablation_lr_and_its_step_curves(ctx: Context, store: str) -> None:
+    final = FIGURES["ablation_lr"](ctx).data
+    assert set(final["panel"]) == {"d=4, tau=1", "d=32, tau=1"} and set(final["x"]) == {0.01, 0.1}
+    curves = FIGURES["ablation_lr_curves"](ctx).data
+    assert set(curves["panel"]) == {f"d={d}, tau=1, lr={lr:g}" for d in LR["task.d"] for lr in LR["optim.lr"]}
+    history: dict[int, list[float]] = {}
+    client = MlflowClient(store)
+    for run in _mlflow_runs(store):
+        p = run.data.params
+        if run.data.tags[SUBGRIDS] == "lr" and p["task.d"] == "32" and p["optim.lr"] == "0.1":
+            for m in client.get_metric_history(run.info.run_id, VAL_REL_LLOYD):
+                history.setdefault(m.step, []).append(m.value)
+    curve = curves[(curves["panel"] == "d=32, tau=1, lr=0.1") & (curves["series"] == "OH-L2")].set_index("x")
+    assert sorted(curve.index) == list(STEPS)
+    for step, values in history.items():
+        assert curve.loc[step, "median"] == pytest.approx(np.median(values), rel=1e-12)
+
+
+def test_missing_sub_grids_are_named(ctx: Context) -> None:
+    for name, subgrid in (("ablation_points", "points"), ("ablation_dim", "dim"), ("ablation_family", "family")):
+        with pytest.raises(MissingInput, match=f"`{subgrid}` sub-grid"):
+            FIGURES[name](ctx)
+
+
+def test_time_to_quality_x_is_step_times_seconds_per_step(ctx: Context) -> None:
+    figure = FIGURES["time_to_quality"](ctx)
+    seconds = figure.tables["step_seconds"]
+    assert set(seconds["panel"]) == {f"d={d}, k={k}" for d in (4, 32) for k in (6, 25)}
+    assert set(seconds["series"]) == {"OH", "BN"} and (seconds["seconds_per_step"] > 0).all()
+    models = figure.data[figure.data["series"] != LLOYD]
+    for row in seconds.itertuples():
+        x = models[(models["panel"] == row.panel) & (models["series"] == row.series)]["x"]
+        np.testing.assert_allclose(sorted(x), [s * row.seconds_per_step for s in STEPS], rtol=1e-12)
+    assert any("measured for this figure on cpu" in note for note in figure.notes)
+
+
+@pytest.fixture
+def trained(sqlite_uri: str, tiny: list[str], tmp_path: Path) -> dict:
+    """One tiny run trained for real (its best checkpoint is step 30's, its last step 40's), and both artifacts."""
+    cfg = compose(tiny + [f"tracking.uri={sqlite_uri}"])
+    train(cfg, MlflowRecorder(sqlite_uri, cfg.tracking.experiment), tmp_path / "work")
+    run = load_runs(sqlite_uri, cfg.tracking.experiment).iloc[0]
+    client = MlflowClient(sqlite_uri)
+    states = {}
+    for name in (BEST_CHECKPOINT, LAST_CHECKPOINT):
+        path = client.download_artifacts(run["run_id"], f"{CHECKPOINT_DIR}/{name}", str(tmp_path))
+        states[name] = torch.load(path, map_location="cpu", weights_only=True)["model"]
+    return {"uri": sqlite_uri, "run": run, "states": states}
+
+
+def test_eval_checkpoint_loads_last_or_best(trained: dict) -> None:
+    states = trained["states"]
+    assert any(not torch.equal(states[BEST_CHECKPOINT][k], states[LAST_CHECKPOINT][k]) for k in states[LAST_CHECKPOINT])
+    for checkpoint, artifact in (("last", LAST_CHECKPOINT), ("best", BEST_CHECKPOINT)):
+        loaded = load_model(trained["uri"], trained["run"], torch.device("cpu"), checkpoint).state_dict()
+        assert loaded.keys() == states[artifact].keys()
+        assert all(torch.equal(loaded[k], states[artifact][k]) for k in loaded), checkpoint
+    assert EvalSettings().checkpoint == "last"
+    keys = {c: Evaluator(trained["uri"], "x", EvalSettings(checkpoint=c), Path(trained["uri"][10:]).parent / c)
+            .key("multistep", trained["run"]["run_id"]) for c in ("last", "best")}
+    assert keys["last"] != keys["best"]  # cached results of one never stand in for the other
+
+
+def test_a_bad_eval_checkpoint_is_rejected_naming_the_field_and_choices(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"eval.checkpoint='middle' is not allowed: choose one of last, best"):
+        EvalSettings(checkpoint="middle")
+    with pytest.raises(SystemExit) as exit_:
+        report.main([f"tracking.uri=sqlite:///{tmp_path}/x.db", "eval.checkpoint=middle"])
+    assert "eval.checkpoint='middle'" in str(exit_.value.code) and "last, best" in str(exit_.value.code)
+    assert not (tmp_path / "x.db").exists()  # rejected before the store was opened
