@@ -34,7 +34,10 @@ def sparsemax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     z_sorted, _ = z.sort(dim=-1, descending=True)
     ranks = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)
     cumsum = z_sorted.cumsum(-1)
-    support = (1 + ranks * z_sorted > cumsum).sum(-1, keepdim=True)
+    # s >= 1 for any finite row (the largest entry is always in the support); a row with a NaN or only
+    # -inf entries (centers that overflowed) has no such s: s = 1 there makes its weights NaN, so the
+    # loss turns non-finite and training records a divergence, instead of an out-of-range index.
+    support = (1 + ranks * z_sorted > cumsum).sum(-1, keepdim=True).clamp(min=1)
     threshold = (cumsum.gather(-1, support - 1) - 1) / support.to(z.dtype)
     return (z - threshold).clamp(min=0).transpose(dim, -1)
 

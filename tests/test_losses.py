@@ -58,6 +58,19 @@ def tasks(B: int = 4, n: int = 30, d: int = 3, k: int = 5, seed: int = 0) -> tup
     return torch.rand(B, n, d, generator=g, dtype=torch.float64), torch.rand(B, k, d, generator=g, dtype=torch.float64)
 
 
+def test_sparsemax_of_a_non_finite_row_is_nan_and_other_rows_are_untouched() -> None:
+    """Overflowed centers (r = inf, so z = -inf) or NaN give NaN weights, not an indexing error; the loss
+    then turns non-finite and training records a divergence (a lr 1.0 run of sweep=lite crashed here)."""
+    z = torch.tensor([[0.3, -0.2, 0.1], [-math.inf, -math.inf, -math.inf], [0.5, math.nan, 0.0]])
+    w = sparsemax(z)
+    assert torch.isnan(w[1]).all() and torch.isnan(w[2]).any()
+    torch.testing.assert_close(w[0], sparsemax(z[:1])[0])
+    np.testing.assert_allclose(w[0].numpy(), brute_force_simplex_projection(z[0].double().numpy()), atol=1e-6)
+    X = torch.rand(2, 8, 3, generator=gen(0))
+    C = torch.full((2, 4, 3), 1e30)  # squared distances overflow float32 to inf
+    assert not torch.isfinite(smoothed_objective(X, C, 0.1, "l2")).any()
+
+
 def test_kmeans_objective_equals_numpy() -> None:
     X, C = tasks(B=3, n=40, d=5, k=7)
     for b in range(3):
