@@ -1,0 +1,212 @@
+"""`python -m analysis.gpu_check [--out FILE] [--tiny]`: the one-shot check of a GPU node, in under 5 minutes.
+
+What no CPU machine can show, measured on the first device of `train.device`
+(CUDA when present), each check a JSON entry and a line of the printed table:
+
+  exact       the exact Lloyd transformer equals Lloyd's step on the device (float64, TF32 off; 1e-5)
+  packed      a pack trained on the device equals its models trained alone (model.dropout 0; 1e-5)
+  resume      a run that crashes mid-way and resumes from its checkpoint equals one that did not (bit for bit)
+  steps       seconds per training step, solo and in packs of 1/10/30/100, at (d, k) = (4, 6), (32, 10),
+              (32, 25), onehot and binary, with peak device memory
+  compile     train.compile=cudagraphs against off (aot_eager on a CPU, where CUDA graphs do not exist)
+  projection  the 3,000-model paper grid's device-hours, solo and in packs of ten (analysis.bench sweep)
+
+`--tiny` runs every check at toy sizes (the test suite runs it on the CPU).
+Exit code 0 when every equality check passed, 1 otherwise: the figures are written either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from analysis.bench import log
+from analysis.bench_more import bench_pack, bench_sweep
+from models.exact import ExactLloydTransformer
+from models.lloyd import lloyd_step
+from sweeper.checkpoint import last_path, load
+from sweeper.config import compose
+from sweeper.packed import train_pack
+from sweeper.tracking import MemoryRecorder
+from sweeper.train import pick_device, train
+from tasks.sampler import TaskSpec, sample_tasks
+
+TOLERANCE = 1e-5
+SHAPES = ((4, 6), (32, 10), (32, 25))
+PACKS = (1, 10, 30, 100)
+# A small run that still takes every path: evaluation, the LR schedule, checkpoints.
+SMALL_RUN = ["task.n=64", "train.batch=8", "train.steps=40", "train.eval_every=10", "train.val_batches=2",
+             "model.dropout=0.0"]
+
+
+class Crash(RuntimeError):
+    """Raised from the evaluation callback to stop a run as a crash would."""
+
+
+def max_relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(((a - b).abs() / b.abs().clamp(min=1.0)).max())
+
+
+def check_exact(device: torch.device, tiny: bool) -> dict:
+    """One layer of the exact transformer against one Lloyd step, on the device, for both lean embeddings."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    shapes = SHAPES[:1] if tiny else SHAPES
+    errors = {}
+    for d, k in shapes:
+        X, C = sample_tasks(TaskSpec(n=64 if tiny else 512, d=d, k=k), 4 if tiny else 32,
+                            torch.Generator().manual_seed(0))
+        X, C = X.to(device, torch.float64), C.to(device, torch.float64)
+        for embedding in ("onehot", "binary"):
+            model = ExactLloydTransformer(d, k, embedding).to(device, torch.float64)
+            with torch.no_grad():
+                errors[f"d={d} k={k} {embedding}"] = max_relative_error(model(X, C, steps=1), lloyd_step(X, C))
+    worst = max(errors.values())
+    return {"ok": worst <= TOLERANCE, "max_relative_error": worst, "tolerance": TOLERANCE, "cases": errors}
+
+
+def _final_models(workdirs: list[Path]) -> list[dict[str, torch.Tensor]]:
+    return [load(last_path(w))["model"] for w in workdirs]
+
+
+def check_packed(device: torch.device, tiny: bool, root: Path) -> dict:
+    """Three seeds trained in one pack against the same three trained alone: final weights within 1e-5."""
+    cfgs = [compose(SMALL_RUN + [f"train.device={device}", f"seed={seed}"] + (["task.n=16"] if tiny else []))
+            for seed in (153476998, 235510766, 205084180)]
+    solo_dirs = [root / f"solo{i}" for i in range(len(cfgs))]
+    for cfg, workdir in zip(cfgs, solo_dirs):
+        train(cfg, MemoryRecorder(), workdir)
+    pack_dirs = [root / f"pack{i}" for i in range(len(cfgs))]
+    train_pack(cfgs, [MemoryRecorder() for _ in cfgs], pack_dirs)
+    worst = max(max_relative_error(p[name], s[name]) for s, p in
+                zip(_final_models(solo_dirs), _final_models(pack_dirs)) for name in s)
+    return {"ok": worst <= TOLERANCE, "max_relative_error": worst, "tolerance": TOLERANCE, "models": len(cfgs)}
+
+
+def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
+    """A run stopped by a crash at its second evaluation, then resumed with the same call, against an unbroken run."""
+    cfg = compose(SMALL_RUN + [f"train.device={device}"] + (["task.n=16"] if tiny else []))
+    train(cfg, MemoryRecorder(), root / "straight")
+
+    def crash_once(step: int, metrics: dict, workdir: Path) -> None:
+        if step == 2 * cfg.train.eval_every and not (workdir / "crashed").exists():
+            (workdir / "crashed").touch()
+            raise Crash(f"crash at step {step}")
+
+    recorder = MemoryRecorder()
+    try:
+        train(cfg, recorder, root / "resumed", on_eval=crash_once)
+        crashed = False
+    except Crash:
+        crashed = True
+    train(cfg, recorder, root / "resumed", on_eval=crash_once)
+    straight, resumed = _final_models([root / "straight", root / "resumed"])
+    equal = crashed and all(torch.equal(straight[name], resumed[name]) for name in straight)
+    return {"ok": equal, "crashed_and_resumed": crashed, "bit_equal": equal}
+
+
+def measure_steps(device: torch.device, tiny: bool) -> list[dict]:
+    """Seconds per step, solo and packed (analysis.bench pack), with peak memory, per shape and embedding."""
+    shapes, packs = (SHAPES[:1], (1, 2)) if tiny else (SHAPES, PACKS)
+    rows = []
+    for d, k in shapes:
+        for embedding in ("onehot", "binary"):
+            overrides = [f"task.d={d}", f"task.k={k}", f"model.embedding={embedding}", f"train.device={device}"]
+            cfg = compose(overrides + (["task.n=16", "train.batch=4"] if tiny else []))
+            result = bench_pack(cfg, list(packs), 1 if tiny else 3)
+            rows.append({"d": d, "k": k, "embedding": embedding, "solo": result["solo"], "packs": result["packs"]})
+    return rows
+
+
+def measure_compile(device: torch.device, tiny: bool) -> dict:
+    """Seconds per step with the forward compiled (cudagraphs on CUDA, aot_eager elsewhere) against eager."""
+    mode = "cudagraphs" if device.type == "cuda" else "aot_eager"
+    out = {"mode": mode}
+    for name, setting in (("off", "off"), (mode, mode)):
+        cfg = compose([f"train.device={device}", "task.d=32", "task.k=10", f"train.compile={setting}"]
+                      + (["task.n=16", "train.batch=4", "task.d=4", "task.k=6"] if tiny else []))
+        result = bench_pack(cfg, [1], 1 if tiny else 5)  # its solo entry times Trainer.step, compiled as configured
+        out[name] = result["solo"]["seconds_per_step"]
+    out["speedup"] = out["off"] / out[mode]
+    return out
+
+
+def project_grid(tiny: bool) -> dict:
+    """The paper grid's device-hours, one job at a time, solo and in packs of ten (analysis.bench sweep)."""
+    overrides = ["task.n=32", "train.batch=2", "train.val_batches=1"] if tiny else []  # n >= k = 25
+    result = bench_sweep(overrides, 1 if tiny else 3, 2 if tiny else 10)
+    return {key: result[key] for key in ("device", "pack", "projected_hours_solo", "projected_hours_packed")}
+
+
+def run_checks(tiny: bool) -> dict:
+    device = pick_device("auto")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    report: dict = {"command": "gpu_check", "device": str(device), "device_name": name, "tiny": tiny,
+                    "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    with tempfile.TemporaryDirectory() as tmp:
+        checks: dict[str, Callable[[], object]] = {
+            "exact": lambda: check_exact(device, tiny),
+            "packed": lambda: check_packed(device, tiny, Path(tmp) / "packed"),
+            "resume": lambda: check_resume(device, tiny, Path(tmp) / "resume"),
+            "steps": lambda: measure_steps(device, tiny),
+            "compile": lambda: measure_compile(device, tiny),
+            "projection": lambda: project_grid(tiny),
+        }
+        for key, check in checks.items():
+            start = time.perf_counter()
+            log(f"gpu_check: {key}")
+            try:
+                report[key] = check()
+            except Exception as err:  # one failing check must not hide the others' figures
+                report[key] = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+            report.setdefault("seconds", {})[key] = round(time.perf_counter() - start, 1)
+    if device.type == "cuda":
+        report["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    return report
+
+
+def table(report: dict) -> str:
+    """The report as lines a person reads."""
+    lines = [f"gpu_check on {report['device_name']} ({report['device']}), torch {report['torch']}, {report['date']}"]
+    for key in ("exact", "packed", "resume"):
+        entry = report[key]
+        lines.append(f"{key:<10} {'PASS' if entry.get('ok') else 'FAIL'}  "
+                     + ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("ok", "cases")))
+    steps = report["steps"]
+    if isinstance(steps, list):
+        for row in steps:
+            packs = ", ".join(f"pack {p['pack']}: {p['model_steps_per_second']:.0f}/s ({p['speedup_vs_solo']:.1f}x)"
+                              for p in row["packs"])
+            lines.append(f"steps      d={row['d']} k={row['k']} {row['embedding']}: solo "
+                         f"{row['solo']['model_steps_per_second']:.0f} model-steps/s; {packs}")
+    else:
+        lines.append(f"steps      {steps}")
+    lines.append(f"compile    {report['compile']}")
+    lines.append(f"projection {report['projection']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="also write the JSON to this file")
+    parser.add_argument("--tiny", action="store_true", help="toy sizes (for tests on a CPU)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    report = run_checks(args.tiny)
+    text = json.dumps(report, indent=2)
+    print(text)
+    print(table(report))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0 if all(report[key].get("ok") for key in ("exact", "packed", "resume")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The one-shot GPU check (analysis.gpu_check) runs end to end at toy sizes on the CPU.
+
+On a GPU node the same command, without --tiny, is what a session with a device runs
+(README, "A one-shot check of a GPU node"); here it proves every check runs and that the
+equality checks hold where they can be computed: on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis import gpu_check
+
+
+@pytest.mark.slow
+def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "gpu.json"
+    assert gpu_check.main(["--tiny", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["tiny"] is True
+    for key in ("exact", "packed", "resume"):
+        assert report[key]["ok"] is True, report[key]
+    assert report["exact"]["max_relative_error"] <= gpu_check.TOLERANCE
+    assert report["resume"]["crashed_and_resumed"] and report["resume"]["bit_equal"]
+    assert {(r["d"], r["k"], r["embedding"]) for r in report["steps"]} == {(4, 6, "onehot"), (4, 6, "binary")}
+    for row in report["steps"]:
+        assert row["solo"]["seconds_per_step"] > 0 and [p["pack"] for p in row["packs"]] == [1, 2]
+    assert report["compile"]["mode"] == "aot_eager" and report["compile"]["speedup"] > 0
+    assert report["projection"]["projected_hours_solo"] > 0 and report["projection"]["projected_hours_packed"] > 0
+    printed = capsys.readouterr().out
+    assert "exact      PASS" in printed and "projection" in printed.splitlines()[-1]
+
+
+def test_an_equality_check_outside_its_tolerance_is_not_ok(monkeypatch) -> None:
+    monkeypatch.setattr(gpu_check, "TOLERANCE", -1.0)  # no error can be <= -1: the exact check must fail
+    result = gpu_check.check_exact(gpu_check.pick_device("cpu"), tiny=True)
+    assert result["ok"] is False and result["max_relative_error"] >= 0 and result["tolerance"] == -1.0
