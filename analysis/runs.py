@@ -22,7 +22,7 @@ from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.rest_utils import http_request
 from sqlalchemy.engine import make_url
 
-from sweeper.config import OPERATIONAL_TRAIN_KEYS, RUN_GROUPS
+from sweeper.config import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from sweeper.metrics import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
 
 PAGE = 5000  # runs per search_runs page (a SQL store allows up to 50,000)
@@ -36,7 +36,7 @@ class NoRuns(LookupError):
 
 def config_keys(columns: Iterable[str]) -> list[str]:
     """The dotted keys that determine a run's numbers (the seed excluded): task.*, model.*, ..."""
-    operational = {f"train.{key}" for key in OPERATIONAL_TRAIN_KEYS}
+    operational = {f"train.{key}" for key in (*OPERATIONAL_TRAIN_KEYS, *RETIRED_TRAIN_KEYS)}
     return sorted(c for c in columns if c.split(".")[0] in RUN_GROUPS and "." in c and c not in operational)
 
 

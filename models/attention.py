@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flash_dropout import flash_dropout_attention
+from models.flash_dropout import flash_dropout_attention, flash_dropout_usable
 
 
 def distance_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int, dropout: float = 0.0) -> torch.Tensor:
@@ -29,7 +29,9 @@ def distance_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma:
     # Fused kernels (CPU flash; CUDA flash/memory-efficient) need a head axis and values as
     # wide as queries, else SDPA silently takes its slow math path: add both, then drop them.
     v_pad = F.pad(v, (0, 1))
-    if dropout > 0 and q.device.type == "cpu":  # CPU flash has no dropout of its own
+    # CPU flash has no dropout of its own: the fused path adds it, where its private ops pass a self-check;
+    # else SDPA's dropout_p, on CPU its unfused math path (same distribution, slower).
+    if dropout > 0 and q.device.type == "cpu" and flash_dropout_usable():
         return flash_dropout_attention(q_aug, k_aug, v_pad, scale, dropout)[..., :-1]
     heads = (q_aug.unsqueeze(-3), k_aug.unsqueeze(-3), v_pad.unsqueeze(-3))
     return F.scaled_dot_product_attention(*heads, dropout_p=dropout, scale=scale).squeeze(-3)[..., :-1]

@@ -13,17 +13,39 @@ post-dropout output, yields every gradient term but those of the dropped
 pairs, which are subtracted sparsely. The dropped pairs are a Bernoulli(p)
 process over the weights drawn from the global generator (geometric gaps),
 the same distribution as torch's dense dropout mask, not the same draws.
+
+The two flash kernels are private aten ops, not a stable API: a torch build
+may lack them or change what they compute. So models.attention takes this
+path only when `flash_dropout_usable()` says so: the ops exist and a
+self-check on tiny tensors agrees with dense attention, in values and
+gradients. Otherwise it falls back to the public
+F.scaled_dot_product_attention with dropout_p. The decision is taken once per
+process, logged in one line, and depends only on the torch build (the check
+uses fixed inputs and its own generator), so a configuration and seed give
+the same numbers in every process of that build.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import warnings
+from typing import Callable
 
 import torch
 
-FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+log = logging.getLogger(__name__)
+PRIVATE_OPS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
+# float32 values and gradients of order 1: rounding is ~1e-6, a kernel computing something else is off by far more.
+SELF_CHECK_TOL = 1e-4
+_usable: bool | None = None  # flash_dropout_usable()'s answer, once decided in this process
+
+
+@functools.cache
+def _flash_ops() -> tuple[Callable, Callable]:
+    """The CPU flash forward and backward; AttributeError where this torch build lacks one."""
+    return tuple(getattr(torch.ops.aten, name).default for name in PRIVATE_OPS)
 
 
 @torch.compiler.disable  # data-dependent loop: torch.compile (train.compile) calls it as is
@@ -69,7 +91,7 @@ class _FlashDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, scale: float, p: float, dropped: torch.Tensor):
-        out, lse = FLASH(q, k, v, scale=scale)
+        out, lse = _flash_ops()[0](q, k, v, scale=scale)
         N, _, L, E = q.shape
         S = k.shape[2]
         rows_q = dropped // S  # row b * L + i of the flattened queries (sorted, as `dropped` is)
@@ -88,7 +110,7 @@ class _FlashDropout(torch.autograd.Function):
         scale = ctx.scale
         g = (grad / (1 - ctx.p)).contiguous()
         # Given the post-dropout output, the flash backward's row terms (g_i . out_i) are already right.
-        dq, dk, dv = FLASH_BACKWARD(g, q, k, v, kept, lse, 0.0, False, scale=scale)
+        dq, dk, dv = _flash_ops()[1](g, q, k, v, kept, lse, 0.0, False, scale=scale)
         N, _, L, E = q.shape
         S = k.shape[2]
         qf, kf, vf, gf = q.reshape(N * L, E), k.reshape(N * S, E), v.reshape(N * S, E), g.reshape(N * L, E)
@@ -110,3 +132,50 @@ def flash_dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
     q4, k4, v4 = (t.reshape(-1, 1, *t.shape[-2:]).contiguous() for t in (q, k, v))
     dropped = dropped_positions(q4.shape[0] * L * S, p)
     return _FlashDropout.apply(q4, k4, v4, scale, p, dropped).view(*batch, L, v.shape[-1])
+
+
+def _self_check_error() -> float:
+    """Largest gap between the fused path and dense attention with the same mask, over values and gradients.
+
+    Fixed sizes, dropped pairs and a private generator: the answer depends on the torch build only, and the
+    global RNG (model initialisation, dropout draws) is left as it was.
+    """
+    gen = torch.Generator().manual_seed(0)
+    N, L, S, E, p, scale = 2, 5, 7, 4, 0.3, 0.8
+    with torch.inference_mode(False), torch.enable_grad():  # whatever mode the first caller is in
+        dropped = torch.tensor([0, 3, 11, 12, 30, 36, 47, 55, 69])  # sorted flat indices into (N, L, S)
+        mask = torch.ones(N * L * S).index_fill_(0, dropped, 0.0).view(N, 1, L, S)
+        q, k, v = (torch.randn(N, 1, n, E, generator=gen, requires_grad=True) for n in (L, S, S))
+        dense = (torch.softmax(scale * q @ k.transpose(-1, -2), -1) * mask) @ v / (1 - p)
+        fused = _FlashDropout.apply(q, k, v, scale, p, dropped)
+        w = torch.randn(dense.shape, generator=gen)
+        grads = zip(torch.autograd.grad(fused, (q, k, v), w), torch.autograd.grad(dense, (q, k, v), w))
+        return max((a - b).abs().max().item() for a, b in [(fused, dense), *grads])
+
+
+def _decide() -> bool:
+    """Whether the private ops exist and pass the self-check; logs the path taken and why, in one line."""
+    try:
+        _flash_ops()
+        error = _self_check_error()
+    except Exception as err:  # a private API may be missing or break in any way: each means "not usable"
+        first_line = str(err).partition("\n")[0]
+        why = f"its private aten ops are missing or fail ({type(err).__name__}: {first_line})"
+    else:
+        if error <= SELF_CHECK_TOL:
+            log.info(f"attention dropout: the fused CPU flash path, because its private aten ops exist in torch "
+                     f"{torch.__version__} and its self-check is within {SELF_CHECK_TOL:g} of dense attention")
+            return True
+        why = f"its self-check is off dense attention by {error:.3g} > {SELF_CHECK_TOL:g}"  # NaN lands here too
+    log.warning(f"attention dropout: public scaled_dot_product_attention (on CPU its slower math path), not the "
+                f"fused CPU flash path, because in torch {torch.__version__} {why}")
+    return False
+
+
+@torch.compiler.disable  # a Python-side decision, taken eagerly even inside a train.compile graph
+def flash_dropout_usable() -> bool:
+    """Whether CPU attention dropout may take the fused path; decided (and logged) once per process."""
+    global _usable
+    if _usable is None:
+        _usable = _decide()
+    return _usable

@@ -37,6 +37,10 @@ PACK_MODES = ("none", "seeds")  # cluster.pack: one model per sweep trial, or th
 # they stay out of run_config and config_hash, so a resumed run (say with
 # train.resume=must) keeps its hash and finds its own checkpoint.
 OPERATIONAL_TRAIN_KEYS = ("device", "resume", "workdir")
+# train.* keys since removed from the schema, with the one value every run recorded: hashed as if still
+# there, so runs recorded before keep their config_hash (the sweep's ledger, reruns), and skipped when a
+# configuration is rebuilt from a run's params.
+RETIRED_TRAIN_KEYS = {"inject_nan_at_step": None}
 RUN_GROUPS = ("task", "model", "loss", "optim", "train")
 
 
@@ -89,7 +93,6 @@ class TrainConfig:
     device: str = MISSING
     resume: str = MISSING
     workdir: str = MISSING
-    inject_nan_at_step: Optional[int] = MISSING
 
 
 @dataclass
@@ -204,8 +207,6 @@ def validate(cfg: DictConfig) -> None:
     _one_of("train.compile", t.compile, COMPILE_MODES)
     _require(t.compile != "cudagraphs" or t.device not in ("cpu", "mps"), "train.compile", t.compile,
              f"cudagraphs needs a CUDA device (train.device={t.device}): use inductor or off")
-    _require(t.inject_nan_at_step is None or t.inject_nan_at_step >= 1, "train.inject_nan_at_step",
-             t.inject_nan_at_step, "null or an integer >= 1 (a test-only hook)")
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _require(bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db")
     _require(bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name")
@@ -228,7 +229,9 @@ def run_config(cfg: DictConfig) -> dict:
 
 def config_hash(cfg: DictConfig) -> str:
     """Same configuration and seed, same hash (16 hex digits)."""
-    text = json.dumps(run_config(cfg), sort_keys=True)
+    config = run_config(cfg)
+    config["train"].update(RETIRED_TRAIN_KEYS)
+    text = json.dumps(config, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -268,7 +271,7 @@ def flat_params(cfg: DictConfig) -> dict[str, str]:
 def run_overrides(params: dict[str, str]) -> list[str]:
     """Hydra overrides that rebuild a run's configuration from its flat params."""
     wanted = {f"{group}." for group in RUN_GROUPS}
-    skip = {f"train.{key}" for key in OPERATIONAL_TRAIN_KEYS}
+    skip = {f"train.{key}" for key in (*OPERATIONAL_TRAIN_KEYS, *RETIRED_TRAIN_KEYS)}
     keys = [k for k in params if (k == "seed" or k[: k.find(".") + 1] in wanted) and k not in skip]
     return [f"{key}={_quote(params[key])}" for key in sorted(keys)]
 

@@ -110,8 +110,8 @@ def packed_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
     losses = []
     for i, t in enumerate(trainers):
         loss = smoothed_objective(X[i], C1[i], t.cfg.loss.tau, t.cfg.loss.regularizer).mean()
-        if t.progress.step == t.cfg.train.inject_nan_at_step:
-            loss = loss * math.nan  # the test-only hook of Trainer.step
+        if t.progress.step == t.nan_at_step:
+            loss = loss * math.nan  # the test-only fault of Trainer.step
         losses.append(loss)
     for t in trainers:
         t.optimizer.zero_grad(set_to_none=True)

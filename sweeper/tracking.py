@@ -87,17 +87,22 @@ def _probe_access(uri: str, timeout: float) -> None:
 
 
 def git_commit() -> str:
-    """The code version of a run: HEAD's hash, '-dirty' when tracked files differ from it."""
+    """The code version of a run: HEAD's hash, '-dirty' when tracked files differ from it.
+
+    Without a git checkout (docker/Dockerfile's image holds no .git), the GIT_COMMIT
+    environment variable, which the image sets from its build argument.
+    """
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=REPO_DIR, capture_output=True, text=True, timeout=10)
+    fallback = os.environ.get("GIT_COMMIT") or "unknown"
     try:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
-            return "unknown"
+            return fallback
         dirty = git("diff", "--quiet", "HEAD").returncode != 0
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return fallback
 
 
 class MlflowRecorder:

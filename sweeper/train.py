@@ -28,6 +28,7 @@ from models.transformer import ClusteringTransformer
 from sweeper import checkpoint
 from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_config, run_name, validate
+from sweeper.faults import nan_at_step
 from sweeper.metrics import (CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
                              DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
                              VAL_KMEANS, VAL_REL_LLOYD)
@@ -140,6 +141,7 @@ class Trainer:
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
         self.spec = task_spec(cfg)
         self.progress = Progress()
+        self.nan_at_step = nan_at_step(config_hash(cfg))  # None but in tests of divergence (sweeper.faults)
 
     def state(self, run_id: str) -> dict:
         """The checkpoint: everything needed to continue bit-for-bit (loads with weights_only=True)."""
@@ -173,8 +175,8 @@ class Trainer:
         X, C0 = sample_tasks(self.spec, self.cfg.train.batch, self.generator)
         X, C0 = X.to(self.device), C0.to(self.device)
         loss = smoothed_objective(X, self.forward(X, C0), self.cfg.loss.tau, self.cfg.loss.regularizer).mean()
-        if self.progress.step == self.cfg.train.inject_nan_at_step:
-            loss = loss * math.nan  # test-only hook: exercises divergence handling
+        if self.progress.step == self.nan_at_step:
+            loss = loss * math.nan  # test-only fault: exercises divergence handling
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()

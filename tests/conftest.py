@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import free_port, stop_group, wait_until_up
+
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test starts
 
-REPO = Path(__file__).resolve().parent.parent
 SERVER_START_TIMEOUT_S = 180  # a cold `mlflow server` on two busy cores takes a while
 
 TINY = ["task.n=64", "task.d=2", "task.k=3", "train.batch=4", "train.steps=40", "train.eval_every=10",
@@ -61,44 +58,6 @@ def sqlite_uri(tmp_path: Path, _empty_store: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
-def subprocess_env() -> dict[str, str]:
-    """Environment for `python -m sweeper...` subprocesses run outside the repository root."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def stop_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM a process started with start_new_session=True and its children; SIGKILL after `timeout` s."""
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _wait_until_up(uri: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"mlflow server at {uri} did not answer within {SERVER_START_TIMEOUT_S} s:\n"
-                       f"{log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) -> str:
     """URI of a real `mlflow server` on 127.0.0.1 for the whole session."""
@@ -114,7 +73,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
         # Its own process group: the server forks workers, all stopped together below.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
     try:
-        _wait_until_up(uri, proc, log)
+        wait_until_up(uri, proc, log, SERVER_START_TIMEOUT_S)
         yield uri
     finally:
         stop_group(proc, timeout=20)

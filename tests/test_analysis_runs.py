@@ -21,6 +21,8 @@ from mlflow.entities import Metric, Param, RunTag
 from analysis.runs import NoRuns, histories, load_runs
 from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME, SEED, SUBGRIDS, SWEEP, TRAIN_LOSS, VAL_REL_LLOYD
 
+pytestmark = pytest.mark.slow  # the 3,000-run store takes minutes to build; the last test needs a server
+
 N_RUNS, N_LOGGED, N_POINTS = 3000, 30, 10
 EMBEDDINGS, SUBGRID_TAGS = ("onehot", "binary", "none"), ("tau,lr", "dim", "clusters", "family")
 
@@ -115,7 +117,6 @@ def test_missing_experiment_names_what_exists(big_store) -> None:
         load_runs(uri, "nope")
 
 
-@pytest.mark.slow
 def test_histories_over_a_tracking_server(mlflow_server: str) -> None:
     """Over HTTP the histories come from the server's bulk endpoint; MlflowClient per run is the oracle."""
     client = MlflowClient(mlflow_server)

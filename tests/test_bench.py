@@ -45,6 +45,7 @@ def test_bench_step_prints_the_figures_as_json() -> None:
     assert out["config"]["n"] == 24 and out["device"] == "cpu"
 
 
+@pytest.mark.slow  # the profiler's memory timeline
 def test_bench_pack_prints_json(capsys: pytest.CaptureFixture) -> None:
     assert main(["pack", *TINY, "--packs", "3", "--repeats", "1", "--threads", "1"]) == 0
     out = json.loads(capsys.readouterr().out)

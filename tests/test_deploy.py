@@ -1,10 +1,12 @@
-"""docker/: the images, the tracking stack, the Ray cluster launcher config and the KubeRay job.
+"""docker/: the images, the tracking stack (compose and Kubernetes), the Ray cluster launcher
+config and the KubeRay job.
 
 No Docker engine or Kubernetes cluster runs here, so the files are checked
-statically against what they must agree with (the Makefile, the project's
-environment, Ray's own launcher schema, KubeRay's v1 API fields), their sweep
-commands are run as dry runs, and the compose file's MLflow server command is
-run for real on 127.0.0.1 (SQLite standing in for PostgreSQL).
+statically against what they must agree with (the Makefile, pyproject.toml's
+pins, the project's environment, Ray's own launcher schema, the field names of
+KubeRay's v1 API and of the Kubernetes objects used), their sweep commands and
+the README's are run as dry runs, and the compose file's MLflow server command
+and health check are run for real on 127.0.0.1 (SQLite standing in for PostgreSQL).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
+import urllib.parse
 import urllib.request
 from importlib.metadata import version
 from pathlib import Path
@@ -23,12 +27,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import free_port, stop_group
+from helpers import blocks, commands, free_port, stop_group
 from sweeper import sweep as sweep_cli
+from sweeper import tracking
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
+README = ROOT / "README.md"
 IMAGE = "leaner-clustering"  # the tags docker/Dockerfile's header builds: leaner-clustering:gpu / :cpu
+NAMESPACE = "leaner-clustering"  # where docker/k8s-mlflow.yaml and docker/kuberay-rayjob.yaml are applied
+# What README promises and the cluster files' resources must give: ten trials (packs) share a GPU.
+TRIALS_PER_GPU = 10
 
 
 def dockerfile_lines(name: str = "Dockerfile") -> list[str]:
@@ -89,30 +98,89 @@ def override(args: list[str], key: str) -> str | None:
     return values[-1] if values else None
 
 
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def ray_pin() -> str:
+    """The Ray version pyproject.toml pins, in its dependencies and in its `cluster` extra alike."""
+    project = pyproject()["project"]
+    (tune,) = [d for d in project["dependencies"] if d.startswith("ray")]
+    pin = tune.split("==")[-1]
+    assert tune == f"ray[tune]=={pin}" and project["optional-dependencies"]["cluster"] == [f"ray[default]=={pin}"]
+    return pin
+
+
 # --- images -----------------------------------------------------------------------------
 
 
-def test_dockerfile_installs_what_the_makefile_installs():
+def deps_install(lines: list[str]) -> str:
+    (run,) = [r for r in runs_of(lines) if "pip install" in r and "torch==" in r]
+    return run
+
+
+def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_source():
     lines = dockerfile_lines()
-    install = next(r for r in runs_of(lines) if "make install" in r)
-    # The image runs the Makefile's own target, so its pins are the Makefile's by construction...
+    deps = deps_install(lines)
+    # The Makefile's torch pin, then pyproject.toml's dependencies and `cluster` extra (Ray's
+    # dashboard and job API) as a requirements list; no dev extra (pytest...) in the image.
     recipe = makefile_recipe("$(STAMP)")
-    assert any(re.search(r"pip install -q torch==2\.13\.0$", l) for l in recipe), recipe
-    assert any(l.endswith("pip install -q -e '.[dev]'") for l in recipe), recipe
-    assert (ROOT / "Makefile").read_text().count("install: $(STAMP)") == 1
-    # ...and the one addition is the `cluster` extra, which pyproject.toml defines.
-    extra = re.findall(r"pip install -q -e '\.\[(\w+)\]'", install)
-    assert extra == ["cluster"], install
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r'^cluster = \["ray\[default\]', pyproject, re.M)
-    # The host's .venv must not enter the build context: `make install` would reuse it.
+    torch = next(re.search(r"pip install -q (torch==\S+)$", l).group(1) for l in recipe if "torch==" in l)
+    assert f"pip install -q {torch} " in deps, deps
+    code = re.search(r'python -c "(.*?)" > /tmp/requirements\.txt', deps).group(1)
+    listed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    project = pyproject()
+    assert listed.stdout.split("\n")[:-1] == (project["build-system"]["requires"] + project["project"]["dependencies"]
+                                             + project["project"]["optional-dependencies"]["cluster"])
+    assert "pip install -q -r /tmp/requirements.txt" in deps
+    text = "\n".join(lines)
+    assert "[dev]" not in text and "'dev'" not in text, "the image holds the runtime only"
+    # Layer order: pyproject.toml alone, the dependencies, then the source, installed without
+    # dependencies and offline, so a code edit downloads nothing.
+    copies = [i for i, l in enumerate(lines) if l.startswith("COPY ")]
+    assert [lines[i].split()[-2:] for i in copies] == [["pyproject.toml", "/app/"], [".", "/app"]], [lines[i] for i in copies]
+    assert copies[0] < lines.index(deps) < copies[1]
+    (project_install,) = [r for r in runs_of(lines[copies[1]:])]
+    assert project_install.endswith("pip install -q --no-deps --no-build-isolation -e .")
+    # The pip cache: a BuildKit cache mount in the user's home, owned by the user, out of the image.
+    user = [l.split()[1] for l in lines if l.startswith("USER ")][-1]
+    assert any(re.search(rf"useradd --create-home .* {user} ", r) for r in runs_of(lines))
+    home = f"/home/{user}"
+    assert deps.startswith(f"RUN --mount=type=cache,target={home}/.cache/pip,uid=${{UID}},gid=${{UID}} "), deps
+    assert (DOCKER / "Dockerfile").read_text().startswith("# syntax=docker/dockerfile:1\n"), "RUN --mount needs BuildKit's syntax"
+    # The host's .venv would overwrite the image's; .git stays out (the commit is a build argument).
     ignored = (DOCKER / "Dockerfile.dockerignore").read_text().split()
-    assert ".venv" in ignored and "docker/.env" in ignored
+    assert {".venv", ".git", "docker/.env"} <= set(ignored)
+
+
+def test_dockerfile_labels_the_commit_which_the_runs_record():
+    lines = dockerfile_lines()
+    commit = [lines.index(l) for l in ("ARG GIT_COMMIT=unknown", "LABEL org.opencontainers.image.revision=$GIT_COMMIT",
+                                        "ENV GIT_COMMIT=$GIT_COMMIT")]
+    assert commit == sorted(commit) and commit[0] > lines.index(deps_install(lines)), "a new commit keeps the dependencies"
+    header = re.sub(r"\\\n#\s+", " ", (DOCKER / "Dockerfile").read_text())  # its continued lines joined
+    readme = [" ".join(c) for b in blocks() for c in commands(b.text)]
+    builds = [l for l in header.splitlines() + readme if "docker build -f docker/Dockerfile " in l]
+    assert len(builds) == 4 and all("--build-arg GIT_COMMIT=$GIT_COMMIT" in l for l in builds), builds
+    assert "GIT_COMMIT=$(git rev-parse HEAD)$(git diff --quiet HEAD || echo -dirty)" in README.read_text()
+
+
+def test_git_commit_falls_back_to_the_images_build_argument(tmp_path, monkeypatch):
+    """The image holds no .git: git_commit() then reports the GIT_COMMIT the image was built with."""
+    monkeypatch.setattr(tracking, "REPO_DIR", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above tmp_path either
+    monkeypatch.setenv("GIT_COMMIT", "0123abcd")
+    assert tracking.git_commit() == "0123abcd"
+    monkeypatch.delenv("GIT_COMMIT")
+    assert tracking.git_commit() == "unknown"
+    monkeypatch.setattr(tracking, "REPO_DIR", ROOT)
+    monkeypatch.setenv("GIT_COMMIT", "0123abcd")
+    assert tracking.git_commit() != "0123abcd", "a checkout's own HEAD comes first"
 
 
 def test_dockerfile_runs_as_non_root_with_cuda_and_cpu_variants():
     lines = dockerfile_lines()
-    keywords = {"ARG", "FROM", "RUN", "USER", "WORKDIR", "COPY", "ENV", "ENTRYPOINT", "CMD"}
+    keywords = {"ARG", "FROM", "RUN", "USER", "WORKDIR", "COPY", "LABEL", "ENV", "ENTRYPOINT", "CMD"}
     assert {l.split()[0] for l in lines} <= keywords, "an instruction or a line continuation is broken"
     users = [l.split()[1] for l in lines if l.startswith("USER ")]
     assert users and users[-1] not in ("root", "0")
@@ -121,12 +189,28 @@ def test_dockerfile_runs_as_non_root_with_cuda_and_cpu_variants():
     base = next(l for l in lines if l.startswith("ARG BASE_IMAGE="))
     assert base.split("=", 1)[1].startswith("nvidia/cuda:")
     assert "FROM ${BASE_IMAGE}" in lines and "ARG TORCH_INDEX=\"\"" in lines
+    assert 'PIP_EXTRA_INDEX_URL="${TORCH_INDEX}"' in deps_install(lines)
     header = (DOCKER / "Dockerfile").read_text()
     assert f"-t {IMAGE}:gpu" in header and f"-t {IMAGE}:cpu" in header
     assert "--build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu" in header
     # The venv comes first on PATH, also for login shells (KubeRay's `bash -lc`, `ray exec`).
     assert any(l.startswith("ENV PATH=/app/.venv/bin:") for l in lines)
     assert any("/etc/profile.d/" in l and "/app/.venv/bin" in l for l in runs_of(lines))
+
+
+def test_ray_is_pinned_once_and_the_image_and_cluster_files_agree():
+    pin = ray_pin()
+    assert version("ray") == pin, "the project's environment installs pyproject.toml's Ray"
+    # The image installs pyproject.toml's list (test above) and names no Ray version of its own.
+    assert not re.search(r"ray\S*==", (DOCKER / "Dockerfile").read_text())
+    assert kuberay_documents()["RayJob"]["spec"]["rayClusterSpec"]["rayVersion"] == pin
+    # The laptop that runs `ray up` and `ray job submit` needs the cluster's Ray too.
+    laptop = f'pip install "ray[default]=={pin}"'
+    assert laptop in (DOCKER / "ray-cluster.yaml").read_text()
+    assert laptop in README.read_text()
+    mentioned = set(re.findall(r"ray\[\w+\]==([\d.]+)|rayVersion: \"([\d.]+)\"",
+                               "\n".join(p.read_text() for p in [README, *DOCKER.glob("*.yaml")])))
+    assert {v for pair in mentioned for v in pair if v} == {pin}
 
 
 def test_mlflow_server_image_pins_the_clients_mlflow():
@@ -167,6 +251,24 @@ def test_compose_binds_to_loopback_and_takes_credentials_from_the_env_file():
     assert ignored.returncode == 0, ".gitignore must list docker/.env"
 
 
+def test_compose_checks_the_mlflow_servers_health():
+    service = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["mlflow"]
+    check = service["healthcheck"]
+    # The image's own python (python:3.12-slim has no curl), on /health at the server's port in the container.
+    assert next(l for l in dockerfile_lines("Dockerfile.mlflow") if l.startswith("FROM ")).startswith("FROM python:")
+    assert check["test"][:3] == ["CMD", "python", "-c"]
+    assert f"'http://127.0.0.1:{service['command'][service['command'].index('--port') + 1]}/health'" in check["test"][3]
+    assert {"interval", "timeout", "retries", "start_period"} <= set(check)
+    assert "up -d --wait" in (DOCKER / "compose.yaml").read_text() and "up -d --wait" in README.read_text()
+
+
+def compose_health_check(port: int) -> int:
+    """The compose file's health check of the MLflow server, pointed at 127.0.0.1:port; its exit status."""
+    test = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["mlflow"]["healthcheck"]["test"]
+    command = [sys.executable] + [a.replace("127.0.0.1:5000", f"127.0.0.1:{port}") for a in test[2:]]
+    return subprocess.run(command, capture_output=True, timeout=30).returncode
+
+
 def wait_http(url: str, seconds: float, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -201,8 +303,10 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
     server = subprocess.Popen(command, cwd=server_dir, env={**os.environ, **environment},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
+    assert compose_health_check(free_port()) != 0, "the health check fails where no server answers"
     try:
         wait_http(f"{uri}/health", 300, server)
+        assert compose_health_check(port) == 0
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10)
         assert refused.value.code == 401
@@ -240,6 +344,167 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
         stop_group(server, timeout=30)
 
 
+# --- tracking stack on Kubernetes ------------------------------------------------------
+
+# Field names of the Kubernetes objects the manifests use (core/v1, apps/v1, networking.k8s.io/v1):
+# `kubectl apply` drops an unknown field silently (or warns), and the object runs without it.
+POD_SPEC = {"activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers", "dnsConfig",
+            "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "hostAliases", "hostIPC", "hostNetwork",
+            "hostPID", "hostUsers", "hostname", "imagePullSecrets", "initContainers", "nodeName", "nodeSelector",
+            "os", "overhead", "preemptionPolicy", "priority", "priorityClassName", "readinessGates",
+            "resourceClaims", "resources", "restartPolicy", "runtimeClassName", "schedulerName", "schedulingGates",
+            "securityContext", "serviceAccount", "serviceAccountName", "setHostnameAsFQDN",
+            "shareProcessNamespace", "subdomain", "terminationGracePeriodSeconds", "tolerations",
+            "topologySpreadConstraints", "volumes"}
+POD_SECURITY = {"appArmorProfile", "fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsNonRoot", "runAsUser",
+                "seLinuxChangePolicy", "seLinuxOptions", "seccompProfile", "supplementalGroups",
+                "supplementalGroupsPolicy", "sysctls", "windowsOptions"}
+CONTAINER = {"args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle", "livenessProbe", "name",
+             "ports", "readinessProbe", "resizePolicy", "resources", "restartPolicy", "securityContext",
+             "startupProbe", "stdin", "stdinOnce", "terminationMessagePath", "terminationMessagePolicy", "tty",
+             "volumeDevices", "volumeMounts", "workingDir"}
+PROBE = {"exec", "failureThreshold", "grpc", "httpGet", "initialDelaySeconds", "periodSeconds", "successThreshold",
+         "tcpSocket", "terminationGracePeriodSeconds", "timeoutSeconds"}
+CONTAINER_PORT = {"containerPort", "hostIP", "hostPort", "name", "protocol"}
+ENV_VAR = {"name", "value", "valueFrom"}
+VOLUME_MOUNT = {"mountPath", "mountPropagation", "name", "readOnly", "recursiveReadOnly", "subPath", "subPathExpr"}
+SPECS = {
+    ("v1", "Service"): {"allocateLoadBalancerNodePorts", "clusterIP", "clusterIPs", "externalIPs", "externalName",
+                        "externalTrafficPolicy", "healthCheckNodePort", "internalTrafficPolicy", "ipFamilies",
+                        "ipFamilyPolicy", "loadBalancerClass", "loadBalancerIP", "loadBalancerSourceRanges", "ports",
+                        "publishNotReadyAddresses", "selector", "sessionAffinity", "sessionAffinityConfig",
+                        "trafficDistribution", "type"},
+    ("v1", "PersistentVolumeClaim"): {"accessModes", "dataSource", "dataSourceRef", "resources", "selector",
+                                      "storageClassName", "volumeAttributesClassName", "volumeMode", "volumeName"},
+    ("apps/v1", "Deployment"): {"minReadySeconds", "paused", "progressDeadlineSeconds", "replicas",
+                                "revisionHistoryLimit", "selector", "strategy", "template"},
+    ("apps/v1", "StatefulSet"): {"minReadySeconds", "ordinals", "persistentVolumeClaimRetentionPolicy",
+                                 "podManagementPolicy", "replicas", "revisionHistoryLimit", "selector", "serviceName",
+                                 "template", "updateStrategy", "volumeClaimTemplates"},
+    ("networking.k8s.io/v1", "NetworkPolicy"): {"egress", "ingress", "podSelector", "policyTypes"},
+}
+
+
+def check_pod_spec(pod: dict, where: str, claim_templates: tuple[str, ...] = ()) -> None:
+    """Field names of a pod template's spec, its containers, probes, ports, env and mounts; non-root.
+
+    claim_templates: the volumes a StatefulSet adds from its volumeClaimTemplates.
+    """
+    assert set(pod) <= POD_SPEC, (where, set(pod) - POD_SPEC)
+    assert set(pod["securityContext"]) <= POD_SECURITY and pod["securityContext"]["runAsNonRoot"], where
+    volumes = {v["name"] for v in pod.get("volumes", [])} | set(claim_templates)
+    for container in pod["containers"]:
+        assert set(container) <= CONTAINER, (where, set(container) - CONTAINER)
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert set(container.get(probe, {})) <= PROBE, (where, probe)
+        assert all(set(p) <= CONTAINER_PORT for p in container.get("ports", [])), where
+        assert all(set(e) <= ENV_VAR for e in container.get("env", [])), where
+        for mount in container.get("volumeMounts", []):
+            assert set(mount) <= VOLUME_MOUNT and mount["name"] in volumes, (where, mount)
+
+
+def k8s_mlflow_documents() -> dict[tuple[str, str], dict]:
+    docs = list(yaml.safe_load_all((DOCKER / "k8s-mlflow.yaml").read_text()))
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def container_env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_k8s_mlflow_manifests_use_kubernetes_fields_and_select_their_pods():
+    docs = k8s_mlflow_documents()
+    assert set(docs) == {("Service", "mlflow-postgres"), ("StatefulSet", "mlflow-postgres"),
+                         ("NetworkPolicy", "mlflow-postgres"), ("PersistentVolumeClaim", "mlflow-data"),
+                         ("Deployment", "mlflow"), ("Service", "mlflow")}
+    for (kind, name), doc in docs.items():
+        assert set(doc) == {"apiVersion", "kind", "metadata", "spec"} and "namespace" not in doc["metadata"], name
+        allowed = SPECS[doc["apiVersion"], kind]
+        assert set(doc["spec"]) <= allowed, (kind, name, set(doc["spec"]) - allowed)
+    workloads = {name: doc for (kind, name), doc in docs.items() if kind in ("Deployment", "StatefulSet")}
+    for name, doc in workloads.items():
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        assert doc["spec"]["selector"]["matchLabels"].items() <= labels.items(), name
+        templates = tuple(t["metadata"]["name"] for t in doc["spec"].get("volumeClaimTemplates", []))
+        check_pod_spec(doc["spec"]["template"]["spec"], name, templates)
+        # Each Service selects its workload's pods, on a port the container declares.
+        service = docs["Service", name]["spec"]
+        assert service["selector"].items() <= labels.items(), name
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        declared = {p["name"] for p in container["ports"]} | {p["containerPort"] for p in container["ports"]}
+        assert all(p["targetPort"] in declared for p in service["ports"]), name
+    assert workloads["mlflow-postgres"]["spec"]["serviceName"] == "mlflow-postgres"
+    # PostgreSQL admits the MLflow pods only.
+    policy = docs["NetworkPolicy", "mlflow-postgres"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == workloads["mlflow-postgres"]["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [
+        workloads["mlflow"]["spec"]["selector"]["matchLabels"]]
+    mlflow_pod = workloads["mlflow"]["spec"]["template"]["spec"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in mlflow_pod["volumes"]]
+    assert claims == ["mlflow-data"]
+
+
+def test_k8s_mlflow_runs_the_compose_server_on_postgresql_with_health_probes():
+    docs = k8s_mlflow_documents()
+    (mlflow,) = docs["Deployment", "mlflow"]["spec"]["template"]["spec"]["containers"]
+    (postgres,) = docs["StatefulSet", "mlflow-postgres"]["spec"]["template"]["spec"]["containers"]
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    # The same images, command and settings as the compose stack (whose command the slow test above runs).
+    assert image_tag(mlflow["image"]) == compose["mlflow"]["image"]
+    assert postgres["image"] == compose["postgres"]["image"]
+    assert mlflow["command"] == compose["mlflow"]["command"]
+    env = container_env(mlflow)
+    assert set(compose["mlflow"]["environment"]) <= set(env)
+    # Secrets come from the Secret; a $(VAR) reference needs VAR earlier in the list (Kubernetes' rule).
+    names = [e["name"] for e in mlflow["env"]]
+    for i, entry in enumerate(mlflow["env"]):
+        assert all(ref in names[:i] for ref in re.findall(r"\$\((\w+)\)", entry.get("value", ""))), entry
+        if re.search("PASSWORD|SECRET", entry["name"]):
+            assert entry["valueFrom"]["secretKeyRef"]["name"] == "mlflow-server", entry
+    # The backend store is the PostgreSQL Service, database and user.
+    store = urllib.parse.urlsplit(env["MLFLOW_BACKEND_STORE_URI"]["value"])
+    pg = {e["name"]: e.get("value") for e in postgres["env"]}
+    port = docs["Service", "mlflow-postgres"]["spec"]["ports"][0]["port"]
+    assert (store.scheme, store.hostname, store.port) == ("postgresql", "mlflow-postgres", port)
+    assert (store.username, store.path) == (pg["POSTGRES_USER"], "/" + pg["POSTGRES_DB"])
+    assert store.password == "$(POSTGRES_PASSWORD)"
+    assert container_env(postgres)["POSTGRES_PASSWORD"]["valueFrom"] == env["POSTGRES_PASSWORD"]["valueFrom"]
+    # Artifacts and basic_auth.db (written to the working directory) on the volume.
+    (mount,) = mlflow["volumeMounts"]
+    assert env["MLFLOW_ARTIFACTS_DESTINATION"]["value"].startswith(mount["mountPath"] + "/")
+    assert mlflow["workingDir"] == mount["mountPath"]
+    # Probes: MLflow's /health (no login needed) on its port; pg_isready for PostgreSQL.
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert mlflow[probe]["httpGet"] == {"path": "/health", "port": mlflow["ports"][0]["name"]}, probe
+    assert mlflow["command"][mlflow["command"].index("--port") + 1] == str(mlflow["ports"][0]["containerPort"])
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert postgres[probe]["exec"]["command"][0] == "pg_isready", probe
+
+
+def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    uri = urllib.parse.urlsplit(override(shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"]),
+                                         "tracking.uri"))
+    docs = k8s_mlflow_documents()
+    service = docs["Service", "mlflow"]
+    assert uri.scheme == "http" and uri.hostname == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    assert uri.port == service["spec"]["ports"][0]["port"]
+    # Both files go to that namespace, in that order (the RayJob's header refers to the MLflow one).
+    readme = README.read_text()
+    applies = [readme.index(f"kubectl -n {NAMESPACE} apply -f docker/{f}") for f in ("k8s-mlflow.yaml", "kuberay-rayjob.yaml")]
+    assert applies == sorted(applies)
+    assert f"kubectl -n {NAMESPACE} apply -f docker/k8s-mlflow.yaml" in (DOCKER / "k8s-mlflow.yaml").read_text()
+    # MLflow's DNS-rebinding guard answers the driver (Host: the Service's name) and port-forwards only.
+    (mlflow,) = docs["Deployment", "mlflow"]["spec"]["template"]["spec"]["containers"]
+    allowed = [h.strip() for h in container_env(mlflow)["MLFLOW_SERVER_ALLOWED_HOSTS"]["value"].split(",")]
+    assert is_allowed_host_header(allowed, uri.netloc)
+    assert is_allowed_host_header(allowed, "127.0.0.1:5000") and is_allowed_host_header(allowed, "localhost:5000")
+    assert not is_allowed_host_header(allowed, "attacker.example:5000")
+
+
 # --- Ray cluster launcher ---------------------------------------------------------------
 
 
@@ -264,20 +529,27 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert all("env-file" not in o for o in config["docker"]["run_options"]), "only the driver needs MLflow secrets"
 
 
-def launcher_sweep_commands() -> list[list[str]]:
-    """The sweep commands the file's header tells to run with `ray exec`."""
-    found = []
-    for line in (DOCKER / "ray-cluster.yaml").read_text().splitlines():
-        match = re.match(r"#\s+ray exec docker/ray-cluster\.yaml (?:--tmux )?\"(.*)\"$", line)
-        if match:
-            found.append(match.group(1))
-    return [shlex.split(cmd.split("&&", 1)[1]) for cmd in found if "sweeper.sweep" in cmd]
+def launcher_submit() -> list[str]:
+    """The `ray job submit` command of the file's header."""
+    (line,) = [l for l in (DOCKER / "ray-cluster.yaml").read_text().splitlines() if l.startswith("#   ray job submit ")]
+    return shlex.split(line.removeprefix("#"))
 
 
-def test_ray_cluster_sweep_command_is_valid(capsys):
-    commands = launcher_sweep_commands()
-    assert len(commands) == 1
-    args = commands[0]
+def entrypoint(submit: list[str]) -> list[str]:
+    return submit[submit.index("--") + 1:]
+
+
+def test_ray_cluster_sweep_is_submitted_as_a_ray_job(capsys):
+    submit = launcher_submit()
+    readme = [c for b in blocks() for c in commands(b.text) if c[:3] == ["ray", "job", "submit"]]
+    assert readme == [submit], "README shows the launcher's command, word for word"
+    # To the job API that `ray dashboard` forwards from the head's loopback, with Ray's token. No
+    # --working-dir: the driver and the trials run the image's code, which its GIT_COMMIT names.
+    assert submit[:submit.index("--")] == ["ray", "job", "submit", "--address", "http://127.0.0.1:8265"]
+    header = (DOCKER / "ray-cluster.yaml").read_text()
+    assert "#   ray up docker/ray-cluster.yaml\n" in header and "#   ray dashboard docker/ray-cluster.yaml " in header
+    assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in header
+    args = entrypoint(submit)
     out = dry_run(args, capsys)
     assert out.strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
     assert override(args, "cluster.address") == "auto"
@@ -285,8 +557,6 @@ def test_ray_cluster_sweep_command_is_valid(capsys):
     # The driver runs on the head, in the container that shares the host's network: the tracking
     # stack of docker/compose.yaml publishes its port on the head's loopback.
     assert override(args, "tracking.uri") == "http://127.0.0.1:5000"
-    workdir = next(l for l in dockerfile_lines() if l.startswith("WORKDIR ")).split()[1]
-    assert f"cd {workdir} &&" in (DOCKER / "ray-cluster.yaml").read_text()
 
 
 # --- KubeRay ----------------------------------------------------------------------------
@@ -321,7 +591,7 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
     assert set(cluster) <= RAYCLUSTER_SPEC, set(cluster) - RAYCLUSTER_SPEC
     assert set(cluster["headGroupSpec"]) <= HEAD_GROUP
     assert all(set(g) <= WORKER_GROUP for g in cluster["workerGroupSpecs"])
-    assert cluster["rayVersion"] == version("ray"), "rayVersion should be the Ray the images install"
+    assert cluster["rayVersion"] == ray_pin(), "rayVersion should be the Ray the image installs"
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
 
     storage = override(shlex.split(spec["entrypoint"]), "cluster.storage")
@@ -329,6 +599,7 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
     pods = [("head", cluster["headGroupSpec"]["template"]["spec"])]
     pods += [(g["groupName"], g["template"]["spec"]) for g in cluster["workerGroupSpecs"]]
     for name, pod in pods:
+        check_pod_spec(pod, name)
         assert pod["securityContext"]["runAsNonRoot"] and str(pod["securityContext"]["runAsUser"]) == uid, name
         volumes = {v["name"]: v for v in pod["volumes"]}
         (container,) = pod["containers"]
@@ -339,14 +610,46 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
         assert claim_name == claim["metadata"]["name"], name
         secrets = [e["secretRef"]["name"] for e in container.get("envFrom", [])]
         assert secrets == (["mlflow-credentials"] if name == "head" else []), name
+
+
+# --- resources: the same in README and both cluster files ---------------------------------
+
+RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial")
+
+
+def cluster_sweeps() -> dict[str, list[str]]:
+    """Every sweep command that joins a cluster: README's, the launcher's and the RayJob's."""
+    readme = [c for b in blocks() for c in commands(b.text)
+              if c[:3] == ["python", "-m", "sweeper.sweep"] and override(c, "cluster.address")]
+    sweeps = {f"README command {i + 1}": c for i, c in enumerate(readme)}
+    sweeps["docker/ray-cluster.yaml"] = entrypoint(launcher_submit())
+    sweeps["docker/kuberay-rayjob.yaml"] = shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"])
+    return sweeps
+
+
+def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
+    sweeps = cluster_sweeps()
+    assert len(sweeps) == 4, list(sweeps)  # README: `ray job submit` and Ray started by hand
+    stated = {name: tuple(override(args, key) for key in RESOURCES) for name, args in sweeps.items()}
+    assert len(set(stated.values())) == 1, f"stated differently: {stated}"
+    pack, cpus, gpus = stated.popitem()[1]
+    cpus_per_trial, gpus_per_trial = float(cpus), float(gpus)
+    assert pack == "seeds", "a trial trains the ten seeds of a configuration together"
+    assert TRIALS_PER_GPU * gpus_per_trial == pytest.approx(1)
+    for name, args in sweeps.items():
+        assert override(args, "sweep") == "paper" and override(args, "cluster.address") == "auto", name
+        out = dry_run(args, capsys).strip().splitlines()
+        assert out[-2:] == ["cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one "
+                            "configuration together", "300 configurations x 10 seeds = 3000 trials"], name
+    # KubeRay's workers: Ray counts their CPUs and GPUs from the limits (unless rayStartParams says
+    # otherwise), and the CPUs must not run out before ten trials per GPU.
+    cluster = kuberay_documents()["RayJob"]["spec"]["rayClusterSpec"]
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0", "the head runs the driver, no trials"
     for group in cluster["workerGroupSpecs"]:
-        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
-        assert int(limits["nvidia.com/gpu"]) >= 1
-
-
-def test_rayjob_entrypoint_is_a_valid_paper_sweep(capsys):
-    args = shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"])
-    out = dry_run(args, capsys)
-    assert out.strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
-    assert override(args, "sweep") == "paper" and override(args, "cluster.address") == "auto"
-    assert override(args, "tracking.uri").startswith("http"), "the driver on the head writes to a server"
+        pod = group["template"]["spec"]["containers"][0]["resources"]
+        assert pod["requests"] == pod["limits"], "the scheduler reserves what Ray counts"
+        node_gpus = int(group["rayStartParams"].get("num-gpus", pod["limits"]["nvidia.com/gpu"]))
+        node_cpus = int(group["rayStartParams"].get("num-cpus", pod["limits"]["cpu"]))
+        assert node_gpus >= 1
+        by_gpu, by_cpu = round(node_gpus / gpus_per_trial), int(node_cpus // cpus_per_trial)
+        assert by_gpu == TRIALS_PER_GPU * node_gpus and by_cpu >= by_gpu, (group["groupName"], by_gpu, by_cpu)

@@ -1,5 +1,6 @@
 """README.md: its commands exist with the flags they show, its runnable blocks run, and its
-configuration reference is the one sweeper/config_reference.py generates.
+configuration reference is the one sweeper/config_reference.py generates. docs/architecture.md:
+the files, modules and make targets it names exist.
 
 A ```bash block right after a line `<!-- runnable -->` is run by test_runnable_blocks, all of
 them in README order in one shell in an empty directory, as a newcomer would type them.
@@ -9,61 +10,24 @@ them in README order in one shell in an empty directory, as a newcomer would typ
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from helpers import README, blocks, commands
 from sweeper import config_reference
 from sweeper import sweep as sweep_cli
 from sweeper.config import compose
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-
-
-@dataclass
-class Block:
-    line: int           # 1-based line of the opening fence
-    text: str
-    runnable: bool
-    smoke: list[str]
-
-
-def blocks(lang: str = "bash") -> list[Block]:
-    lines = README.read_text().splitlines()
-    out, i = [], 0
-    while i < len(lines):
-        if lines[i].strip() == f"```{lang}":
-            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
-            marker = lines[i - 1].strip() if i else ""
-            runnable = re.fullmatch(r"<!-- runnable( smoke=\"[^\"]*\")? -->", marker) is not None
-            smoke = re.search(r'smoke="([^"]*)"', marker)
-            out.append(Block(i + 1, "\n".join(lines[i + 1:end]), runnable, smoke.group(1).split() if smoke else []))
-            i = end
-        i += 1
-    return out
-
-
-def commands(text: str) -> list[list[str]]:
-    """Shell commands of a block: continuation lines joined, comments and heredoc bodies dropped."""
-    text = re.sub(r"<<'EOF'\n.*?\nEOF", "", text, flags=re.S).replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        line = line.split(" #", 1)[0].strip()
-        if line and not line.startswith("#"):
-            words = shlex.split(line)
-            cuts = [-1] + [i for i, w in enumerate(words) if w == "&&"] + [len(words)]
-            out += [words[a + 1:b] for a, b in zip(cuts, cuts[1:])]
-            # a command quoted inside another (`ray exec CLUSTER "cd /app && python -m ..."`)
-            out += [c for w in words if " " in w and "python -m" in w for c in commands(w)]
-    return out
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def python_module_commands(module: str) -> list[list[str]]:
@@ -131,8 +95,6 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
     rerun_help = subprocess.run([sys.executable, "-m", "sweeper.rerun", "--help"], capture_output=True, text=True,
                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert rerun_help.returncode == 0 and "--tracking-uri" in rerun_help.stdout
-    import importlib
-
     importlib.import_module("analysis.claims")
 
 
@@ -141,6 +103,23 @@ def test_readme_names_files_that_exist():
     for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml)", text))):
         if path != "docker/.env":  # the user makes it from docker/.env.example
             assert (ROOT / path).exists(), path
+
+
+def test_architecture_names_files_modules_and_targets_that_exist():
+    text = ARCHITECTURE.read_text()
+    found = re.findall(r"(?<![\w/.-])((?:tasks|models|sweeper|analysis|conf|docker|tests|docs)/[\w./-]*)", text)
+    paths = {path.rstrip(".") for path in found}  # a sentence may end right after a path
+    assert len(paths) > 20
+    for path in sorted(paths):
+        assert (ROOT / path).exists(), f"docs/architecture.md names {path}: no such file or folder"
+    modules = set(re.findall(r"python -m ([\w.]+)", text))
+    assert len(modules) >= 6
+    for module in sorted(modules):
+        importlib.import_module(module)
+    targets = set(re.findall(r"`make ([\w-]+)`", text))
+    assert targets >= {"test", "test-fast"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert all(re.search(rf"^{re.escape(t)}:", makefile, flags=re.M) for t in targets), targets
 
 
 def runnable_script() -> str:

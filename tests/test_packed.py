@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from sweeper.checkpoint import last_path, load
-from sweeper.config import compose
+from sweeper.config import compose, config_hash
+from sweeper.faults import NAN_AT_STEP
 from sweeper.metrics import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from sweeper.packed import check_packable, packed_forward, train_pack
 from sweeper.tracking import MemoryRecorder
@@ -22,17 +23,18 @@ from models.transformer import ClusteringTransformer
 TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=3",
         "train.log_every=2", "train.val_batches=2", "model.dropout=0.0", "optim.lr_patience=0", "train.device=cpu"]
 # Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
-# the last one diverges (the test-only NaN hook) at step 5 and must leave the others untouched.
+# the last one diverges (the test-only NaN fault, sweeper.faults) at step 5 and must leave the others untouched.
 MEMBERS = [
     ["seed=153476998"],
     ["seed=235510766"],
     ["seed=153476998", "loss.tau=0.1", "loss.regularizer=ne", "optim.lr=0.05", "task.family=laplace"],
-    ["seed=205084180", "train.inject_nan_at_step=5"],
+    ["seed=205084180"],
 ]
 
 
-def test_packed_models_equal_solo_models(tmp_path: Path) -> None:
+def test_packed_models_equal_solo_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfgs = [compose(TINY + extra) for extra in MEMBERS]
+    monkeypatch.setenv(NAN_AT_STEP, f"5@{config_hash(cfgs[3])}")
     solo = [MemoryRecorder() for _ in cfgs]
     solo_results = [train(cfg, rec, tmp_path / f"solo{i}") for i, (cfg, rec) in enumerate(zip(cfgs, solo))]
     packed = [MemoryRecorder() for _ in cfgs]
@@ -107,6 +109,7 @@ def test_an_interrupted_pack_resumes_to_the_same_weights(tmp_path: Path) -> None
             assert torch.equal(tensor, expected[name]), name
 
 
+@pytest.mark.slow  # torch.compile
 def test_compiled_training_equals_eager(tmp_path: Path) -> None:
     """train.compile (aot_eager: torch.compile's graph capture and autograd tracing, no code generation) changes
     no number, solo or packed: to 1e-6 (measured: equal)."""

@@ -19,6 +19,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from sweeper import grid
 from sweeper.config import compose
+from sweeper.faults import NAN_AT_STEP
 from sweeper.metrics import (CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, PACK, SEED, SUBGRIDS,
                              RERUN_OF, STOPPED, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT, VAL_REL_LLOYD)
 from sweeper.rerun import main as rerun_main
@@ -30,12 +31,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
+    """Ray's workers inherit the environment of ray.init: with it, the `bad` sub-grid's trials diverge at step 7."""
     import ray
 
     ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
+    bad = [t.key for sweep in (MIXED, PACKED) for t in sweep_trials(sweep) if t.configuration.subgrids == ("bad",)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(NAN_AT_STEP, f"7@{','.join(bad)}")
+        ray.init(num_cpus=2, include_dashboard=False)
+        yield
+        ray.shutdown()
 
 
 def children(uri: str, sweep: str) -> list:
@@ -110,10 +115,11 @@ def max_overlap(client: MlflowClient, runs: list) -> int:
     return max(sum(a <= t <= b for a, b in spans) for t, _ in spans)
 
 
-# 3 smoke configurations and 1 that diverges at step 7 (a test-only hook), x 3 seeds = 12 trials;
-# a quarter CPU each, so 8 run at once on 2 CPUs.
-MIXED = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60", "+sweep.axes.poison=train.inject_nan_at_step",
-         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: bad, poison: [7]}]"]
+# 3 smoke configurations and 1 of its own (lr 0.02, so its own config hashes) that diverges at step 7 (the
+# test-only NaN fault, set by ray_session), x 3 seeds = 12 trials; a quarter CPU each, so 8 run at once on 2 CPUs.
+MIXED = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60",
+         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: bad, lr: [0.02]}]"]
+PACKED = [*MIXED, "model.dropout=0.0", "cluster.pack=seeds"]  # dropout 0: packed equals solo (sweeper.packed)
 CONCURRENT = ["cluster.cpus_per_trial=0.25", "cluster.max_failures=3"]
 
 
@@ -165,12 +171,11 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
 def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack diverges)."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    packed = [*MIXED, "model.dropout=0.0", "cluster.pack=seeds"]  # dropout 0: packed equals solo (sweeper.packed)
-    assert main([*packed, "cluster.cpus_per_trial=0.5", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]) == 0
+    assert main([*PACKED, "cluster.cpus_per_trial=0.5", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]) == 0
     assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in capfd.readouterr().out
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_trials(packed)
+    trials = sweep_trials(PACKED)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run per model
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     packs: dict[str, set[str]] = {}

@@ -7,7 +7,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from conftest import free_port
+from helpers import free_port
 from sweeper.config import compose, config_hash, flat_params
 from sweeper.metrics import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, FINISHED,
                              GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)

@@ -12,11 +12,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from conftest import subprocess_env
+from helpers import subprocess_env
 from models.transformer import ClusteringTransformer
 from sweeper import checkpoint
 from sweeper.checkpoint import CheckpointError
-from sweeper.config import compose, run_config
+from sweeper.config import compose, config_hash, run_config
+from sweeper.faults import NAN_AT_STEP, nan_at_step
 from sweeper.metrics import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
                              VAL_REL_LLOYD)
 from sweeper.tracking import MemoryRecorder
@@ -80,14 +81,31 @@ def test_validation_metrics_match_an_independent_computation(tiny, tmp_path):
     assert recorder.metrics[LR][0] == (0, cfg.optim.lr)
 
 
-def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path):
-    recorder, result = run(tiny + ["train.inject_nan_at_step=13"], tmp_path)
+def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv(NAN_AT_STEP, "13")
+    recorder, result = run(tiny, tmp_path)
     assert (result.outcome, result.diverged_at) == (DIVERGED, 13)
     assert recorder.status == "FAILED"
     assert recorder.tags[OUTCOME] == DIVERGED and recorder.tags[DIVERGED_AT] == "13"
     assert max(s for s, _ in recorder.metrics[TRAIN_LOSS]) == 10  # nothing logged from step 13 on
     state = checkpoint.load(checkpoint.last_path(tmp_path))
     assert state["step"] == 10 and all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_nan_fault_is_a_test_only_variable_not_configuration(tiny, monkeypatch):
+    cfg = compose(tiny)
+    key, other = config_hash(cfg), config_hash(compose(tiny + ["seed=1"]))
+    assert "inject_nan_at_step" not in cfg.train
+    monkeypatch.delenv(NAN_AT_STEP, raising=False)
+    assert nan_at_step(key) is None
+    monkeypatch.setenv(NAN_AT_STEP, "7")
+    assert nan_at_step(key) == nan_at_step(other) == 7
+    monkeypatch.setenv(NAN_AT_STEP, f"5@{other},{key}")
+    assert nan_at_step(key) == 5 and nan_at_step(config_hash(compose(tiny + ["seed=2"]))) is None
+    assert config_hash(compose(tiny)) == key  # the variable is not part of what a run computes
+    monkeypatch.setenv(NAN_AT_STEP, "0")
+    with pytest.raises(ValueError, match=NAN_AT_STEP):
+        nan_at_step(key)
 
 
 def test_corrupt_checkpoint_is_an_error_unless_told_to_start_over(tiny, tmp_path):
@@ -149,9 +167,9 @@ def test_killed_run_resumes_in_the_same_mlflow_run_with_identical_numbers(tiny, 
 
 
 @pytest.mark.slow
-def test_cli_divergence_exits_3_and_marks_the_run_failed(tiny, tmp_path, sqlite_uri, capsys):
-    code = main(tiny + ["train.inject_nan_at_step=7", f"tracking.uri={sqlite_uri}",
-                        f"train.workdir={tmp_path / 'runs'}"])
+def test_cli_divergence_exits_3_and_marks_the_run_failed(tiny, tmp_path, sqlite_uri, capsys, monkeypatch):
+    monkeypatch.setenv(NAN_AT_STEP, "7")
+    code = main(tiny + [f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path / 'runs'}"])
     assert code == EXIT_DIVERGED == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("diverged: non-finite loss or parameters at step 7")
