@@ -73,12 +73,7 @@ def draw_curves(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name
             ax.plot(curve["x"], curve["median"], label=f"{series} ({note})" if note else series, lw=1.4, **style)
             ax.fill_between(curve["x"], curve["q25"], curve["q75"], alpha=0.2, color=style.get("color", LLOYD_COLOR),
                             linewidth=0)
-        ax.set_title(panel, fontsize=8)
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.tick_params(labelsize=7)
-        if logy:
-            ax.set_yscale("log")
+        label_axes(ax, panel, xlabel, ylabel, logy)
     return save(legend(fig, axes[: len(panels)]), out_dir, name)
 
 
@@ -111,13 +106,17 @@ def draw_points(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name
             ax.axhline(level, color=LLOYD_COLOR, lw=1.2, label=LLOYD)
         names = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
         ax.set_xticks(range(len(values)), names, rotation=30 if any(isinstance(v, str) for v in values) else 0)
-        ax.set_title(panel, fontsize=8)
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.tick_params(labelsize=7)
-        if logy:
-            ax.set_yscale("log")
+        label_axes(ax, panel, xlabel, ylabel, logy)
     return save(legend(fig, axes[: len(panels)]), out_dir, name)
+
+
+def label_axes(ax: plt.Axes, title: str, xlabel: str, ylabel: str, logy: bool) -> None:
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    if logy:
+        ax.set_yscale("log")
 
 
 def legend(fig: plt.Figure, axes) -> plt.Figure:
