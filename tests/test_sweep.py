@@ -7,7 +7,6 @@ plumbing — one writer, exactly-once, equality with a local run.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,13 +16,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from sweeper import grid
-from sweeper.config import compose
 from sweeper.faults import NAN_AT_STEP
 from sweeper.metrics import (CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, PACK, SEED, SUBGRIDS,
-                             RERUN_OF, STOPPED, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT, VAL_REL_LLOYD)
+                             RERUN_OF, STOPPED, TUNE_CHECKPOINT, VAL_REL_LLOYD)
 from sweeper.rerun import main as rerun_main
-from sweeper.sweep import load, main
+from sweeper.sweep import main
+
+from helpers import check_histories, children, histories, sweep_trials
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -41,69 +40,6 @@ def ray_session():
         ray.init(num_cpus=2, include_dashboard=False)
         yield
         ray.shutdown()
-
-
-def children(uri: str, sweep: str) -> list:
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name("leaner-clustering")
-    runs = client.search_runs([experiment.experiment_id], f"tags.{SWEEP} = '{sweep}'", max_results=5000)
-    return [r for r in runs if CONFIG_HASH in r.data.tags]
-
-
-def histories(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in METRICS}
-
-
-def expected_counts(cfg) -> dict[str, int]:
-    """Points a run of cfg logs: train_loss every log_every steps; the rest at step 0, every eval_every, the end."""
-    t = cfg.train
-    evals = len({0, t.steps} | set(range(t.eval_every, t.steps + 1, t.eval_every)))
-    return {key: (t.steps // t.log_every if key == TRAIN_LOSS else evals) for key in METRICS}
-
-
-LOCAL = """
-import json, sys, tempfile, torch
-from sweeper.config import compose
-from sweeper.tracking import MemoryRecorder
-from sweeper.train import train
-torch.set_num_threads(1)
-out = []
-for overrides in json.load(sys.stdin):
-    recorder = MemoryRecorder()
-    train(compose(overrides), recorder, tempfile.mkdtemp())
-    out.append({key: sorted(points) for key, points in recorder.metrics.items()})
-print(json.dumps(out))
-"""
-
-
-def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, float]]]]:
-    """Each configuration trained locally in a fresh process with one thread, as a trial with
-    cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count)."""
-    done = subprocess.run([sys.executable, "-c", LOCAL], cwd=REPO, input=json.dumps(runs), capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [{key: [tuple(p) for p in points] for key, points in h.items()} for h in json.loads(done.stdout)]
-
-
-def check_histories(client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str],
-                    packed: bool = False) -> None:
-    """Every metric point once (counted from the config) and equal to a local run of the same config and seed:
-    exactly, or to 1e-5 for models trained in a pack (batched matmuls sum in another order)."""
-    runs = [[*base, *t.configuration.override_strings(), f"seed={t.seed}"] for t in trials]
-    for t, overrides, want in zip(trials, runs, local_histories(runs)):
-        got = histories(client, by_key[t.key].info.run_id)
-        assert {k: len(v) for k, v in got.items()} == expected_counts(compose(overrides)), t.name  # none lost
-        if not packed:
-            assert got == want, t.name  # none duplicated, the same numbers
-            continue
-        for key in METRICS:
-            assert [s for s, _ in got[key]] == [s for s, _ in want[key]], (t.name, key)
-            assert [v for _, v in got[key]] == pytest.approx([v for _, v in want[key]], rel=1e-5, abs=1e-6), key
-
-
-def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
-    cfg, plan = load(overrides)
-    return grid.trials(cfg, plan)
 
 
 def max_overlap(client: MlflowClient, runs: list) -> int:

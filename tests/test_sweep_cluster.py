@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME
 from sweeper.sweep import main
-from test_sweep import check_histories, children, sweep_trials
+from helpers import check_histories, children, sweep_trials
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
-from test_sweep import check_histories, children, sweep_trials
+from helpers import check_histories, children, sweep_trials
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
