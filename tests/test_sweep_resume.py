@@ -19,9 +19,10 @@ from helpers import check_histories, children, sweep_trials
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-# 2 x 2 trials of 100 steps, two at a time: when the first finishes, the second is mid-run.
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-         "train.steps=100", "train.eval_every=10"]
+# 2 x 2 trials, two at a time: when the first pair finishes the next starts. 300 steps: a trial runs
+# seconds, far longer than the moment between seeing it checkpointed in the store and the kill.
+TRAIN = ["train.steps=300", "train.eval_every=10"]
+SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]", *TRAIN]
 
 
 def start(overrides: list[str], log: Path) -> subprocess.Popen:
@@ -36,6 +37,15 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float) -> None:
         assert proc.poll() is None, "the sweep ended before it could be killed mid-way"
         assert time.monotonic() < deadline, "the sweep made no progress"
         time.sleep(0.5)
+
+
+def interrupted_runs(uri: str) -> dict:
+    """Config hash -> run, for the runs whose Tune checkpoint the driver recorded and that have no outcome yet."""
+    try:
+        runs = children(uri, "smoke")
+    except Exception:  # the store or its experiment does not exist yet
+        return {}
+    return {r.data.tags[CONFIG_HASH]: r for r in runs if OUTCOME not in r.data.tags and TUNE_CHECKPOINT in r.data.tags}
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -66,18 +76,17 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
     log = tmp_path / "sweep.log"
     first = start(overrides, log)
     try:
-        # Mid-sweep: one trial completed (Tune prints it; the driver has deleted its checkpoint by then)
-        # and another has a checkpoint to resume from.
-        storage = tmp_path / "ray"
-        wait_for(lambda: "completed after" in log.read_text(errors="replace")
-                 and any(storage.glob("smoke-*/*/checkpoint_*")), first, timeout=600)
-        time.sleep(1)  # its MLflow tag follows the checkpoint by a moment
+        # Mid-sweep: one trial completed (Tune prints it) and another's checkpoint is recorded in MLflow.
+        wait_for(lambda: "completed after" in log.read_text(errors="replace") and interrupted_runs(uri), first,
+                 timeout=600)
     finally:
         kill_group(first)
     client = MlflowClient(tracking_uri=uri)
     before = {r.data.tags[CONFIG_HASH]: r for r in children(uri, "smoke")}
-    interrupted = {k: r for k, r in before.items() if OUTCOME not in r.data.tags and TUNE_CHECKPOINT in r.data.tags}
+    interrupted = interrupted_runs(uri)
     assert interrupted, "no trial was caught mid-run with a checkpoint"
+    print(f"killed with {len(interrupted)} trial(s) mid-run and "
+          f"{sum(r.data.tags.get(OUTCOME) == FINISHED for r in before.values())} finished")
 
     second = subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, capture_output=True,
                             text=True, timeout=900)
@@ -95,4 +104,4 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
         assert by_key[key].info.run_id == run.info.run_id  # continued, not replaced
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
-    check_histories(client, by_key, trials, ["train.steps=100", "train.eval_every=10", *pack[2:]], packed=bool(pack))
+    check_histories(client, by_key, trials, [*TRAIN, *pack[2:]], packed=bool(pack))
