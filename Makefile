@@ -29,7 +29,7 @@ LITE_OUT := reports/leaner-clustering-lite
 LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json eval.batches=1 eval.threads=2
 reproduce: $(STAMP)
 	$(PY) -m sweeper.sweep sweep=lite $(LITE)
-	$(PY) -m analysis.bench speed_memory --quick --repeats 3 --out $(LITE_OUT)/speed_memory.json
+	$(PY) -m bench speed_memory --quick --repeats 3 --out $(LITE_OUT)/speed_memory.json
 	$(PY) -m analysis.report select.sweep=lite $(LITE) $(LITE_EVAL)
 	$(PY) -m analysis.claims select.sweep=lite $(LITE) $(LITE_EVAL)
 

@@ -396,7 +396,7 @@ def judge_cauchy(runs: pd.DataFrame, curves: pd.DataFrame, T: int, grid: pd.Data
 # ---- the benchmark and the task-dissimilarity claims (pure) ----
 
 def judge_speed(rows: list[dict] | None, source: str = "") -> Claim:
-    """binary_faster_leaner from `python -m analysis.bench speed_memory` rows ({d, k, onehot: {...}, binary: {...}})."""
+    """binary_faster_leaner from `python -m bench speed_memory` rows ({d, k, onehot: {...}, binary: {...}})."""
     rows = sorted((r for r in rows or [] if isinstance(r.get("onehot"), dict) and isinstance(r.get("binary"), dict)),
                   key=lambda r: (r["d"], r["k"]))
     by_d: dict[int, list[dict]] = {}
@@ -489,7 +489,7 @@ def check(ctx: Context) -> list[Claim]:
     curves, missing = _curves(ctx, scope(ctx.runs, *CAUCHY_TRANSFER), "family_transfer", "test_family", ("reembed",))
     judged["cauchy_fails"] = judge_cauchy(ctx.runs, curves, T, grid, missing)
     judged["binary_faster_leaner"] = judge_speed(
-        _speed_rows(ctx.speed_json), f"{ctx.speed_json} (`python -m analysis.bench speed_memory --out FILE`, "
+        _speed_rows(ctx.speed_json), f"{ctx.speed_json} (`python -m bench speed_memory --out FILE`, "
                                      f"then speed_json=FILE)")
     judged["cauchy_dissimilar"] = judge_dissimilarity(task_dissimilarity(ctx).tables["family_blocks"])
     return [judged[name] for name in PAPER]

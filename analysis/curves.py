@@ -11,7 +11,7 @@ import torch
 from mlflow import MlflowClient
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
-from analysis.bench import alternate
+from bench.common import alternate
 from analysis.context import Context, lloyd_reference, metric_curves, narrow, series_labels, varying
 from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
 from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
@@ -167,11 +167,11 @@ def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.
 
 
 def speed_memory(ctx: Context) -> Figure:
-    """Forward/backward time and peak memory, binary vs onehot, from `python -m analysis.bench speed_memory` JSON."""
+    """Forward/backward time and peak memory, binary vs onehot, from `python -m bench speed_memory` JSON."""
     path = ctx.speed_json
     if path is None or not path.exists():
         raise MissingInput(f"speed_memory: needs the benchmark's JSON ({path}); write it with "
-                           f"`python -m analysis.bench speed_memory --out {path}`")
+                           f"`python -m bench speed_memory --out {path}`")
     rows = json.loads(path.read_text()).get("rows", [])
     records = [{"embedding": e, "d": r["d"], "k": r["k"], **r[e]} for r in rows for e in EMBEDDING_COLORS
                if isinstance(r.get(e), dict)]

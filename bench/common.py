@@ -1,21 +1,10 @@
-"""Speed and memory benchmarks: `python -m analysis.bench COMMAND [options] [hydra overrides]`.
+"""What every benchmark shares: alternate timing, peak memory, FLOP counts, the config's description.
 
-    step          the real training step (sweeper.train.Trainer.step) against the
-                  straightforward one (models.baseline), alternately, in one run
-    pack          solo against packed training (sweeper.packed), pack sizes 1, 2, 5, 10, 30
-    sweep         projected wall time of the paper grid from measured step times
-    speed_memory  binary against onehot: forward/backward time and peak memory over d and k
-
-JSON on stdout, progress on stderr. On a shared machine timings are noisy, so
-variants are measured alternately (round robin) and medians and paired
-ratios are reported side by side. On an oversubscribed machine `--threads 1`
-gives steadier (and there, faster) numbers than PyTorch's default of all
-cores, whose threads then wait on each other; a sweep likewise runs one
-thread per trial (cluster.cpus_per_trial).
-
-`speed_memory` uses one task of n = max(task.n, 1024) points (k up to 1024
-needs n >= k); `--quick` drops k = 1024. `sweep --sweep-pack 0` skips the
-packed timing of every shape (the solo projection alone).
+On a shared machine timings are noisy, so variants are measured alternately
+(round robin) and medians and paired ratios are reported side by side. On an
+oversubscribed machine `--threads 1` gives steadier (and there, faster)
+numbers than PyTorch's default of all cores, whose threads then wait on each
+other; a sweep likewise runs one thread per trial (cluster.cpus_per_trial).
 
 Peak memory: on CUDA torch.cuda.max_memory_allocated (reset before the
 measured call); on CPU the peak of live tensor bytes in PyTorch's memory
@@ -26,7 +15,6 @@ the process' resident set, which the allocator's caching makes meaningless.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -38,10 +26,7 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
-from models.baseline import BaselineTransformer, baseline_step
 from models.embedding import embedding_dim
-from sweeper.config import ConfigError, compose
-from sweeper.train import Trainer, pick_device, task_spec
 
 MATMUL_SIZE = 1024  # the dense fp32 matmul whose FLOP rate is the machine's reference
 
@@ -153,32 +138,6 @@ def figures(times: list[float], flops: int, models: int, peak: int, matmul_rate:
             "flop_rate": models * flops / seconds, "flop_fraction": models * flops / seconds / matmul_rate}
 
 
-def bench_step(cfg: DictConfig, repeats: int) -> dict:
-    """The real training step against the straightforward one, alternately."""
-    device = pick_device(cfg.train.device)
-    trainer = Trainer(cfg, device)
-    base = BaselineTransformer.like(trainer.model).train()
-    base_opt = torch.optim.Adam(base.parameters(), lr=cfg.optim.lr)
-    spec, generator = task_spec(cfg), torch.Generator().manual_seed(cfg.seed)
-    loss = cfg.loss
-
-    def baseline() -> None:
-        baseline_step(base, base_opt, spec, cfg.train.batch, generator, loss.tau, loss.regularizer, device)
-
-    matmul = matmul_flop_rate(device)
-    log(f"step: {describe(cfg)} on {device}, {torch.get_num_threads()} threads, {repeats} rounds")
-    times = alternate({"fused": trainer.step, "baseline": baseline, "matmul": matmul}, repeats, device)
-    rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times["matmul"])
-    flops = step_flops(cfg)
-    out = {"command": "step", "config": describe(cfg), "device": str(device), "threads": torch.get_num_threads(),
-           "dtype": "float32", "flops_per_step": flops, "matmul_flop_rate": rate,
-           "memory_measure": memory_measure(device)}
-    out.update(figures(times["fused"], flops, 1, peak_memory_bytes(trainer.step, device), rate))
-    out["baseline"] = figures(times["baseline"], flops, 1, peak_memory_bytes(baseline, device), rate)
-    out["speedup"] = paired_ratio(times["baseline"], times["fused"])
-    return out
-
-
 def memory_measure(device: torch.device) -> str:
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated"
@@ -191,49 +150,8 @@ def describe(cfg: DictConfig) -> dict:
             "dropout": m.dropout, "qkv_mult": m.qkv_mult, "tau": cfg.loss.tau, "regularizer": cfg.loss.regularizer}
 
 
-COMMANDS = ("step", "pack", "sweep", "speed_memory")
-
-
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m analysis.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=COMMANDS)
-    parser.add_argument("--repeats", type=int, default=5, help="measured rounds per variant (default 5)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's, all cores)")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds (speed_memory, pack, sweep)")
-    parser.add_argument("--packs", type=str, default="1,2,5,10,30", help="pack sizes for `pack`")
-    parser.add_argument("--sweep-pack", type=int, default=10,
-                        help="`sweep`: also time packs of this many seeds per shape (0 or 1: solo only)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
-    args, overrides = parser.parse_known_args(argv)
-    unknown = [o for o in overrides if o.startswith("-")]
-    if unknown:
-        parser.error(f"unknown option(s) {' '.join(unknown)}; config overrides are key=value")
-    if args.repeats < 1:
-        parser.error(f"--repeats={args.repeats} is not allowed: an integer >= 1")
-    return args, overrides
-
-
-def main(argv: list[str] | None = None) -> int:
-    args, overrides = parse(sys.argv[1:] if argv is None else argv)
-    configure(args.threads)
-    try:
-        cfg = compose(overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.command == "step":
-        result = bench_step(cfg, args.repeats)
-    else:
-        from analysis import bench_more
-
-        result = bench_more.run(args, cfg, overrides)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def seeded(cfg: DictConfig, seed: int) -> DictConfig:
+    """A copy of cfg with another seed: the models of a pack."""
+    out = cfg.copy()
+    out.seed = seed
+    return out

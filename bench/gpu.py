@@ -1,4 +1,4 @@
-"""`python -m analysis.gpu_check [--out FILE] [--tiny]`: the one-shot check of a GPU node, in under 5 minutes.
+"""`python -m bench gpu [--out FILE] [--tiny]`: the one-shot check of a GPU node, in under 5 minutes.
 
 What no CPU machine can show, measured on the first device of `train.device`
 (CUDA when present), each check a JSON entry and a line of the printed table:
@@ -9,7 +9,7 @@ What no CPU machine can show, measured on the first device of `train.device`
   steps       seconds per training step, solo and in packs of 1/10/30/100, at (d, k) = (4, 6), (32, 10),
               (32, 25), onehot and binary, with peak device memory
   compile     train.compile=cudagraphs against off (aot_eager on a CPU, where CUDA graphs do not exist)
-  projection  the 3,000-model paper grid's device-hours, solo and in packs of ten (analysis.bench sweep)
+  projection  the 3,000-model paper grid's device-hours, solo and in packs of ten (bench/sweep.py)
 
 `--tiny` runs every check at toy sizes (the test suite runs it on the CPU).
 Exit code 0 when every equality check passed, 1 otherwise: the figures are written either way.
@@ -27,8 +27,9 @@ from typing import Callable
 
 import torch
 
-from analysis.bench import log
-from analysis.bench_more import bench_pack, bench_sweep
+from bench.common import log
+from bench.pack import bench_pack
+from bench.sweep import bench_sweep
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
 from sweeper.checkpoint import last_path, load
@@ -113,7 +114,7 @@ def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
 
 
 def measure_steps(device: torch.device, tiny: bool) -> list[dict]:
-    """Seconds per step, solo and packed (analysis.bench pack), with peak memory, per shape and embedding."""
+    """Seconds per step, solo and packed (bench/pack.py), with peak memory, per shape and embedding."""
     shapes, packs = (SHAPES[:1], (1, 2)) if tiny else (SHAPES, PACKS)
     rows = []
     for d, k in shapes:
@@ -139,7 +140,7 @@ def measure_compile(device: torch.device, tiny: bool) -> dict:
 
 
 def project_grid(tiny: bool) -> dict:
-    """The paper grid's device-hours, one job at a time, solo and in packs of ten (analysis.bench sweep)."""
+    """The paper grid's device-hours, one job at a time, solo and in packs of ten (bench/sweep.py)."""
     overrides = ["task.n=32", "train.batch=2", "train.val_batches=1"] if tiny else []  # n >= k = 25
     result = bench_sweep(overrides, 1 if tiny else 3, 2 if tiny else 10)
     return {key: result[key] for key in ("device", "pack", "projected_hours_solo", "projected_hours_packed")}
@@ -193,11 +194,15 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the JSON to this file")
     parser.add_argument("--tiny", action="store_true", help="toy sizes (for tests on a CPU)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
     report = run_checks(args.tiny)
     text = json.dumps(report, indent=2)
     print(text)
@@ -207,6 +212,3 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(text + "\n")
     return 0 if all(report[key].get("ok") for key in ("exact", "packed", "resume")) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Can the driver carry 3,000 trials? `python -m sweeper.scale_probe [TRIALS] [overrides]`.
+"""Can the driver carry 3,000 trials? `python -m bench scale [TRIALS] [overrides]`.
 
 Runs TRIALS no-op trials (default 300) through the sweep's real machinery —
 Tuner, resources, the MlflowWriter into a fresh SQLite store — where each
@@ -6,7 +6,7 @@ trial only reports what a finished training run reports (its start, one eval's
 points, its outcome). Prints JSON: wall seconds per trial (Tune scheduling and
 MLflow writing, no training) and the driver's peak resident memory.
 
-    python -m sweeper.scale_probe 300 cluster.cpus_per_trial=0.5
+    python -m bench scale 300 cluster.cpus_per_trial=0.5
 """
 
 from __future__ import annotations
@@ -47,10 +47,14 @@ class PeakRss(threading.Thread):
             self.peak = max(self.peak, me.memory_info().rss)
 
 
+def parse(argv: list[str]) -> tuple[int, list[str]]:
+    """TRIALS (default 300) and config overrides."""
+    count = int(argv[0]) if argv and argv[0].isdigit() else 300
+    return count, [a for a in argv if not a.isdigit()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    count = int(args[0]) if args and args[0].isdigit() else 300
-    overrides = [a for a in args if not a.isdigit()]
+    count, overrides = parse(sys.argv[1:] if argv is None else argv)
     tmp = tempfile.mkdtemp(prefix="scale-probe-")
     uri = f"sqlite:///{tmp}/mlflow.db"
     seeds = ", ".join(str(s) for s in range(-(-count // 300)))  # 300 configurations per seed
@@ -83,6 +87,3 @@ def main(argv: list[str] | None = None) -> int:
                       "cpus_per_trial": cfg.cluster.cpus_per_trial, "store": uri}))
     return 0 if errors == 0 else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -80,7 +80,7 @@ def compiled(forward: Callable, mode: str) -> Callable:
 
     Off by default: on CPU at the paper config inductor gained 5% per step at
     dropout 0 and lost 8% at dropout 0.01, after 35-50 s of compiling
-    (analysis.bench step, compile=...). cudagraphs (inductor plus CUDA graphs)
+    (python -m bench step, compile=...). cudagraphs (inductor plus CUDA graphs)
     targets GPUs, where tiny models wait on kernel launches. Compiled kernels
     round differently, so the mode is part of the configuration.
     """

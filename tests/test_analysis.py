@@ -287,7 +287,7 @@ def test_unknown_config_key_in_a_filter_is_named(smoke_store: str) -> None:
 
 @pytest.mark.slow
 def test_speed_memory_plots_the_benchmark_rows(ctx: Context, tmp_path: Path) -> None:
-    """The benchmark's JSON (`python -m analysis.bench speed_memory --out FILE`): every measured value is plotted."""
+    """The benchmark's JSON (`python -m bench speed_memory --out FILE`): every measured value is plotted."""
     rows = [{"d": d, "k": k, **{e: {"d_emb": d + k, "forward_seconds": 0.001 * d * k * (2 if e == "onehot" else 1),
                                     "backward_seconds": 0.002 * k, "peak_memory_bytes": 1000 * k + d}
                                 for e in ("onehot", "binary")}, "onehot_over_binary_forward_seconds": 2.0}

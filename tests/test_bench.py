@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.bench import main
+from bench.cli import main
 from models.baseline import BaselineTransformer, sample_tasks_loop, smoothed_objective_plain
 from models.flash_dropout import _FlashDropout, dropped_positions
 from models.losses import smoothed_objective
@@ -24,7 +24,7 @@ TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"
 
 
 def bench(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "analysis.bench", *args, "--threads", "1"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "bench", *args, "--threads", "1"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)

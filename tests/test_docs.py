@@ -82,12 +82,17 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
     for args in sweeps:
         rc = sweep_cli.main([a for a in args if not a.startswith("sweep.dry_run")] + ["sweep.dry_run=true"])
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
-    from analysis import bench, cli
+    from analysis import cli
+    from bench import cli as bench_cli, gpu, scale
 
     for args in python_module_commands("analysis.report") + python_module_commands("analysis.claims"):
         cli.parse(args)
-    for args in python_module_commands("analysis.bench"):
-        _, overrides = bench.parse(args)
+    for args in python_module_commands("bench"):
+        probes = {"gpu": gpu.parse, "scale": scale.parse}
+        if args[0] in probes:
+            probes[args[0]](args[1:])
+            continue
+        _, overrides = bench_cli.parse(args)
         compose(overrides)
     reruns = python_module_commands("sweeper.rerun")
     assert reruns and all(len(a) == 1 or a[1:2] == ["--tracking-uri"] for a in reruns), reruns

@@ -1,4 +1,4 @@
-"""The one-shot GPU check (analysis.gpu_check) runs end to end at toy sizes on the CPU.
+"""The one-shot GPU check (python -m bench gpu) runs end to end at toy sizes on the CPU.
 
 On a GPU node the same command, without --tiny, is what a session with a device runs
 (README, "A one-shot check of a GPU node"); here it proves every check runs and that the
@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from analysis import gpu_check
+from bench import gpu
 
 
 @pytest.mark.slow
 def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, capsys) -> None:
     out = tmp_path / "gpu.json"
-    assert gpu_check.main(["--tiny", "--out", str(out)]) == 0
+    assert gpu.main(["--tiny", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["tiny"] is True
     for key in ("exact", "packed", "resume"):
         assert report[key]["ok"] is True, report[key]
-    assert report["exact"]["max_relative_error"] <= gpu_check.TOLERANCE
+    assert report["exact"]["max_relative_error"] <= gpu.TOLERANCE
     assert report["resume"]["crashed_and_resumed"] and report["resume"]["bit_equal"]
     assert {(r["d"], r["k"], r["embedding"]) for r in report["steps"]} == {(4, 6, "onehot"), (4, 6, "binary")}
     for row in report["steps"]:
@@ -35,6 +35,6 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
 
 
 def test_an_equality_check_outside_its_tolerance_is_not_ok(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_check, "TOLERANCE", -1.0)  # no error can be <= -1: the exact check must fail
-    result = gpu_check.check_exact(gpu_check.pick_device("cpu"), tiny=True)
+    monkeypatch.setattr(gpu, "TOLERANCE", -1.0)  # no error can be <= -1: the exact check must fail
+    result = gpu.check_exact(gpu.pick_device("cpu"), tiny=True)
     assert result["ok"] is False and result["max_relative_error"] >= 0 and result["tolerance"] == -1.0
