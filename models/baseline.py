@@ -19,7 +19,7 @@ from torch import nn
 
 from models.embedding import center_codes
 from models.losses import regularized_weights
-from models.transformer import ClusteringTransformer
+from models.transformer import ClusteringLayer, ClusteringTransformer
 from tasks.init import choose_centers
 from tasks.sampler import TaskSpec, to_unit_cube
 
@@ -44,17 +44,6 @@ class BaselineAttention(nn.Module):
         return self.out(h) if self.out is not None else h
 
 
-class BaselineLayer(nn.Module):
-    def __init__(self, d_emb: int, gamma: float, dropout: float, qkv_mult: int) -> None:
-        super().__init__()
-        self.cax, self.sax, self.cac, self.sac = (BaselineAttention(d_emb, gamma, dropout, qkv_mult) for _ in range(4))
-
-    def forward(self, X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        X1 = X + self.cax(X, C) + self.sax(X, X)
-        C1 = C + self.cac(C, X1) + self.sac(C, C)
-        return X1, C1
-
-
 class BaselineTransformer(nn.Module):
     """Same parameters (names, shapes) and function as ClusteringTransformer."""
 
@@ -64,7 +53,7 @@ class BaselineTransformer(nn.Module):
         self.d, self.k, self.embedding = d, k, embedding
         codes = center_codes(k, embedding)
         self.register_buffer("codes", codes, persistent=False)
-        self.layer = BaselineLayer(d + codes.shape[1], gamma, dropout, qkv_mult)
+        self.layer = ClusteringLayer(d + codes.shape[1], gamma, dropout, qkv_mult, attention=BaselineAttention)
 
     def forward(self, X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
         B, n, _ = X.shape

@@ -8,6 +8,8 @@ The model's output is the first d coordinates of C1: new centers.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -15,18 +17,27 @@ from models.attention import DistanceAttention
 from models.embedding import embed, embedding_dim
 
 
-class ClusteringLayer(nn.Module):
-    """The four attention modules of one layer, acting on tokens."""
+Attend = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]  # (module name, queries, keys) -> output
 
-    def __init__(self, d_emb: int, gamma: float = 1.0, dropout: float = 0.0, qkv_mult: int = 1) -> None:
+
+def layer_equation(attend: Attend, X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer above, the only place it is written; `attend` applies the module named cax, sax, cac or sac
+    (one model's module here, a batch of models' in sweeper.packed, the plain reference in models.baseline)."""
+    X1 = X + attend("cax", X, C) + attend("sax", X, X)
+    C1 = C + attend("cac", C, X1) + attend("sac", C, C)
+    return X1, C1
+
+
+class ClusteringLayer(nn.Module):
+    """The four attention modules of one layer, acting on tokens (`attention`: the module class)."""
+
+    def __init__(self, d_emb: int, gamma: float = 1.0, dropout: float = 0.0, qkv_mult: int = 1,
+                 attention: type[nn.Module] = DistanceAttention) -> None:
         super().__init__()
-        make = lambda: DistanceAttention(d_emb, gamma, dropout, qkv_mult)  # noqa: E731
-        self.cax, self.sax, self.cac, self.sac = make(), make(), make(), make()
+        self.cax, self.sax, self.cac, self.sac = (attention(d_emb, gamma, dropout, qkv_mult) for _ in range(4))
 
     def forward(self, X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        X1 = X + self.cax(X, C) + self.sax(X, X)
-        C1 = C + self.cac(C, X1) + self.sac(C, C)
-        return X1, C1
+        return layer_equation(lambda name, queries, keys: getattr(self, name)(queries, keys), X, C)
 
 
 class ClusteringTransformer(nn.Module):

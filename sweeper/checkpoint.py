@@ -1,23 +1,46 @@
 """Checkpoints of a training run: atomic writes, safe loads, the resume decision.
 
-A run's workdir holds last.pt (written at every evaluation) and best.pt (the
-evaluation with the lowest val_rel_lloyd so far). A checkpoint is a plain dict
-of tensors and Python values (see sweeper.train.checkpoint_state), so it loads
-with torch.load(weights_only=True).
+A run's workdir holds last.pt (written at every evaluation), best.pt (the
+evaluation with the lowest val_rel_lloyd so far) and run_id (its tracking
+run). A checkpoint is a plain dict of tensors and Python values
+(sweeper.train.Trainer.state), so it loads with torch.load(weights_only=True).
+
+A damaged last.pt (truncated, overwritten, not a checkpoint) is an error
+only when the user asked to continue it strictly (train.resume=must; exit 5
+on the command line). Otherwise (auto, the default, and every sweep trial)
+the error is logged naming the file, and training restarts in the same
+tracking run from best.pt when it is good, else from step 0, with the tag
+metrics.BAD_CHECKPOINT. Training is deterministic, so the replayed steps
+give the numbers they gave before (recorders skip the points already
+stored), and a retried trial cannot loop on a file it cannot read.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from sweeper.metrics import BEST_CHECKPOINT, LAST_CHECKPOINT
 
+RUN_ID_FILE = "run_id"
+log = logging.getLogger(__name__)
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message says how to proceed."""
+
+
+@dataclass
+class Resume:
+    """Where a run continues: from `state` (None: step 0) in the tracking run `run_id` (None: a new run)."""
+
+    state: dict | None = None
+    run_id: str | None = None
+    damaged: str | None = None  # what was damaged and where training restarts (the tag metrics.BAD_CHECKPOINT)
 
 
 def save(state: dict, path: Path) -> None:
@@ -28,15 +51,14 @@ def save(state: dict, path: Path) -> None:
 
 
 def load(path: Path) -> dict:
+    """The checkpoint at path; CheckpointError naming the file when it is missing, damaged or something else."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for a damaged file
-        raise CheckpointError(
-            f"checkpoint {path} is unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-            "to discard it and start from scratch, run again with train.resume=never") from None
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0].split('. ')[0][:200]})") from None
     if not isinstance(state, dict) or "step" not in state or "model" not in state:
-        raise CheckpointError(f"checkpoint {path} is not a training checkpoint; "
-                              "to start from scratch, run again with train.resume=never")
+        raise CheckpointError(f"checkpoint {path} is not a training checkpoint")
     return state
 
 
@@ -48,8 +70,13 @@ def best_path(workdir: Path) -> Path:
     return workdir / BEST_CHECKPOINT
 
 
-def resume_state(workdir: Path, mode: str, config: dict) -> dict | None:
-    """The checkpoint to continue from, or None to start from scratch.
+def remember_run(workdir: Path, run_id: str) -> None:
+    """Keep the run id beside the checkpoints: a run whose checkpoints are all damaged is still continued."""
+    (workdir / RUN_ID_FILE).write_text(run_id)
+
+
+def resume_state(workdir: Path, mode: str, config: dict) -> Resume:
+    """Where to continue from (see the module docstring).
 
     mode auto: continue an unfinished run found in workdir (a finished one is
     not continued: running the same command again starts a new run);
@@ -57,17 +84,40 @@ def resume_state(workdir: Path, mode: str, config: dict) -> dict | None:
     """
     path = last_path(workdir)
     if mode == "never":
-        return None
+        return Resume()
     if not path.exists():
         if mode == "must":
             raise CheckpointError(f"train.resume=must but there is no checkpoint {path}")
-        return None
-    state = load(path)
+        return Resume()
+    try:
+        state = load(path)
+    except CheckpointError as err:
+        if mode == "must":
+            raise CheckpointError(f"{err}; train.resume=auto continues from the last good checkpoint, "
+                                  "train.resume=never starts from scratch") from None
+        return fall_back(workdir, config, err)
     if state.get("config") != config:
         raise CheckpointError(f"checkpoint {path} belongs to a different configuration; use another "
                               "workdir, or train.resume=never to overwrite it")
     if state["step"] >= config["train"]["steps"]:
         if mode == "must":
             raise CheckpointError(f"train.resume=must but the run in {path} has already finished")
-        return None
-    return state
+        return Resume()
+    return Resume(state, state["run_id"])
+
+
+def fall_back(workdir: Path, config: dict, damaged: CheckpointError) -> Resume:
+    """last.pt is damaged: the same run from best.pt when it is good, else from step 0."""
+    log.error(f"{damaged}: not used")
+    try:
+        state = load(best_path(workdir))
+        if state.get("config") == config and state["step"] < config["train"]["steps"]:
+            note = f"{LAST_CHECKPOINT} damaged; restarted from {BEST_CHECKPOINT} at step {state['step']}"
+            log.error(f"{workdir}: {note}")
+            return Resume(state, state["run_id"], note)
+    except CheckpointError as err:
+        log.error(f"{err}: not used")
+    note = f"{LAST_CHECKPOINT} damaged, no good {BEST_CHECKPOINT}; restarted from step 0"
+    log.error(f"{workdir}: {note}")
+    run_file = workdir / RUN_ID_FILE
+    return Resume(None, run_file.read_text() if run_file.exists() else None, note)

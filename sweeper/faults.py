@@ -1,14 +1,15 @@
-"""Test-only fault injection: a NaN loss at a chosen step, to exercise divergence handling.
+"""Test-only fault injection: a NaN loss or a crash at a chosen step.
 
 Not configuration: nothing here is in the config schema, its hash or a run's
-MLflow params, so a real run can never carry it. Tests set one environment
-variable, read here only; sweeper.train.Trainer asks once per run, and both
-training loops (Trainer.step, sweeper.packed.packed_step) poison that step.
+MLflow params, so a real run can never carry it. Tests set an environment
+variable, read here only; sweeper.train.Trainer asks once per run, and the
+one training loop (sweeper.train.Trainer.draw, .loss) acts at that step.
 Ray workers started by a local ray.init inherit the driver's environment, so
 a sweep test sets the variable before Ray starts.
 
-    LEANER_TEST_NAN_AT_STEP=7                  every run's loss is NaN at step 7
+    LEANER_TEST_NAN_AT_STEP=7                  every run's loss is NaN at step 7 (it diverges)
     LEANER_TEST_NAN_AT_STEP=7@HASH[,HASH...]   only the runs with these config hashes
+    LEANER_TEST_CRASH_AT_STEP=7[@HASH,...]     the process raises InjectedCrash before step 7 (a worker dying)
 
 A run it poisons is a normal configuration that diverges, so a test gives
 those runs configurations of their own (their own config hashes).
@@ -20,18 +21,32 @@ import logging
 import os
 
 NAN_AT_STEP = "LEANER_TEST_NAN_AT_STEP"
+CRASH_AT_STEP = "LEANER_TEST_CRASH_AT_STEP"
 log = logging.getLogger(__name__)
+
+
+class InjectedCrash(RuntimeError):
+    """The crash LEANER_TEST_CRASH_AT_STEP asks for."""
 
 
 def nan_at_step(key: str) -> int | None:
     """The step at which the run with config hash `key` gets a NaN loss; None, always outside tests."""
-    value = os.environ.get(NAN_AT_STEP, "")
+    return fault_step(NAN_AT_STEP, key)
+
+
+def crash_at_step(key: str) -> int | None:
+    """The step before which the run with config hash `key` crashes; None, always outside tests."""
+    return fault_step(CRASH_AT_STEP, key)
+
+
+def fault_step(variable: str, key: str) -> int | None:
+    value = os.environ.get(variable, "")
     if not value:
         return None
     step, _, keys = value.partition("@")
     if not step.isdigit() or int(step) < 1:
-        raise ValueError(f"{NAN_AT_STEP}={value!r}: expected STEP or STEP@HASH[,HASH...], with STEP >= 1")
+        raise ValueError(f"{variable}={value!r}: expected STEP or STEP@HASH[,HASH...], with STEP >= 1")
     if keys and key not in keys.split(","):
         return None
-    log.warning(f"{NAN_AT_STEP} is set: run {key} gets a NaN loss at step {step} (a test-only fault)")
+    log.warning(f"{variable} is set: run {key} meets a test-only fault at step {step}")
     return int(step)

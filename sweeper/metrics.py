@@ -22,6 +22,7 @@ SUBGRIDS = "subgrids"            # comma-separated named sub-grids of the sweep 
 SWEEP = "sweep"                  # name of the sweep a run belongs to
 PACK = "pack"                    # set by the sweep driver (cluster.pack=seeds): the trial a model trained in with others
 TUNE_CHECKPOINT = "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
+BAD_CHECKPOINT = "bad_checkpoint"    # a resume found a damaged checkpoint: which, and where training restarted
 
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"

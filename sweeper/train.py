@@ -5,6 +5,9 @@ one-step centers; every train.eval_every steps the fixed validation set gives
 val_kmeans and val_rel_lloyd, ReduceLROnPlateau steps on val_rel_lloyd, and a
 checkpoint is written, from which the same command resumes after a crash.
 
+One loop (train_models) trains a list of models: alone, a list of one
+(train); packed, several that share one vectorised step (sweeper.packed).
+
 Exit codes of the CLI: 0 finished, 2 rejected configuration, 3 diverged
 (non-finite loss or parameters), 4 tracking store unreachable or unusable,
 5 unusable checkpoint.
@@ -28,8 +31,8 @@ from models.transformer import ClusteringTransformer
 from sweeper import checkpoint
 from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_config, run_name, validate
-from sweeper.faults import nan_at_step
-from sweeper.metrics import (CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
+from sweeper.faults import InjectedCrash, crash_at_step, nan_at_step
+from sweeper.metrics import (BAD_CHECKPOINT, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
                              DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
                              VAL_KMEANS, VAL_REL_LLOYD)
 from sweeper.tracking import MlflowRecorder, Recorder, TrackingError, git_commit
@@ -39,7 +42,8 @@ EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING, EXIT_CHECKPOINT = 2, 3, 4, 5
 # What the command lines (train, rerun) report as one line, with its exit code.
 CLI_ERRORS = (ConfigError, TrackingError, CheckpointError)
 
-OnEval = Callable[[int, dict, Path], None]
+OnEval = Callable[[int, dict, Path], None]              # train(): (step, metrics, workdir) after each evaluation
+OnRound = Callable[[int, dict[Path, dict]], None]      # train_models(): (step, {workdir: metrics}) per round
 
 
 @dataclass
@@ -61,12 +65,6 @@ class Progress:
     window: list[float] = field(default_factory=list)  # batch losses since the last train_loss point
     history: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> [[step, value]], for curves.png
     metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
-
-
-class Diverged(Exception):
-    def __init__(self, step: int) -> None:
-        super().__init__(f"non-finite loss or parameters at step {step}")
-        self.step = step
 
 
 def pick_device(name: str) -> torch.device:
@@ -121,7 +119,7 @@ class Validation:
 
 
 class Trainer:
-    """One run's model, optimizer, scheduler, task stream and progress."""
+    """One model's weights, optimizer, scheduler, task stream and progress."""
 
     def __init__(self, cfg: DictConfig, device: torch.device) -> None:
         self.cfg, self.device = cfg, device
@@ -141,7 +139,8 @@ class Trainer:
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
         self.spec = task_spec(cfg)
         self.progress = Progress()
-        self.nan_at_step = nan_at_step(config_hash(cfg))  # None but in tests of divergence (sweeper.faults)
+        key = config_hash(cfg)  # the faults are None but in tests (sweeper.faults)
+        self.nan_at_step, self.crash_at_step = nan_at_step(key), crash_at_step(key)
 
     def state(self, run_id: str) -> dict:
         """The checkpoint: everything needed to continue bit-for-bit (loads with weights_only=True)."""
@@ -169,120 +168,198 @@ class Trainer:
         self.progress = Progress(state["step"], state["best_val"], list(state["window"]),
                                  state["history"], state["metrics"])
 
-    def step(self) -> tuple[float, float]:
-        """One optimizer step; returns the loss and the sum of all parameters."""
+    def draw(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Start the next step: its batch of tasks (X, C0) from this model's own stream."""
+        if self.progress.step + 1 == self.crash_at_step:
+            raise InjectedCrash(f"test-only crash before step {self.crash_at_step}")
         self.progress.step += 1
         X, C0 = sample_tasks(self.spec, self.cfg.train.batch, self.generator)
-        X, C0 = X.to(self.device), C0.to(self.device)
-        loss = smoothed_objective(X, self.forward(X, C0), self.cfg.loss.tau, self.cfg.loss.regularizer).mean()
+        return X.to(self.device), C0.to(self.device)
+
+    def loss(self, X: torch.Tensor, C1: torch.Tensor) -> torch.Tensor:
+        """The step's loss for the model's new centers C1."""
+        loss = smoothed_objective(X, C1, self.cfg.loss.tau, self.cfg.loss.regularizer).mean()
         if self.progress.step == self.nan_at_step:
             loss = loss * math.nan  # test-only fault: exercises divergence handling
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        # A non-finite parameter anywhere makes this sum non-finite.
-        total = torch.stack([p.detach().sum() for p in self.model.parameters()]).sum()
-        loss_value, total_value = torch.stack([loss.detach(), total]).tolist()
-        return loss_value, total_value
+        return loss
+
+    def step(self) -> tuple[float, float]:
+        """One optimizer step; returns the loss and the sum of all parameters."""
+        X, C0 = self.draw()
+        return update([self], [self.loss(X, self.forward(X, C0))])[0]
 
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
 
-def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> tuple[Trainer, str]:
-    """Resume from workdir/last.pt or start afresh, and open the recorder's run; returns the trainer and run id."""
+def update(trainers: list[Trainer], losses: list[torch.Tensor]) -> list[tuple[float, float]]:
+    """Backpropagate each trainer's loss and step its optimizer; returns (loss, sum of parameters) per trainer."""
+    for t in trainers:
+        t.optimizer.zero_grad(set_to_none=True)
+    loss = torch.stack(losses)
+    # The models are independent, so the gradient of the sum is each model's own gradient.
+    loss.sum().backward()
+    for t in trainers:
+        t.optimizer.step()
+    # A non-finite parameter anywhere makes its model's sum non-finite.
+    totals = torch.stack([torch.stack([p.detach().sum() for p in t.model.parameters()]).sum() for t in trainers])
+    # One device sync per step: NaN parameters must not reach the next forward
+    # pass (sparsemax of NaNs indexes out of bounds; on CUDA a device assert).
+    return [(a, b) for a, b in torch.stack([loss.detach(), totals], 1).tolist()]
+
+
+Step = Callable[[list[Trainer]], list[tuple[float, float]]]  # one optimizer step of each model: (loss, sum)
+
+
+def solo_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
+    """The step of models trained alone (a pack of one): each its own Trainer.step."""
+    return [t.step() for t in trainers]
+
+
+@dataclass
+class Run:
+    """One model in the training loop, with where it records."""
+
+    trainer: Trainer
+    validation: Validation
+    recorder: Recorder
+    workdir: Path
+    run_id: str
+    result: TrainResult | None = None
+
+
+def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
+    """Resume from workdir's checkpoints (sweeper.checkpoint) or start afresh, and open the recorder's run."""
     validate(cfg)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
+    workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    resumed = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
+    resume = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
     trainer = Trainer(cfg, pick_device(cfg.train.device))
-    if resumed:
-        trainer.restore(resumed)
+    if resume.state:
+        trainer.restore(resume.state)
     tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit()}
-    run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resumed["run_id"] if resumed else None)
-    if not resumed:
+    run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resume.run_id)
+    if resume.damaged:
+        recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
+    checkpoint.remember_run(workdir, run_id)
+    if not resume.state:
         (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
         recorder.log_artifact(workdir / CONFIG_ARTIFACT)
-    return trainer, run_id
+    return Run(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id)
 
 
 def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
     """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run."""
-    workdir = Path(workdir)
-    trainer, run_id = open_run(cfg, recorder, workdir)
+    def each(step: int, evaluated: dict[Path, dict]) -> None:
+        for path, metrics in evaluated.items():
+            on_eval(step, metrics, path)
+    return train_models([cfg], [recorder], [Path(workdir)], solo_step, each if on_eval else None)[0]
+
+
+def train_models(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path], step: Step,
+                 on_eval: OnRound | None = None) -> list[TrainResult]:
+    """The training loop: result i is what model i trained alone would give (sweeper.packed: to 1e-5).
+
+    step(trainers) takes one optimizer step of each model (solo_step, or
+    sweeper.packed.packed_step). A model that diverges is closed and leaves;
+    the others go on. on_eval(step, {workdir: metrics}) is called after each
+    round of evaluations (the models step together, so they evaluate
+    together), when every evaluated model's checkpoint is written.
+    """
+    runs: list[Run] = []
     try:
-        _loop(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id, on_eval)
-    except Diverged as err:
-        close(trainer, recorder, workdir, {OUTCOME: DIVERGED, DIVERGED_AT: str(err.step)}, "FAILED")
-        p = trainer.progress
-        return TrainResult(DIVERGED, err.step, p.metrics, p.best_val, run_id, diverged_at=err.step)
-    except BaseException as err:  # a crash or Ctrl-C: the run stays resumable from its checkpoint
-        recorder.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        for cfg, recorder, workdir in zip(cfgs, recorders, workdirs):
+            runs.append(open_run(cfg, recorder, workdir))
+        fresh = [run for run in runs if run.trainer.progress.step == 0]
+        for run in fresh:
+            evaluate(run)
+        tell(on_eval, fresh)
+        active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
+        bar = tqdm(total=cfgs[0].train.steps, initial=min((r.trainer.progress.step for r in active), default=0),
+                   desc="train", disable=not sys.stderr.isatty(), dynamic_ncols=True)
+        while active:
+            losses = step([run.trainer for run in active])
+            tell(on_eval, [run for run, (loss, total) in zip(active, losses) if after_step(run, loss, total)])
+            for run in active:
+                if run.result is None and run.trainer.progress.step >= run.trainer.cfg.train.steps:
+                    close(run, FINISHED)
+            show(bar, active[0].trainer)
+            active = [run for run in active if run.result is None]
+        bar.close()
+    except BaseException as err:  # a crash or Ctrl-C: every unfinished run stays resumable from its checkpoint
+        for run in runs:
+            if run.result is None:
+                run.recorder.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
-    close(trainer, recorder, workdir, {OUTCOME: FINISHED}, "FINISHED")
+    return [run.result for run in runs]
+
+
+def after_step(run: Run, loss: float, total: float) -> bool:
+    """Record one model's step: divergence, the train_loss window, an evaluation when due (True if it evaluated)."""
+    t, p = run.trainer.cfg.train, run.trainer.progress
+    if not (math.isfinite(loss) and math.isfinite(total)):
+        close(run, DIVERGED)
+        return False
+    p.window.append(loss)
+    if p.step % t.log_every == 0:
+        mean = sum(p.window) / len(p.window)
+        run.recorder.log_metrics(p.step, {TRAIN_LOSS: mean})
+        p.history.setdefault(TRAIN_LOSS, []).append([p.step, mean])
+        p.window = []
+    due = p.step % t.eval_every == 0 or p.step == t.steps
+    if due:
+        evaluate(run)
+    return due
+
+
+def tell(on_eval: OnRound | None, evaluated: list[Run]) -> None:
+    if on_eval is not None and evaluated:
+        on_eval(min(run.trainer.progress.step for run in evaluated),
+                {run.workdir: run.trainer.progress.metrics for run in evaluated})
+
+
+def show(bar: tqdm, trainer: Trainer) -> None:
+    """Advance the progress bar; at each train_loss point, show the (first) model's figures."""
+    bar.update(1)
     p = trainer.progress
-    return TrainResult(FINISHED, p.step, p.metrics, p.best_val, run_id)
+    if p.step % trainer.cfg.train.log_every == 0 and TRAIN_LOSS in p.history:
+        bar.set_postfix(loss=f"{p.history[TRAIN_LOSS][-1][1]:.4g}", val=f"{p.metrics[VAL_REL_LLOYD]:.4f}",
+                        lr=f"{trainer.lr:.2g}", refresh=False)
 
 
-def _loop(trainer: Trainer, validation: Validation, recorder: Recorder, workdir: Path, run_id: str,
-          on_eval: OnEval | None) -> None:
-    t, p = trainer.cfg.train, trainer.progress
-    if p.step == 0:
-        evaluate(trainer, validation, recorder, workdir, run_id, on_eval)
-    bar = tqdm(total=t.steps, initial=p.step, desc="train", disable=not sys.stderr.isatty(), dynamic_ncols=True)
-    while p.step < t.steps:
-        loss, total = trainer.step()
-        # One device sync per step: NaN parameters must not reach the next
-        # forward pass (sparsemax of NaNs indexes out of bounds; on CUDA a device assert).
-        if not (math.isfinite(loss) and math.isfinite(total)):
-            raise Diverged(p.step)
-        p.window.append(loss)
-        bar.update(1)
-        if p.step % t.log_every == 0:
-            mean = sum(p.window) / len(p.window)
-            recorder.log_metrics(p.step, {TRAIN_LOSS: mean})
-            p.history.setdefault(TRAIN_LOSS, []).append([p.step, mean])
-            p.window = []
-            bar.set_postfix(loss=f"{mean:.4g}", val=f"{p.metrics[VAL_REL_LLOYD]:.4f}", lr=f"{trainer.lr:.2g}",
-                            refresh=False)
-        if p.step % t.eval_every == 0 or p.step == t.steps:
-            evaluate(trainer, validation, recorder, workdir, run_id, on_eval)
-    bar.close()
-
-
-def evaluate(trainer: Trainer, validation: Validation, recorder: Recorder, workdir: Path, run_id: str,
-             on_eval: OnEval | None = None) -> None:
+def evaluate(run: Run) -> None:
     """Validate, step the scheduler, record, then checkpoint (metrics flushed first, so a resume never loses any)."""
-    p = trainer.progress
-    metrics = {**validation(trainer.model), LR: trainer.lr}
+    trainer, p = run.trainer, run.trainer.progress
+    metrics = {**run.validation(trainer.model), LR: trainer.lr}
     trainer.scheduler.step(metrics[VAL_REL_LLOYD])
-    recorder.log_metrics(p.step, metrics)
-    recorder.flush()
+    run.recorder.log_metrics(p.step, metrics)
+    run.recorder.flush()
     p.metrics = metrics
     for key in (VAL_KMEANS, VAL_REL_LLOYD, LR):
         p.history.setdefault(key, []).append([p.step, metrics[key]])
     improved = metrics[VAL_REL_LLOYD] < p.best_val
     if improved:
         p.best_val = metrics[VAL_REL_LLOYD]
-    state = trainer.state(run_id)
-    checkpoint.save(state, checkpoint.last_path(workdir))
+    state = trainer.state(run.run_id)
+    checkpoint.save(state, checkpoint.last_path(run.workdir))
     if improved:
-        checkpoint.save(state, checkpoint.best_path(workdir))
-    if on_eval is not None:
-        on_eval(p.step, metrics, workdir)
+        checkpoint.save(state, checkpoint.best_path(run.workdir))
 
 
-def close(trainer: Trainer, recorder: Recorder, workdir: Path, tags: dict[str, str], status: str) -> None:
-    """Store checkpoints and curves, tag the outcome, end the run."""
-    recorder.flush()
-    for path in (checkpoint.best_path(workdir), checkpoint.last_path(workdir)):
+def close(run: Run, outcome: str) -> None:
+    """Store checkpoints and curves, tag the outcome, end the run with its result."""
+    p, diverged = run.trainer.progress, outcome == DIVERGED
+    run.recorder.flush()
+    for path in (checkpoint.best_path(run.workdir), checkpoint.last_path(run.workdir)):
         if path.exists():
-            recorder.log_artifact(path, CHECKPOINT_DIR)
-    plot_curves(trainer.progress.history, workdir / CURVE_ARTIFACT)
-    recorder.log_artifact(workdir / CURVE_ARTIFACT)
-    recorder.set_tags(tags)
-    recorder.finish(status)
+            run.recorder.log_artifact(path, CHECKPOINT_DIR)
+    plot_curves(p.history, run.workdir / CURVE_ARTIFACT)
+    run.recorder.log_artifact(run.workdir / CURVE_ARTIFACT)
+    run.recorder.set_tags({OUTCOME: outcome, **({DIVERGED_AT: str(p.step)} if diverged else {})})
+    run.recorder.finish("FAILED" if diverged else "FINISHED")
+    run.result = TrainResult(outcome, p.step, p.metrics, p.best_val, run.run_id, p.step if diverged else None)
 
 
 def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:

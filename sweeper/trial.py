@@ -1,7 +1,7 @@
 """One sweep trial inside Ray Tune: the same training as `python -m sweeper.train`.
 
-A trial trains one model (train()) or, with cluster.pack=seeds, the seeds of
-one configuration together (sweeper.packed.train_pack); each model is a
+A trial trains one model or, with cluster.pack=seeds, the seeds of one
+configuration together (sweeper.packed.train_pack); each model is a
 member with its own MLflow run. A trial never touches MLflow (a SQLite store
 must have one writer). Each member's recorder collects what training records,
 and one tune.report hands all of it to Tune, member by member, together with
@@ -25,7 +25,6 @@ from ray import tune
 from sweeper.config import compose, config_hash
 from sweeper.metrics import VAL_REL_LLOYD
 from sweeper.packed import train_pack
-from sweeper.train import train
 
 PAYLOAD = "mlflow"  # result key the driver pops: member key -> what it recorded since the last report
 STEP = "step"       # result key: the training step reported (ASHA's time axis)
@@ -126,13 +125,8 @@ def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]
     restore(reporter.work, {key: jobs[key].get("resume_from") for key in members})
     recorders = [reporter.recorders[key] for key in members]
     workdirs = [reporter.workdir(key) for key in members]
-    if len(members) == 1:  # alone: exactly the numbers of `python -m sweeper.train`
-        result = train(cfgs[0], recorders[0], workdirs[0],
-                       on_eval=lambda step, metrics, _: reporter.report(step, {members[0]: metrics}))
-        last = result.step
-    else:
-        by_dir = dict(zip(workdirs, members))
-        results = train_pack(cfgs, recorders, workdirs, on_eval=lambda step, evaluated: reporter.report(
-            step, {by_dir[workdir]: metrics for workdir, metrics in evaluated.items()}))
-        last = max(r.step for r in results)
-    reporter.report(last, {}, checkpoint=False)  # the members' outcomes, artifacts and end status
+    by_dir = dict(zip(workdirs, members))
+    # A pack of one trains alone: exactly the numbers of `python -m sweeper.train`.
+    results = train_pack(cfgs, recorders, workdirs, on_eval=lambda step, evaluated: reporter.report(
+        step, {by_dir[workdir]: metrics for workdir, metrics in evaluated.items()}))
+    reporter.report(max(r.step for r in results), {}, checkpoint=False)  # the members' outcomes, artifacts, status

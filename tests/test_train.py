@@ -108,10 +108,11 @@ def test_nan_fault_is_a_test_only_variable_not_configuration(tiny, monkeypatch):
         nan_at_step(key)
 
 
-def test_corrupt_checkpoint_is_an_error_unless_told_to_start_over(tiny, tmp_path):
+def test_corrupt_checkpoint_is_an_error_when_resuming_strictly(tiny, tmp_path):
+    """train.resume=must; with auto a damaged checkpoint is logged and training restarts (test_bad_checkpoints)."""
     checkpoint.last_path(tmp_path).write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="last.pt.*train.resume=never"):
-        run(tiny, tmp_path)
+        run(tiny + ["train.resume=must"], tmp_path)
     _, result = run(tiny + ["train.resume=never"], tmp_path)
     assert result.outcome == FINISHED
     with pytest.raises(CheckpointError, match="already finished"):
