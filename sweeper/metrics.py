@@ -23,6 +23,10 @@ SWEEP = "sweep"                  # name of the sweep a run belongs to
 PACK = "pack"                    # set by the sweep driver (cluster.pack=seeds): the trial a model trained in with others
 TUNE_CHECKPOINT = "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
 
+# Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"
 DIVERGED = "diverged"
