@@ -32,15 +32,15 @@ from typing import Callable
 
 import pandas as pd
 import torch
-from mlflow import MlflowClient
 from mlflow.artifacts import download_artifacts
-from mlflow.entities import Param, ViewType
+from mlflow.entities import Param
 
 from analysis.aggregate import task_mean_log
 from models.embedding import embed
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
+from sweeper import store
 from sweeper.config import ConfigError
 from sweeper.metrics import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
@@ -115,7 +115,7 @@ def fresh_tasks(spec: TaskSpec, settings: EvalSettings, seed: int, stream: str) 
 def load_model(uri: str, run: pd.Series, device: torch.device, checkpoint: str) -> ClusteringTransformer:
     """The run's `checkpoint` (a key of CHECKPOINTS) in a fresh model, in eval mode."""
     chosen = f"{CHECKPOINT_DIR}/{CHECKPOINTS[checkpoint][0]}"
-    names = {a.path for a in MlflowClient(uri).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
+    names = {a.path for a in store.connect(uri).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
     if chosen not in names:
         raise FileNotFoundError(f"run {run['run_id']} has no {chosen} artifact (eval.checkpoint={checkpoint}); "
                                 f"it has: {', '.join(sorted(names)) or 'no checkpoints'}")
@@ -256,8 +256,8 @@ class Evaluator:
 
     def __init__(self, uri: str, experiment: str, settings: EvalSettings, cache_dir: Path) -> None:
         self.uri, self.settings, self.cache_dir = uri, settings, cache_dir
-        self.training_experiment, self.experiment = experiment, f"{experiment}-evaluations"
-        self.client = MlflowClient(uri)
+        self.experiment = f"{experiment}-evaluations"
+        self.client = store.connect(uri)
         self._logged: dict[str, str] | None = None
         cache_dir.mkdir(parents=True, exist_ok=True)
 
@@ -291,27 +291,13 @@ class Evaluator:
     def logged(self) -> dict[str, str]:
         """eval_key -> evaluation run id, for every finished evaluation run (one paginated search)."""
         if self._logged is None:
-            self._logged = {}
-            found = self.client.get_experiment_by_name(self.experiment)
-            token = None
-            while found is not None:
-                page = self.client.search_runs([found.experiment_id], "attributes.status = 'FINISHED'",
-                                               ViewType.ACTIVE_ONLY, 5000, page_token=token)
-                self._logged.update({r.data.tags[EVAL_KEY]: r.info.run_id for r in page if EVAL_KEY in r.data.tags})
-                token = page.token
-                if not token:
-                    break
+            found = store.find_experiment(self.client, self.experiment)
+            runs = store.search(self.client, [found], "attributes.status = 'FINISHED'") if found else []
+            self._logged = {r.data.tags[EVAL_KEY]: r.info.run_id for r in runs if EVAL_KEY in r.data.tags}
         return self._logged
 
-    def _create_experiment(self) -> str:
-        """Beside the training experiment's artifacts (a SQLite store's default would be the working directory)."""
-        training = self.client.get_experiment_by_name(self.training_experiment)
-        root = training.artifact_location.rstrip("/") + "-evaluations" if training else None
-        return self.client.create_experiment(self.experiment, artifact_location=root)
-
     def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
-        found = self.client.get_experiment_by_name(self.experiment)
-        exp_id = found.experiment_id if found else self._create_experiment()
+        exp_id = store.experiment_id(self.client, self.experiment)
         tags = {EVAL_OF: run["run_id"], EVALUATION: name, EVAL_KEY: key, "mlflow.runName": f"{name}-{run['run_name']}"}
         eval_run = self.client.create_run(exp_id, tags=tags)
         rid = eval_run.info.run_id

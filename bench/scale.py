@@ -63,14 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     trials = grid.trials(cfg, plan)[:count]
 
     import ray
-    from mlflow.tracking import MlflowClient
 
+    from sweeper import store
     from sweeper.mlflow_callback import Ledger, MlflowWriter
     from sweeper.sweep import tune_fit
-    from sweeper.tracking import MlflowRecorder
 
-    experiment = MlflowRecorder(uri, "scale-probe")._experiment_id()
-    parent = MlflowClient(tracking_uri=uri).create_run(experiment, run_name="probe").info.run_id
+    client = store.connect(uri)
+    experiment = store.experiment_id(client, "scale-probe")
+    parent = client.create_run(experiment, run_name="probe").info.run_id
     jobs = jobs_of(trials)
     packs = packs_of(trials, set(jobs), "none")
     ray.init(address="local", dashboard_host=cfg.cluster.dashboard_host)

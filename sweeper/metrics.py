@@ -24,6 +24,10 @@ PACK = "pack"                    # set by the sweep driver (cluster.pack=seeds):
 TUNE_CHECKPOINT = "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
 BAD_CHECKPOINT = "bad_checkpoint"    # a resume found a damaged checkpoint: which, and where training restarted
 
+# Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"
 DIVERGED = "diverged"

@@ -25,6 +25,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
+from sweeper import store
 from sweeper.metrics import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
                              TUNE_CHECKPOINT)
 from sweeper.trial import PAYLOAD
@@ -44,30 +45,16 @@ class Ledger:
     resume_from: dict[str, str] = field(default_factory=dict)   # config_hash -> Tune checkpoint path
 
 
-def experiment_id(client: MlflowClient, name: str, artifact_location: str | None) -> str:
-    found = client.get_experiment_by_name(name)
-    return found.experiment_id if found else client.create_experiment(name, artifact_location=artifact_location)
-
-
-def _search(client: MlflowClient, experiment: str, query: str) -> list:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment], query, max_results=5000, page_token=token)
-        runs += page
-        token = page.token
-        if not token:
-            return runs
-
-
 def read_ledger(client: MlflowClient, experiment: str, sweep: str) -> Ledger:
     """Finished trials anywhere in the experiment; this sweep's parent and unfinished children."""
     ledger = Ledger()
     for outcome in DONE:
-        for run in _search(client, experiment, f"tags.{OUTCOME} = '{outcome}'"):
+        for run in store.search(client, [experiment], f"tags.{OUTCOME} = '{outcome}'"):
             ledger.done.add(run.data.tags.get(CONFIG_HASH))
             if run.info.status == "RUNNING":  # the driver died between the outcome tag and closing the run
                 client.set_terminated(run.info.run_id, STATUS[outcome])
-    for run in sorted(_search(client, experiment, f"tags.{SWEEP} = '{sweep}'"), key=lambda r: r.info.start_time):
+    this_sweep = store.search(client, [experiment], f"tags.{SWEEP} = '{sweep}'")
+    for run in sorted(this_sweep, key=lambda r: r.info.start_time):
         tags = run.data.tags
         if CONFIG_HASH not in tags:
             ledger.parent_id = ledger.parent_id or run.info.run_id
@@ -101,7 +88,7 @@ class MlflowWriter(tune.Callback):
 
     def __init__(self, uri: str, experiment: str, sweep: str, parent_id: str, jobs: dict[str, dict],
                  packs: dict[str, list[str]], ledger: Ledger) -> None:
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = store.connect(uri)
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
         self.jobs, self.packs, self.unfinished = jobs, packs, dict(ledger.unfinished)
         # model -> the checkpoint it would resume from; a checkpoint is deleted once no model holds it
@@ -130,8 +117,7 @@ class MlflowWriter(tune.Callback):
         else:  # continued: its stored points are skipped, its params kept (MLflow forbids changing one)
             self.client.update_run(run_id, status="RUNNING")
             run = self.client.get_run(run_id)
-            self.logged[run_id] = {k: max(m.step for m in self.client.get_metric_history(run_id, k))
-                                   for k in run.data.metrics}
+            self.logged[run_id] = store.last_steps(self.client, run)
             params = {k: v for k, v in params.items() if k not in run.data.params}
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()],
                               tags=[RunTag(k, v) for k, v in tags.items()])

@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
 from sweeper.metrics import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
-from sweeper.tracking import MlflowRecorder, TrackingError, probe
+from sweeper.store import TrackingError, connect
+from sweeper.tracking import MlflowRecorder
 from sweeper.train import CLI_ERRORS, EXIT_DIVERGED, TrainResult, report_error, train
 
 DEFAULT_URI = "sqlite:///mlflow.db"
@@ -31,8 +31,7 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:
     """Train run_id's configuration again as a new run; return (original's tags, its final value, new result)."""
-    probe(uri)
-    client = MlflowClient(tracking_uri=uri)
+    client = connect(uri)
     try:
         original = client.get_run(run_id)
     except MlflowException:

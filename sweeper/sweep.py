@@ -176,18 +176,16 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
 
 
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
-    from mlflow.tracking import MlflowClient
-
+    from sweeper import store
     from sweeper.mlflow_callback import MlflowWriter, read_ledger
-    from sweeper.tracking import MlflowRecorder
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
     if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
         raise ConfigError(f"cluster.address={cluster.address} runs the sweep driver, the MLflow writer, on the "
                           f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)")
     trials = grid.trials(cfg, plan)
-    experiment = MlflowRecorder(uri, cfg.tracking.experiment)._experiment_id()  # probes the store first
-    client = MlflowClient(tracking_uri=uri)
+    client = store.connect(uri)  # probes the store first
+    experiment = store.experiment_id(client, cfg.tracking.experiment)
     ledger = read_ledger(client, experiment, plan.name)
     pending = [t for t in trials if t.key not in ledger.done]
     print(f"{len(trials) - len(pending)} of {len(trials)} trials already in MLflow; {len(pending)} to run")

@@ -8,25 +8,19 @@ that forwards to Ray Tune, so the sweep driver stays the single MLflow writer.
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Protocol
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 
-PROBE_TIMEOUT_S = 5.0
+from sweeper import store
+from sweeper.store import TrackingError
+
 REPO_DIR = Path(__file__).resolve().parent.parent
-
-
-class TrackingError(RuntimeError):
-    """The tracking store cannot be used; the message names its URI."""
 
 
 class Recorder(Protocol):
@@ -47,43 +41,6 @@ class Recorder(Protocol):
 
     def finish(self, status: str) -> None:
         """Close the run with an MLflow status: FINISHED, FAILED or KILLED."""
-
-
-def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached."""
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        if not folder.is_dir():
-            raise TrackingError(f"tracking store {uri}: folder {folder} does not exist")
-        return
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as reply:
-            reply.read()
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason}); start it "
-                            f"(mlflow server --host HOST --port PORT) or set tracking.uri") from None
-    _probe_access(uri, timeout)
-
-
-def _probe_access(uri: str, timeout: float) -> None:
-    """/health needs no login; a server with basic auth refuses the API itself, so ask it once."""
-    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
-    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            reply.read()
-    except urllib.error.HTTPError as err:
-        if err.code in (401, 403):
-            raise TrackingError(f"MLflow tracking server {uri} refused access ({err.code}): set "
-                                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
-    except (urllib.error.URLError, OSError):
-        pass  # reachable a moment ago: let MLflow's own client report anything else
 
 
 def git_commit() -> str:
@@ -109,34 +66,17 @@ class MlflowRecorder:
     """Records into an MLflow experiment, one log_batch call per flush."""
 
     def __init__(self, uri: str, experiment: str, tags: dict[str, str] | None = None) -> None:
-        probe(uri)
         self.uri, self.experiment = uri, experiment
         self.extra_tags = dict(tags or {})  # e.g. rerun_of, sweep: added to every run this recorder opens
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = store.connect(uri)
         self.run_id: str | None = None
         self._pending: list[Metric] = []
         self._logged_up_to: dict[str, int] = {}
 
-    def _experiment_id(self) -> str:
-        found = self.client.get_experiment_by_name(self.experiment)
-        if found is not None:
-            return found.experiment_id
-        try:
-            return self.client.create_experiment(self.experiment, artifact_location=self._artifact_root())
-        except MlflowException:  # created meanwhile by another process
-            return self.client.get_experiment_by_name(self.experiment).experiment_id
-
-    def _artifact_root(self) -> str | None:
-        """Keep a SQLite store's artifacts beside its file, not in whatever the working directory is."""
-        if not self.uri.startswith("sqlite:///"):
-            return None
-        db = Path(self.uri.removeprefix("sqlite:///")).resolve()
-        return (db.parent / "mlartifacts" / self.experiment).as_uri()
-
     def start(self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None) -> str:
         tags = {**tags, **self.extra_tags}
         if run_id is None:
-            run = self.client.create_run(self._experiment_id(), run_name=name, tags=tags)
+            run = self.client.create_run(store.experiment_id(self.client, self.experiment), run_name=name, tags=tags)
             self.run_id = run.info.run_id
             self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
             return self.run_id
@@ -149,8 +89,7 @@ class MlflowRecorder:
         self.client.update_run(run_id, status="RUNNING")
         # Points logged after the checkpoint we resume from are already stored:
         # the replayed steps reproduce them exactly, so they are skipped, not duplicated.
-        self._logged_up_to = {key: max(m.step for m in self.client.get_metric_history(run_id, key))
-                              for key in run.data.metrics}
+        self._logged_up_to = store.last_steps(self.client, run)
         self.set_tags(tags)
         return run_id
 

@@ -1,0 +1,226 @@
+"""The MLflow tracking store: the one module that knows how to open it, find experiments, search and read histories.
+
+Training (sweeper.tracking), the sweep driver (sweeper.mlflow_callback), reruns and the analysis write and
+read runs through MlflowClient; what they share about the store is written here once:
+  connect        fail fast, naming the URI, when the store cannot be reached; else a client
+  experiment_id  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows runs)
+  search         every page of a run search
+  last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
+  histories      the metric points of many runs at once
+Reading 3,000 runs' histories run by run through the public API takes minutes, so `histories` tries a fast
+path first: one SQL query on a SQLite store's metrics table, or a tracking server's bulk endpoint (the one
+MLflow's own UI calls, under /ajax-api: not part of the public API). Neither is MLflow's promise, so each is
+used only when the store answers as expected; otherwise one line is logged and the public API answers.
+
+Opening a store turns MLflow's artifact progress bars off (unless MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR is
+set): a report downloads one checkpoint per run and each download drew its own bar; our commands draw one
+bar per long step themselves.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import sqlite3
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+
+import pandas as pd
+from mlflow.entities import Run, ViewType
+from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.credentials import get_default_host_creds
+from mlflow.utils.rest_utils import http_request
+from tqdm import tqdm
+
+from sweeper.metrics import EXPERIMENT_KIND, MODEL_TRAINING
+
+log = logging.getLogger(__name__)
+PROBE_TIMEOUT_S = 5.0
+PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
+POINT_COLUMNS = ["run_id", "key", "step", "timestamp", "value"]
+POINT_TYPES = {"step": "int64", "timestamp": "int64", "value": "float64"}
+# The fast paths' assumptions: the metrics table's columns in MLflow's SQL schema (the query below reads all but
+# one), and the server's bulk endpoint with its limits per request.
+METRICS_TABLE = {"key", "value", "timestamp", "step", "is_nan", "run_uuid"}
+BULK_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
+BULK_RUNS, BULK_POINTS = 100, 25000
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used; the message names its URI."""
+
+
+class _Unexpected(Exception):
+    """A fast read path met a store other than the one it was written for."""
+
+
+def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached."""
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise TrackingError(f"tracking store {uri}: folder {folder} does not exist")
+        return
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as reply:
+            reply.read()
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason}); start it "
+                            f"(mlflow server --host HOST --port PORT) or set tracking.uri") from None
+    _probe_access(uri, timeout)
+
+
+def _probe_access(uri: str, timeout: float) -> None:
+    """/health needs no login; a server with basic auth refuses the API itself, so ask it once."""
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            reply.read()
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise TrackingError(f"MLflow tracking server {uri} refused access ({err.code}): set "
+                                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
+    except (urllib.error.URLError, OSError):
+        pass  # reachable a moment ago: let MLflow's own client report anything else
+
+
+def connect(uri: str) -> MlflowClient:
+    """A client of the store at `uri`, once probe() found it reachable; MLflow's artifact progress bars off."""
+    probe(uri)
+    os.environ.setdefault(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false")  # read by MLflow at every transfer
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """The id of experiment `name`, created when missing; either way tagged as a model-training experiment."""
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        try:
+            return client.create_experiment(name, artifact_location=_artifact_root(client.tracking_uri, name),
+                                            tags={EXPERIMENT_KIND: MODEL_TRAINING})
+        except MlflowException:  # created meanwhile by another process
+            found = client.get_experiment_by_name(name)
+    if found.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+    return found.experiment_id
+
+
+def _artifact_root(uri: str, name: str) -> str | None:
+    """Keep a SQLite store's artifacts beside its file, not in whatever the working directory is."""
+    if not uri.startswith("sqlite:///"):
+        return None  # a server's own artifact root
+    db = Path(uri.removeprefix("sqlite:///")).resolve()
+    return (db.parent / "mlartifacts" / name).as_uri()
+
+
+def find_experiment(client: MlflowClient, name: str) -> str | None:
+    """The id of experiment `name`, None when there is none (nothing is created)."""
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found else None
+
+
+def experiment_names(client: MlflowClient) -> list[str]:
+    """The names of the store's active experiments, sorted."""
+    return sorted(e.name for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
+
+
+def search(client: MlflowClient, experiment_ids: list[str], query: str = "", page: int = PAGE) -> list[Run]:
+    """Every active run of the experiments that matches `query` (MLflow's search syntax), page by page."""
+    runs, token = [], None
+    while True:
+        found = client.search_runs(experiment_ids, query, ViewType.ACTIVE_ONLY, page, page_token=token)
+        runs += found
+        token = found.token
+        if not token:
+            return runs
+
+
+def last_steps(client: MlflowClient, run: Run) -> dict[str, int]:
+    """Metric -> the last step `run` holds. A resumed run replays its steps exactly, so it skips points up to it."""
+    return {key: max(m.step for m in client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics}
+
+
+def histories(client: MlflowClient, run_ids: list[str], keys: list[str], fast: bool = True) -> pd.DataFrame:
+    """The stored points of `keys` of `run_ids`, unordered: columns run_id, key, step, timestamp (ms), value.
+
+    fast=False reads through the public API only (what the fast paths fall back to).
+    """
+    run_ids, keys = list(run_ids), list(keys)
+    if not run_ids or not keys:
+        return pd.DataFrame({c: pd.Series(dtype=POINT_TYPES.get(c, object)) for c in POINT_COLUMNS})
+    uri = client.tracking_uri
+    scheme = urllib.parse.urlparse(uri).scheme.split("+")[0]  # sqlite+pysqlite: sqlite
+    fast_path = {"sqlite": _sqlite_points, "http": _bulk_points, "https": _bulk_points}.get(scheme)
+    points = None
+    if fast and fast_path:
+        try:
+            points = fast_path(client, run_ids, keys)
+        except Exception as err:  # an optimisation must never cost an answer: any failure goes the public way
+            log.warning("metric histories: the fast path for a %s store failed (%s: %s); reading them through "
+                        "MLflow's public API instead", scheme, type(err).__name__, err)
+    if points is None:
+        points = _public_points(client, run_ids, keys)
+    return points[POINT_COLUMNS].astype(POINT_TYPES)
+
+
+def _sqlite_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:
+    """One read-only query on the store's metrics table (NaN is stored as value 0 with is_nan set)."""
+    from sqlalchemy.engine import make_url  # MLflow's parser of database URIs; 0.4 s to import, so only here
+
+    path = make_url(client.tracking_uri).database
+    with closing(sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(metrics)")}
+        if columns != METRICS_TABLE:
+            raise _Unexpected(f"the metrics table has columns {sorted(columns)}, not {sorted(METRICS_TABLE)}")
+        query = ("SELECT run_uuid AS run_id, key, step, timestamp, CASE WHEN is_nan THEN NULL ELSE value END AS value "
+                 "FROM metrics WHERE run_uuid IN (SELECT value FROM json_each(?)) "
+                 f"AND key IN ({','.join('?' * len(keys))})")
+        return pd.read_sql_query(query, db, params=[json.dumps(run_ids), *keys])
+
+
+def _bulk_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:
+    """The server's bulk endpoint: BULK_RUNS runs and up to BULK_POINTS points per request."""
+    creds, frames = get_default_host_creds(client.tracking_uri), []
+    for key in keys:
+        for start in range(0, len(run_ids), BULK_RUNS):
+            chunk = run_ids[start:start + BULK_RUNS]
+            response = http_request(creds, BULK_ENDPOINT, "GET",
+                                    params={"run_id": chunk, "metric_key": key, "max_results": BULK_POINTS})
+            if response.status_code != 200:
+                raise _Unexpected(f"{BULK_ENDPOINT} answered HTTP {response.status_code}")
+            metrics = response.json()["metrics"]
+            if metrics and not set(POINT_COLUMNS) <= set(metrics[0]):
+                raise _Unexpected(f"{BULK_ENDPOINT} answered points with fields {sorted(metrics[0])}")
+            if len(metrics) >= BULK_POINTS:  # truncated by the server: this chunk run by run
+                frames.append(_public_points(client, chunk, [key]))
+            else:
+                frames.append(pd.DataFrame(metrics, columns=POINT_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _public_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:
+    """MlflowClient.get_metric_history per run and key, eight at a time."""
+    def one(job: tuple[str, str]) -> list[tuple]:
+        run_id, key = job
+        return [(run_id, key, m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key)]
+
+    jobs = [(run_id, key) for run_id in run_ids for key in keys]
+    with ThreadPoolExecutor(8) as pool:
+        parts = list(tqdm(pool.map(one, jobs), total=len(jobs), desc="metric histories", unit="history",
+                          leave=False, disable=len(jobs) < 1000))
+    return pd.DataFrame([row for part in parts for row in part], columns=POINT_COLUMNS)

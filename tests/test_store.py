@@ -1,0 +1,163 @@
+"""sweeper.store on real stores: experiments, paged searches, last logged steps and metric histories.
+
+Histories have a fast path per store (SQL on a SQLite file, a server's bulk endpoint) and MLflow's public
+API as the fallback; both must give the same frame, whether the fallback is asked for (fast=False) or taken
+because the store is not the one the fast path was written for. MlflowClient's own calls are the oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+
+from analysis import report
+from analysis.runs import histories, load_runs
+from sweeper import store
+from sweeper.config import compose
+from sweeper.metrics import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
+from sweeper.tracking import MlflowRecorder
+from sweeper.train import train
+
+KEYS = [VAL_REL_LLOYD, TRAIN_LOSS]
+
+
+def test_experiment_is_created_once_tagged_and_beside_the_store(sqlite_uri: str) -> None:
+    client = store.connect(sqlite_uri)
+    made = store.experiment_id(client, "kinds")
+    assert store.experiment_id(client, "kinds") == made
+    assert store.experiment_names(client).count("kinds") == 1
+    experiment = client.get_experiment(made)
+    assert experiment.tags[EXPERIMENT_KIND] == MODEL_TRAINING
+    db = Path(sqlite_uri.removeprefix("sqlite:///"))
+    assert experiment.artifact_location == (db.parent / "mlartifacts" / "kinds").as_uri()
+    assert store.find_experiment(client, "kinds") == made and store.find_experiment(client, "absent") is None
+    assert "absent" not in store.experiment_names(client)  # looking one up creates nothing
+
+
+def test_existing_experiments_are_tagged_as_model_training(sqlite_uri: str) -> None:
+    client = MlflowClient(sqlite_uri)
+    plain = client.create_experiment("plain")
+    genai = client.create_experiment("genai", tags={EXPERIMENT_KIND: "genai_development"})
+    assert EXPERIMENT_KIND not in client.get_experiment(plain).tags
+    for name, made in (("plain", plain), ("genai", genai)):
+        assert store.experiment_id(client, name) == made
+        assert client.get_experiment(made).tags[EXPERIMENT_KIND] == MODEL_TRAINING, name
+
+
+def test_search_reads_every_page(sqlite_uri: str) -> None:
+    client = store.connect(sqlite_uri)
+    experiment = store.experiment_id(client, "pages")
+    made = [client.create_run(experiment, tags={"parity": str(i % 2)}).info.run_id for i in range(7)]
+    assert len(client.search_runs([experiment], max_results=3)) == 3  # so a page of 3 needs three pages
+    assert sorted(r.info.run_id for r in store.search(client, [experiment], page=3)) == sorted(made)
+    even = store.search(client, [experiment], "tags.parity = '0'", page=2)
+    assert sorted(r.info.run_id for r in even) == sorted(made[::2])
+
+
+def test_last_steps_per_metric(sqlite_uri: str) -> None:
+    client = store.connect(sqlite_uri)
+    run_id = client.create_run(store.experiment_id(client, "steps")).info.run_id
+    points = [("a", 0), ("a", 10), ("a", 5), ("b", 3), ("b", 3)]  # out of order, and a step logged twice
+    client.log_batch(run_id, metrics=[Metric(key, 1.0, 1000 + i, step) for i, (key, step) in enumerate(points)])
+    assert store.last_steps(client, client.get_run(run_id)) == {"a": 10, "b": 3}
+    fresh = client.create_run(store.experiment_id(client, "steps")).info.run_id
+    assert store.last_steps(client, client.get_run(fresh)) == {}
+
+
+def _log_runs(client: MlflowClient, experiment: str, count: int) -> list[str]:
+    """Runs whose histories hold what a read path could get wrong: a NaN, an infinity, a step logged twice
+    (the later point wins), a run with one key only, and a key nobody asked for."""
+    ids = []
+    for j in range(count):
+        run_id = client.create_run(experiment, tags={CONFIG_HASH: f"h{j}", SEED: str(j)}).info.run_id
+        points = [Metric(VAL_REL_LLOYD, j + step / 10, 1000 * step, step) for step in range(6)]
+        points += [Metric(VAL_REL_LLOYD, j + 0.5, 9000, 2),  # step 2 again, later
+                   Metric("unasked", 1.0, 0, 0)]
+        if j != 1:
+            points += [Metric(TRAIN_LOSS, v, 500 + step, step) for step, v in enumerate([float("nan"), 2.0, np.inf])]
+        client.log_batch(run_id, metrics=points)
+        client.set_terminated(run_id)
+        ids.append(run_id)
+    return ids
+
+
+def _expected(client: MlflowClient, run_ids: list[str]) -> list[tuple]:
+    """MlflowClient's histories, the latest point per step (NaN written as None, comparable)."""
+    rows = {}
+    for run_id in run_ids:
+        for key in KEYS:
+            for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
+                rows[run_id, key, m.step] = (run_id, key, m.step, m.timestamp, None if np.isnan(m.value) else m.value)
+    return sorted(rows.values())
+
+
+def _rows(points: pd.DataFrame) -> list[tuple]:
+    return sorted((r.run_id, r.key, r.step, r.timestamp, None if np.isnan(r.value) else r.value)
+                  for r in points.itertuples())
+
+
+@pytest.fixture
+def logged(sqlite_uri: str) -> tuple[str, pd.DataFrame]:
+    client = MlflowClient(sqlite_uri)
+    _log_runs(client, client.create_experiment("histories"), 3)
+    return sqlite_uri, load_runs(sqlite_uri, "histories")
+
+
+def test_sqlite_fast_path_and_public_api_give_the_same_frame(logged, caplog) -> None:
+    uri, runs = logged
+    with caplog.at_level(logging.WARNING, logger=store.__name__):
+        fast = histories(uri, runs, KEYS)
+    assert not caplog.records  # the fast path answered
+    pd.testing.assert_frame_equal(fast, histories(uri, runs, KEYS, fast=False))
+    assert _rows(fast) == _expected(MlflowClient(uri), list(runs["run_id"]))
+    assert len(fast) == 3 * 6 + 2 * 3 and fast["value"].isna().sum() == 2
+    assert histories(uri, runs.iloc[:0], KEYS).empty
+
+
+def test_a_sqlite_schema_the_fast_path_was_not_written_for_falls_back(logged, caplog) -> None:
+    """A column MLflow's next schema might add: the fast path refuses the store, the public API answers."""
+    uri, runs = logged
+    before = histories(uri, runs, KEYS)
+    with sqlite3.connect(uri.removeprefix("sqlite:///")) as db:
+        db.execute("ALTER TABLE metrics ADD COLUMN origin TEXT")
+    with caplog.at_level(logging.WARNING, logger=store.__name__):
+        after = histories(uri, runs, KEYS)
+    pd.testing.assert_frame_equal(after, before)
+    (record,) = caplog.records
+    assert "origin" in record.getMessage() and "public API" in record.getMessage()
+
+
+@pytest.mark.slow
+def test_server_bulk_endpoint_and_public_api_give_the_same_frame(mlflow_server: str, caplog) -> None:
+    client = MlflowClient(mlflow_server)
+    name = f"store-bulk-{uuid.uuid4().hex[:8]}"
+    _log_runs(client, client.create_experiment(name), 3)
+    runs = load_runs(mlflow_server, name)
+    with caplog.at_level(logging.WARNING, logger=store.__name__):
+        fast = histories(mlflow_server, runs, KEYS)
+    assert not caplog.records  # the bulk endpoint answered
+    pd.testing.assert_frame_equal(fast, histories(mlflow_server, runs, KEYS, fast=False))
+    assert _rows(fast) == _expected(client, list(runs["run_id"]))
+
+
+def test_report_prints_no_artifact_progress_bars(sqlite_uri: str, tiny: list[str], tmp_path: Path, monkeypatch,
+                                                capsys) -> None:
+    """`make demo`'s report downloaded a checkpoint per run, each under its own MLflow progress bar."""
+    cfg = compose(tiny + [f"tracking.uri={sqlite_uri}"])
+    train(cfg, MlflowRecorder(sqlite_uri, cfg.tracking.experiment), tmp_path / "work")
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)  # MLflow's default: bars on
+    capsys.readouterr()
+    assert report.main([f"tracking.uri={sqlite_uri}", f"out={tmp_path}", "figures=[length]", "eval.lengths=[16]",
+                        "eval.batches=1", "eval.batch=2", "eval.steps=2", "eval.device=cpu"]) == 0
+    assert (tmp_path / cfg.tracking.experiment / "length.png").exists()  # the checkpoint was downloaded and used
+    printed = capsys.readouterr()
+    assert "report" in printed.err  # the report's own bar
+    assert "Downloading" not in printed.out + printed.err
