@@ -40,7 +40,8 @@ from omegaconf import DictConfig
 
 from models.baseline import BaselineTransformer, baseline_step
 from models.embedding import embedding_dim
-from sweeper.config import ConfigError, compose
+from sweeper.config import compose
+from sweeper.entry import command
 from sweeper.train import Trainer, pick_device, task_spec
 
 MATMUL_SIZE = 1024  # the dense fp32 matmul whose FLOP rate is the machine's reference
@@ -213,14 +214,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, overrides = parse(sys.argv[1:] if argv is None else argv)
+@command("leaner-bench", own_options=True)
+def main(argv: list[str]) -> int:
+    args, overrides = parse(argv)
     configure(args.threads)
-    try:
-        cfg = compose(overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = compose(overrides)
     if args.command == "step":
         result = bench_step(cfg, args.repeats)
     else:
