@@ -66,6 +66,10 @@ def command(script: str, *, own_options: bool = False, show_config: Callable[[li
             except Answered as answer:
                 print(answer.text, file=sys.stdout if answer.code == 0 else sys.stderr)
                 return answer.code
+            except SystemExit as exit_:  # argparse's --help and usage errors (bench, rerun): a code, as main's
+                if exit_.code is None or isinstance(exit_.code, int):
+                    return exit_.code or 0
+                raise
             except Exception as err:  # noqa: BLE001 - only the table's errors are answered, the rest re-raised
                 code = exit_codes.code_for(err)
                 if code is None:
