@@ -3,14 +3,16 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 
-.PHONY: demo test test-fast install reproduce clean
+.PHONY: demo test test-fast install lock reproduce clean
 
-$(STAMP): pyproject.toml
+# requirements.lock holds the exact version of every package the tests passed with (pyproject.toml
+# keeps compatible ranges): installed as constraints, a fresh machine gets the same environment.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	# The CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	# The CPU build of torch first, at the lock's version: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q -c requirements.lock torch
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,6 +41,11 @@ test: $(STAMP)
 # Unit and config tests only: no Ray, no servers, no sweep or training subprocesses (minutes on 2 cores).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# After changing pyproject.toml's dependencies: install, run `make test`, then record the versions.
+lock: $(STAMP)
+	{ echo "# pip constraints: the exact versions \`make test\` passed with (\`make lock\` rewrites this file)."; \
+	  $(PY) -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > requirements.lock
 
 clean:
 	rm -rf .venv

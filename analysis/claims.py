@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.aggregate import divergence_note
-from analysis.cli import open_context
+from analysis.cli import job_config, open_context
 from analysis.context import Context, count_once, evaluation_rows, series_labels, tagged, varying
 from analysis.evaluate import SHIFTS
 from analysis.plot import CURVE_COLUMNS, MissingInput
@@ -40,6 +40,7 @@ from analysis.probes import task_dissimilarity
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD, short
 from sweeper.config import compose
+from sweeper.entry import command
 from sweeper.grid import expand
 from sweeper.metrics import DIVERGED, FINISHED, OUTCOME, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 from tasks.sampler import FAMILIES
@@ -507,8 +508,9 @@ def write_csv(claims: list[Claim], out_dir: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    ctx, _ = open_context(sys.argv[1:] if argv is None else argv, "analysis.claims")
+@command("leaner-claims", show_config=job_config)
+def main(argv: list[str]) -> int:
+    ctx, _ = open_context(argv)
     claims = check(ctx)
     for claim in claims:
         print(f"{claim.status:<8} {claim.name}\n{'':9}paper:    \"{claim.paper}\"\n{'':9}measured: {claim.numbers}")

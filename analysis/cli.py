@@ -1,14 +1,13 @@
 """Command-line settings shared by `analysis.report` and `analysis.claims`.
 
 Overrides are Hydra-style `key=value`: `tracking.*` composes through the
-training config (conf/tracking, the one place its defaults live); the rest
-are the analysis' own keys below. An unknown key fails before any work,
-naming the key and the allowed ones.
+training config (conf/tracking, the one place its defaults live, $MLFLOW_TRACKING_URI and
+$MLFLOW_EXPERIMENT_NAME included); the rest are the analysis' own keys below. An unknown key
+fails before any work (ConfigError, exit code 2), naming the key and the allowed ones.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -74,30 +73,34 @@ def expected_sizes() -> dict[str, int]:
     return sizes
 
 
-def open_context(argv: list[str], program: str, figures: list[str] = ()) -> tuple[Context, dict]:
-    """Parse, load the runs and build the Context; on bad input or an empty store, explain and exit non-zero."""
+def job_config(argv: list[str]) -> str:
+    """`--cfg job`: the analysis settings and the tracking config the overrides compose to."""
+    own, tracking = parse(argv)
+    return OmegaConf.to_yaml({**own, "tracking": OmegaConf.to_container(tracking, resolve=True)})
+
+
+def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dict]:
+    """Parse, load the runs and build the Context; bad input raises ConfigError, an empty store NoRuns."""
+    own, tracking = parse(argv)
     try:
-        own, tracking = parse(argv)
         settings = eval_settings(own)
-        unknown = [name for name in own["figures"] or [] if name not in figures]
-        if unknown:
-            raise ConfigError(f"figures={own['figures']!r} is not allowed: {', '.join(unknown)} unknown; "
-                              f"choose from {', '.join(figures)}")
-    except (ConfigError, TypeError, ValueError) as err:
-        sys.exit(f"{program}: {err}")
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    unknown = [name for name in own["figures"] or [] if name not in figures]
+    if unknown:
+        raise ConfigError(f"figures={own['figures']!r} is not allowed: {', '.join(unknown)} unknown; "
+                          f"choose from {', '.join(figures)}")
     uri, experiment = tracking.uri, tracking.experiment
     select = own["select"]
     try:
         runs = load_runs(uri, experiment, sweep=select["sweep"], subgrid=select["subgrid"])
     except NoRuns as err:
-        sys.stderr.write(f"{program}: nothing to analyse: {err}.\n{_how_to_fill(uri, experiment)}\n")
-        sys.exit(2)
+        raise NoRuns(f"nothing to analyse: {err}.\n{_how_to_fill(uri, experiment)}") from None
     if runs.empty:
         chosen = ", ".join(f"{k}={v}" for k, v in select.items() if v) or "no filter"
-        sys.stderr.write(f"{program}: nothing to analyse: experiment {experiment!r} in {uri} has no training runs "
-                         f"({chosen}). Every figure needs training runs with checkpoints and metrics "
-                         f"(train_loss, val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}\n")
-        sys.exit(2)
+        raise NoRuns(f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs ({chosen}). "
+                     f"Every figure needs training runs with checkpoints and metrics (train_loss, "
+                     f"val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}")
     speed = Path(own["speed_json"]) if own["speed_json"] else None
     out_dir = Path(own["out"]) / experiment
     ctx = Context.build(uri, experiment, runs, settings, out_dir, speed_json=speed, expected=expected_sizes())

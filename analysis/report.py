@@ -19,11 +19,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from analysis.claims import check, claims_table, write_csv
-from analysis.cli import open_context
+from analysis.cli import job_config, open_context
 from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
+from sweeper.entry import command
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:
@@ -107,9 +108,9 @@ def claims_section(ctx: Context) -> str:
             "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    ctx, own = open_context(argv, "analysis.report", list(FIGURES))
+@command("leaner-report", show_config=job_config)
+def main(argv: list[str]) -> int:
+    ctx, own = open_context(argv, list(FIGURES))
     index, failed = build(ctx, own["figures"] or list(FIGURES))
     print(index.resolve())
     return 1 if failed else 0

@@ -8,8 +8,8 @@
     scale         the sweep driver at 300 to 3,000 trials: `python -m bench scale [TRIALS ...]` (bench/scale.py)
 
 The first four print JSON on stdout and progress on stderr; `gpu` and `scale`
-have their own options (`python -m bench gpu --help`). Exit codes: 0 done,
-1 a check failed (gpu, scale), 2 a rejected option or override.
+have their own options (`python -m bench gpu --help`). Exit codes
+as for every command (sweeper/exit_codes.py; 1: a check of gpu or scale failed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from bench.common import configure
-from sweeper.config import ConfigError, compose
+from sweeper.config import compose
+from sweeper.entry import command
 
 MEASURES = ("step", "pack", "sweep", "speed_memory")
 PROBES = ("gpu", "scale")
@@ -65,8 +66,8 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict:
     return bench_speed_memory(cfg, args.repeats, args.quick)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+@command("leaner-bench", own_options=True)
+def main(argv: list[str]) -> int:
     if argv and argv[0] == "gpu":
         from bench import gpu
 
@@ -77,11 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return scale.main(argv[1:])
     args, overrides = parse(argv)
     configure(args.threads)
-    try:
-        result = measure(args, overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    result = measure(args, overrides)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -9,19 +9,21 @@ Every failure is one ConfigError naming the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -114,6 +116,20 @@ class ClusterConfig:
 
 
 @dataclass
+class SweepConfig:
+    """The keys of a sweep (conf/sweep/*.yaml); sweeper.grid checks what types cannot."""
+
+    name: str = MISSING
+    dry_run: bool = MISSING
+    scheduler: str = MISSING
+    axes: Dict[str, str] = MISSING
+    baseline: Dict[str, Any] = MISSING
+    seeds: List[Any] = MISSING
+    fixed: Dict[str, Any] = MISSING
+    subgrids: List[Any] = MISSING
+
+
+@dataclass
 class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -123,7 +139,7 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     seed: int = MISSING
-    sweep: Any = None  # the sweep group's own keys (conf/sweep/); `none` for a single run
+    sweep: Optional[SweepConfig] = None  # conf/sweep/; `none` (no keys) for a single run
 
 
 ConfigStore.instance().store(name="schema", node=Config)
@@ -137,12 +153,33 @@ def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictC
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_explain(err)) from None
+    _no_sweep_to_none(cfg)
     validate(cfg)
     return cfg
 
 
+def _no_sweep_to_none(cfg: DictConfig) -> None:
+    """sweep=none (conf/sweep/none.yaml, no keys) composes to a SweepConfig of missing values: make it None."""
+    sweep = cfg.sweep
+    if sweep is None or not OmegaConf.is_missing(sweep, "name"):
+        return
+    given = [key for key in sweep if not OmegaConf.is_missing(sweep, key)]
+    if given:
+        raise ConfigError(f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME "
+                          f"({', '.join(o for o in group_options('sweep') if o != 'none')})")
+    cfg.sweep = None
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: the file names of conf/<group>/."""
+    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
+
+
 def _explain(err: BaseException) -> str:
     """One line out of Hydra's and OmegaConf's nested composition errors."""
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file and "/" in err.missing_cfg_file:
+        group, option = err.missing_cfg_file.rsplit("/", 1)
+        return f"{group}={option} is not allowed: choose one of {', '.join(group_options(group))}"
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         key = cause.full_key
@@ -160,9 +197,12 @@ _TYPE_WORDS = {"integer": "an integer", "float": "a number", "boolean": "true or
 
 
 def _keys_of(parent: str) -> list[str]:
-    schema = OmegaConf.structured(Config)
-    node = OmegaConf.select(schema, parent) if parent else schema
-    return [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    """The schema's keys under `parent` ("" for the top), following the dataclasses' type hints."""
+    node: Any = Config
+    for name in filter(None, parent.split(".")):
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        node = next((a for a in typing.get_args(hints.get(name)) if a is not type(None)), hints.get(name))
+    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
 
 
 def _require(ok: bool, key: str, value: object, allowed: str) -> None:

@@ -101,8 +101,17 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+_ENV_DEFAULT = re.compile(r"\$\{oc\.env:(\w+),'?([^'}]*)'?\}")  # conf/tracking: ${oc.env:VAR,'default'}
+
+
+def _default(value: object) -> str:
+    """A default as the table shows it; one read from the environment says so."""
+    match = _ENV_DEFAULT.fullmatch(value) if isinstance(value, str) else None
+    return f"`{match[2]}` unless ${match[1]} is set" if match else f"`{format_value(value)}`"
+
+
 def key_table() -> list[str]:
-    defaults = OmegaConf.to_container(compose([]), resolve=True)
+    defaults = OmegaConf.to_container(compose([]), resolve=False)  # unresolved: $MLFLOW_* of this shell left out
     chosen = _defaults_list()
     lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     for key, kind, optional in schema_keys():
@@ -110,7 +119,7 @@ def key_table() -> list[str]:
         source = CONF_DIR / group / f"{chosen[group]}.yaml" if group else CONF_DIR / "config.yaml"
         meaning = yaml_comments(source).get(name or key, "")
         value = defaults[group][name] if group else defaults[key]
-        lines.append(f"| `{key}` | `{format_value(value)}` | {_cell(allowed_values(key, kind, optional))} "
+        lines.append(f"| `{key}` | {_default(value)} | {_cell(allowed_values(key, kind, optional))} "
                      f"| {_cell(meaning)} |")
     return lines
 

@@ -125,7 +125,7 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
     """The sub-grids, their union and the seeds of a sweep definition (structure checked).
 
     Keys in `command_line` (set by the user's overrides) keep the user's value over the sweep's `fixed` one;
-    the swept axes always win.
+    a key the grid sets in every trial (an axis, a baseline value, the seed) is an error there.
     """
     spec = _plain(sweep) or {}
     name = spec.get("name") or "?"
@@ -139,6 +139,7 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
     for axis, value in (spec.get("baseline") or {}).items():
         (key,) = _axis_keys(name, axes, axis)
         baseline[key] = value
+    _refuse_overwritten(name, spec, axes, command_line)
     fixed = {k: v for k, v in _flatten(spec.get("fixed") or {}).items() if k not in command_line}
     seeds = _seeds(name, spec.get("seeds"))
     subgrids, union = [], {}
@@ -155,6 +156,24 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
         _fail(name, "sweep.subgrids", "the grid is empty: name at least one sub-grid with at least one value per axis")
     configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
     return Plan(name, tuple(subgrids), configurations, seeds)
+
+
+def _refuse_overwritten(name: str, spec: dict, axes: dict[str, str], command_line: frozenset[str]) -> None:
+    """A command-line override the grid would silently overwrite in every trial is rejected instead."""
+    if "seed" in command_line:
+        _fail(name, "sweep.seeds", "seed on the command line would be overwritten: each trial takes its seed "
+              "from sweep.seeds; set sweep.seeds=[...] instead")
+    for sub in spec.get("subgrids") or []:
+        for axis in (a for a in sub if a != "name"):
+            for key in set(_axis_keys(name, axes, axis)) & command_line:
+                _fail(name, f"sub-grid {sub.get('name')!r}", f"{key} on the command line would be overwritten: "
+                      f"this sub-grid sweeps it (axis {axis!r}); change the sweep instead "
+                      "(sweep.baseline, sweep.subgrids)")
+    for axis, value in (spec.get("baseline") or {}).items():
+        (key,) = _axis_keys(name, axes, axis)
+        if key in command_line:
+            _fail(name, "sweep.baseline", f"{key} on the command line would be overwritten: every sub-grid "
+                  f"holds it at the baseline {axis}={format_value(value)}; set sweep.baseline.{axis}=... instead")
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Re-run one MLflow run's configuration locally: `python -m sweeper.rerun RUN_ID [--tracking-uri URI]`.
+"""Re-run one MLflow run's configuration locally: `python -m sweeper.rerun RUN_ID [tracking.uri=URI]`.
 
 The configuration is rebuilt from the run's params (every value that
 determines the numbers), trained from scratch in a temporary workdir and
@@ -7,26 +7,26 @@ Prints the original and the new final val_rel_lloyd; on CPU they are equal,
 except for a model trained in a pack (cluster.pack=seeds, tag `pack`): its
 batched matmuls sum in another order, so a solo rerun matches it to about
 1e-5 with model.dropout=0 and only in distribution with dropout (a pack draws
-its dropout masks in one piece). Exit codes as for sweeper.train.
+its dropout masks in one piece). tracking.uri defaults to $MLFLOW_TRACKING_URI, else
+sqlite:///mlflow.db (conf/tracking/local.yaml). Exit codes: sweeper/exit_codes.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
+from sweeper import exit_codes
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
+from sweeper.entry import command
 from sweeper.metrics import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from sweeper.store import TrackingError, connect
 from sweeper.tracking import MlflowRecorder
-from sweeper.train import CLI_ERRORS, EXIT_DIVERGED, TrainResult, report_error, train
-
-DEFAULT_URI = "sqlite:///mlflow.db"
+from sweeper.train import TrainResult, train
 
 
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:
@@ -49,16 +49,17 @@ def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainRes
     return original.data.tags, original.data.metrics.get(VAL_REL_LLOYD), result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeper.rerun", description=__doc__.splitlines()[0])
+@command("leaner-rerun", own_options=True)
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="leaner-rerun", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_id")
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI),
-                        help="default: $MLFLOW_TRACKING_URI, else %(default)s")
+    parser.add_argument("tracking", nargs="?", metavar="tracking.uri=URI",
+                        help="the store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
-    try:
-        tags, before, result = rerun(args.run_id, args.tracking_uri)
-    except CLI_ERRORS as err:
-        return report_error(err)
+    if args.tracking and not args.tracking.startswith("tracking.uri="):
+        raise ConfigError(f"unknown argument {args.tracking!r}: the one override is tracking.uri=URI")
+    uri = compose([args.tracking] if args.tracking else []).tracking.uri
+    tags, before, result = rerun(args.run_id, uri)
     after = result.metrics.get(VAL_REL_LLOYD)
     print(f"original run {args.run_id}: final {VAL_REL_LLOYD} {before!r}")
     print(f"rerun {result.run_id}: final {VAL_REL_LLOYD} {after!r} ({result.outcome})")
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if PACK in tags:
         print(f"the original trained in pack {tags[PACK]} (cluster.pack=seeds): trained alone it matches to about "
               "1e-5 with model.dropout=0, and only in distribution with dropout > 0")
-    return EXIT_DIVERGED if result.outcome == DIVERGED else 0
+    return exit_codes.DIVERGED if result.outcome == DIVERGED else exit_codes.OK
 
 
 if __name__ == "__main__":

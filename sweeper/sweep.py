@@ -12,9 +12,8 @@ their last checkpoint in their own run. On a multi-node cluster
 `cluster.storage` must be shared storage (an NFS path mounted alike on every
 node, or s3://, gs://): trials resume from checkpoints written elsewhere.
 
-Exit codes: 0 every trial ended (finished or diverged), 1 some trials failed
-after their retries (start again to retry them), 2 rejected configuration,
-4 tracking store unreachable, 6 Ray cluster unreachable or storage not shared.
+Exit codes: the table of sweeper/exit_codes.py (0 every trial ended, 1 some trials failed after their
+retries: start again to retry them, 2 rejected configuration, ...).
 """
 
 from __future__ import annotations
@@ -30,11 +29,12 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, OmegaConf
 
-from sweeper import grid
+from sweeper import exit_codes, grid
 from sweeper.config import CONF_DIR, ConfigError, compose
+from sweeper.entry import command
 from sweeper.metrics import SWEEP
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_TRACKING, EXIT_CLUSTER = 1, 2, 4, 6
+EXIT_FAILED = exit_codes.FAILED
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
 
 
@@ -257,16 +257,9 @@ def where_to_look(uri: str, experiment: str) -> str:
     return f"MLflow: open {uri} (experiment {experiment})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    overrides = sys.argv[1:] if argv is None else argv
-    if overrides and overrides[0] in ("-h", "--help"):
-        print(__doc__.strip() + f"\n\nSweeps: {', '.join(sweep_names())}")
-        return 0
-    try:
-        cfg, plan = load(overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
+@command("leaner-sweep")
+def main(argv: list[str]) -> int:
+    cfg, plan = load(argv)
     print(plan.table())
     if cfg.cluster.pack == "seeds":
         print(f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
@@ -274,19 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     print(plan.summary(), flush=True)  # the plan's last line (SPEC section 8)
     if cfg.sweep.dry_run:
         return 0
-    from sweeper.tracking import TrackingError  # MLflow takes seconds to import: not for a dry run
-
-    try:
-        return run(cfg, plan, overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except TrackingError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_TRACKING
-    except ClusterError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CLUSTER
+    return run(cfg, plan, argv)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ checkpoint is written, from which the same command resumes after a crash.
 One loop (train_models) trains a list of models: alone, a list of one
 (train); packed, several that share one vectorised step (sweeper.packed).
 
-Exit codes of the CLI: 0 finished, 2 rejected configuration, 3 diverged
-(non-finite loss or parameters), 4 tracking store unreachable or unusable,
-5 unusable checkpoint.
+Exit codes: the table of sweeper/exit_codes.py (0 finished, 2 rejected configuration, 3 diverged, ...).
 """
 
 from __future__ import annotations
@@ -28,19 +26,18 @@ from tqdm import tqdm
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
-from sweeper import checkpoint
+from sweeper import checkpoint, exit_codes
 from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_config, run_name, validate
+from sweeper.entry import command
 from sweeper.faults import InjectedCrash, crash_at_step, nan_at_step
 from sweeper.metrics import (BAD_CHECKPOINT, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
                              DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
                              VAL_KMEANS, VAL_REL_LLOYD)
-from sweeper.tracking import MlflowRecorder, Recorder, TrackingError, git_commit
+from sweeper.tracking import MlflowRecorder, Recorder, git_commit
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
 
-EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING, EXIT_CHECKPOINT = 2, 3, 4, 5
-# What the command lines (train, rerun) report as one line, with its exit code.
-CLI_ERRORS = (ConfigError, TrackingError, CheckpointError)
+EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING = exit_codes.CONFIG, exit_codes.DIVERGED, exit_codes.TRACKING
 
 OnEval = Callable[[int, dict, Path], None]              # train(): (step, metrics, workdir) after each evaluation
 OnRound = Callable[[int, dict[Path, dict]], None]      # train_models(): (step, {workdir: metrics}) per round
@@ -379,25 +376,11 @@ def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def report_error(err: Exception) -> int:
-    """Print one of CLI_ERRORS as one line on stderr; return its exit code."""
-    print(f"error: {err}", file=sys.stderr)
-    codes = {ConfigError: EXIT_CONFIG, TrackingError: EXIT_TRACKING, CheckpointError: EXIT_CHECKPOINT}
-    return next(code for kind, code in codes.items() if isinstance(err, kind))
-
-
-def main(argv: list[str] | None = None) -> int:
-    overrides = sys.argv[1:] if argv is None else argv
-    if overrides and overrides[0] in ("-h", "--help"):
-        print(__doc__.strip() + "\n\nDefault configuration (override any key as group.key=value):\n")
-        print(OmegaConf.to_yaml(compose([])))
-        return 0
-    try:
-        cfg = compose(overrides)
-        recorder = MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment)
-        result = train(cfg, recorder, default_workdir(cfg))
-    except CLI_ERRORS as err:
-        return report_error(err)
+@command("leaner-train")
+def main(argv: list[str]) -> int:
+    cfg = compose(argv)
+    recorder = MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment)
+    result = train(cfg, recorder, default_workdir(cfg))
     where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"
     if result.outcome == DIVERGED:
         print(f"diverged: non-finite loss or parameters at step {result.diverged_at}; {where} marked FAILED",

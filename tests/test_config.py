@@ -50,7 +50,8 @@ def test_defaults_are_the_papers():
     ("cluster.max_concurrent=0", "cluster.max_concurrent", ">= 1"),
     ("cluster.pack=configs", "cluster.pack", "none, seeds"),
     ("train.compile=jit", "train.compile", "off, inductor, cudagraphs, aot_eager"),
-    ("task=nonexistent", "task/nonexistent", "paper"),
+    ("task=nonexistent", "task=nonexistent is not allowed", "choose one of paper"),
+        ("tracking=srv", "tracking=srv is not allowed", "choose one of local, server"),
 ])
 def test_bad_value_gives_one_clear_error(override, key, allowed):
     with pytest.raises(ConfigError) as err:

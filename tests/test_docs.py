@@ -17,12 +17,13 @@ import shlex
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from helpers import README, blocks, commands
-from sweeper import config_reference
+from sweeper import config_reference, exit_codes
 from sweeper import sweep as sweep_cli
 from sweeper.config import compose
 
@@ -63,7 +64,7 @@ def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated
     from sweeper.config import flat_params
 
     key_table = generated.split("\n\n")[1]  # the first table: one row per key
-    rows = re.findall(r"^\| `([^`]+)` \| `([^`]*)` \| (.*?) \|", key_table, flags=re.M)
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]*)`[^|]* \| (.*?) \|", key_table, flags=re.M)
     assert {key for key, _, _ in rows} == set(flat_params(compose([]))), "every configuration key, and only those"
     for key, _, allowed in rows:
         choices = re.match(r"choose one of (.*)", allowed)
@@ -73,9 +74,9 @@ def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated
 
 def test_readme_commands_use_options_the_code_accepts(capsys):
     trains = python_module_commands("sweeper.train")
-    assert ["--help"] in trains
+    assert ["--cfg", "job"] in trains
     for args in trains:
-        if args != ["--help"]:
+        if args != ["--cfg", "job"]:
             compose(args)
     sweeps = [a for a in python_module_commands("sweeper.sweep") if a]  # a bare mention names the module
     assert len(sweeps) >= 3, "the README shows how to run a sweep"
@@ -87,20 +88,29 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
 
     for args in python_module_commands("analysis.report") + python_module_commands("analysis.claims"):
         cli.parse(args)
-    for args in python_module_commands("bench"):
+    for args in [a for a in python_module_commands("bench") if a]:  # a bare mention names the module
         probes = {"gpu": gpu.parse, "scale": scale.parse}
         if args[0] in probes:
             probes[args[0]](args[1:])
             continue
         _, overrides = bench_cli.parse(args)
         compose(overrides)
-    reruns = python_module_commands("sweeper.rerun")
-    assert reruns and all(len(a) == 1 or a[1:2] == ["--tracking-uri"] for a in reruns), reruns
-    assert ["RUN_ID", "--tracking-uri", "http://127.0.0.1:5000"] in reruns
+    reruns = [a for a in python_module_commands("sweeper.rerun") if a]
+    assert reruns and all(len(a) == 1 or (len(a) == 2 and a[1].startswith("tracking.uri=")) for a in reruns), reruns
+    assert ["RUN_ID", "tracking.uri=http://127.0.0.1:5000"] in reruns
     rerun_help = subprocess.run([sys.executable, "-m", "sweeper.rerun", "--help"], capture_output=True, text=True,
                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert rerun_help.returncode == 0 and "--tracking-uri" in rerun_help.stdout
+    assert rerun_help.returncode == 0 and "tracking.uri=URI" in rerun_help.stdout
     importlib.import_module("analysis.claims")
+
+
+def test_readme_lists_the_exit_code_table_and_every_command():
+    text = README.read_text()
+    body = text.split("<!-- exit-codes:start", 1)[1].split("-->", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
+    assert body.strip() == exit_codes.markdown(), "README's exit codes differ from sweeper/exit_codes.py's table"
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
+    assert {name: f"{module}:main" for name, module in listed} == scripts
 
 
 def test_readme_names_files_that_exist():

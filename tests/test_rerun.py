@@ -40,5 +40,5 @@ def test_rerun_reproduces_the_run_as_a_new_tagged_run(tiny, tmp_path, sqlite_uri
 
 
 def test_rerun_of_an_unknown_run_names_the_store(sqlite_uri, capsys):
-    assert rerun_main(["0123456789abcdef0123456789abcdef", "--tracking-uri", sqlite_uri]) == 4
+    assert rerun_main(["0123456789abcdef0123456789abcdef", f"tracking.uri={sqlite_uri}"]) == 4
     assert sqlite_uri in capsys.readouterr().err

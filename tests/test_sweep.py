@@ -127,7 +127,7 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     check_histories(client, by_key, good, ["train.steps=60", "model.dropout=0.0"], packed=True)
     # Re-run from the MLflow record: trained alone, to 1e-5, and the rerun says why not bit for bit.
     original = by_key[good[0].key]
-    assert rerun_main([original.info.run_id, "--tracking-uri", uri]) == 0
+    assert rerun_main([original.info.run_id, f"tracking.uri={uri}"]) == 0
     out = capfd.readouterr().out
     assert f"trained in pack {original.data.tags[PACK]}" in out
     (again,) = client.search_runs([original.info.experiment_id], f"tags.{RERUN_OF} = '{original.info.run_id}'")

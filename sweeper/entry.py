@@ -1,0 +1,142 @@
+"""What every command line shares: train, sweep, rerun, report, claims and bench.
+
+`@command("leaner-train")` wraps a command's `main(argv) -> int`, so that each command answers alike:
+
+- `--help` (or `-h`) anywhere on the line prints the usage and exits 0;
+- `--cfg job` prints the composed configuration, resolved, and exits 0;
+- Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
+  the commands compose conf/ themselves (sweeper.config.compose), so Hydra's own parser never sees them;
+- an error of sweeper.exit_codes.TABLE raised by main ends the command with `error: ...` on stderr
+  and the table's exit code.
+
+Commands with options of their own (bench, rerun) parse them with argparse (`own_options=True`):
+argparse prints their `--help`; Hydra's flags are still answered here.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+from sweeper import exit_codes
+
+Main = Callable[[list[str]], int]
+
+# Hydra's command-line flags (`python app.py --help` of any Hydra app) -> why this project has no use for them.
+_SEE_HELP = "--help lists the config groups and --cfg job prints the composed configuration"
+HYDRA_FLAGS = {
+    "-m": "sweeps are `leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
+    "--multirun": "sweeps are `leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
+    "-i": _SEE_HELP, "--info": _SEE_HELP, "--hydra-help": _SEE_HELP, "--version": _SEE_HELP,
+    "-c": "only --cfg job", "--cfg": "only --cfg job", "--resolve": "--cfg job prints the config resolved",
+    "-p": "only --cfg job", "--package": "only --cfg job", "-r": "no Hydra reruns", "--run": "no Hydra run mode",
+    "--experimental-rerun": "no Hydra reruns; `leaner-rerun RUN_ID` re-runs an MLflow run",
+    "-cp": "the config tree is conf/, shipped with the package", "--config-path": "the config tree is conf/",
+    "-cn": "the config is conf/config.yaml", "--config-name": "the config is conf/config.yaml",
+    "-cd": "the config tree is conf/", "--config-dir": "the config tree is conf/",
+    "-sc": "no shell completion", "--shell-completion": "no shell completion",
+}
+HELP_FLAGS = ("-h", "--help")
+
+
+class Answered(Exception):
+    """The command line was answered before main ran (help, --cfg job): print `text`, exit with `code`."""
+
+    def __init__(self, text: str, code: int) -> None:
+        super().__init__(text)
+        self.text, self.code = text, code
+
+
+def command(script: str, *, own_options: bool = False, show_config: Callable[[list[str]], str] | None = None,
+            ) -> Callable[[Main], Callable[[list[str] | None], int]]:
+    """Decorate a command's main; `script` is its console-script name (pyproject.toml's [project.scripts]).
+
+    `show_config(words)` gives `--cfg job`'s text from the line's other words; by default, the training
+    config composed from the `key=value` words.
+    """
+
+    def wrap(main: Main) -> Callable[[list[str] | None], int]:
+        @functools.wraps(main)
+        def run(argv: list[str] | None = None) -> int:
+            words = list(sys.argv[1:] if argv is None else argv)
+            try:
+                words = _answer_flags(words, main, script, own_options, show_config or composed_config)
+                return main(words)
+            except Answered as answer:
+                print(answer.text, file=sys.stdout if answer.code == 0 else sys.stderr)
+                return answer.code
+            except SystemExit as exit_:  # argparse's --help and usage errors (bench, rerun): a code, as main's
+                if exit_.code is None or isinstance(exit_.code, int):
+                    return exit_.code or 0
+                raise
+            except Exception as err:  # noqa: BLE001 - only the table's errors are answered, the rest re-raised
+                code = exit_codes.code_for(err)
+                if code is None:
+                    raise
+                print(f"error: {err}", file=sys.stderr)
+                return code
+
+        run.script = script  # type: ignore[attr-defined]
+        return run
+
+    return wrap
+
+
+def _answer_flags(words: list[str], main: Main, script: str, own_options: bool,
+                  show_config: Callable[[list[str]], str]) -> list[str]:
+    """The words main gets; raises Answered for --help, --cfg job and unsupported flags."""
+    if not own_options and any(w in HELP_FLAGS for w in words):
+        raise Answered(usage(main, script, groups=show_config is composed_config), 0)
+    rest, i = [], 0
+    while i < len(words):
+        word = words[i]
+        flag, _, inline = word.partition("=")
+        if flag in ("--cfg", "-c"):
+            value = inline or (words[i + 1] if i + 1 < len(words) else "")
+            i += 1 if inline else 2
+            if value != "job":
+                raise Answered(f"error: not supported: {flag} {value}".rstrip() + ": only --cfg job "
+                               "(the composed configuration)", exit_codes.CONFIG)
+            rest.append(_CFG_JOB)
+            continue
+        if flag in HYDRA_FLAGS:
+            raise Answered(f"error: not supported: {flag} (a flag of Hydra's own command line): "
+                           f"{HYDRA_FLAGS[flag]}", exit_codes.CONFIG)
+        if word.startswith("-") and not own_options:
+            raise Answered(f"error: not supported: {word}: the arguments are key=value overrides; "
+                           f"{_SEE_HELP}", exit_codes.CONFIG)
+        rest.append(word)
+        i += 1
+    if _CFG_JOB in rest:
+        raise Answered(show_config([w for w in rest if w != _CFG_JOB]), 0)
+    return rest
+
+
+_CFG_JOB = "\0--cfg job"  # a marker no command line can contain
+
+
+def composed_config(words: list[str]) -> str:
+    """The training config composed from the `key=value` words of the line (others, like bench's, skipped)."""
+    from omegaconf import OmegaConf
+
+    from sweeper.config import compose
+
+    return OmegaConf.to_yaml(compose([w for w in words if "=" in w and not w.startswith("-")]), resolve=True)
+
+
+def usage(main: Main, script: str, groups: bool) -> str:
+    """--help: how to call the command, its module's docstring, the config groups and the exit codes."""
+    from sweeper.config import RUN_GROUPS, group_options
+
+    module = sys.modules[main.__module__]
+    name = getattr(module.__spec__, "name", main.__module__)
+    lines = [f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {name} ...)", "",
+             (module.__doc__ or "").strip(), ""]
+    if groups:
+        lines.append("Config groups (group=option picks a file of conf/<group>/; any key is set as group.key=value):")
+        lines += [f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")]
+        lines.append("")
+    lines += ["--cfg job prints the composed configuration, resolved.", "", "Exit codes:"]
+    lines += [f"  {row.code}  {row.meaning}" for row in exit_codes.TABLE]
+    return "\n".join(lines)

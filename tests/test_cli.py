@@ -1,0 +1,165 @@
+"""The command line every command shares (sweeper/entry.py) and the exit-code table (sweeper/exit_codes.py).
+
+Each command's main is the console script's entry point (pyproject.toml's [project.scripts]), so calling
+`main(argv)` runs what `leaner-train ARGS` runs; two tests start real `python -m` subprocesses. Messages
+users read are asserted verbatim. Nothing here starts Ray or trains: dry runs and rejections only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from analysis import claims, report
+from sweeper import exit_codes, rerun, sweep, train
+from sweeper.config import ConfigError, compose
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+HYDRA_COMMANDS = {"leaner-train": train.main, "leaner-sweep": sweep.main, "leaner-report": report.main,
+                  "leaner-claims": claims.main}
+
+
+def run_main(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_help_anywhere_prints_the_usage_and_exits_0(script, where, capsys):
+    words = ["sweep=paper", "task.d=32"]
+    argv = ["--help", *words] if where == "first" else [*words, "--help"]
+    code, out, err = run_main(HYDRA_COMMANDS[script], argv, capsys)
+    assert code == 0 and err == ""
+    module = SCRIPTS[script].split(":")[0]
+    assert out.startswith(f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {module} ...)\n")
+    assert "  7  nothing to analyse: no training runs in the chosen experiment (report, claims)\n" in out
+
+
+def test_training_commands_list_every_group_option_in_their_help(capsys):
+    _, out, _ = run_main(train.main, ["--help"], capsys)
+    assert "  tracking: local, server\n" in out and "  sweep: demo, lite, none, paper, points, smoke\n" in out
+
+
+@pytest.mark.slow  # two interpreters importing torch and MLflow: about 10 s
+def test_help_of_the_real_commands_exits_0():
+    """`analysis.report --help` was an error with exit code 1; `task.d=32 --help` a lexer error."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (["analysis.report", "--help"], ["sweeper.train", "task.d=32", "--help"]):
+        done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, env=env,
+                              timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith("usage: leaner-"), done.stderr[-2000:]
+        assert "Exception" not in done.stdout + done.stderr
+
+
+def test_cfg_job_prints_the_composed_config(capsys):
+    code, out, _ = run_main(train.main, ["task.d=32", "--cfg", "job", "loss.tau=0.5"], capsys)
+    assert code == 0
+    assert yaml.safe_load(out) == OmegaConf.to_container(compose(["task.d=32", "loss.tau=0.5"]), resolve=True)
+    code, out, _ = run_main(sweep.main, ["sweep=smoke", "--cfg=job"], capsys)
+    assert code == 0 and yaml.safe_load(out)["sweep"]["name"] == "smoke"
+    code, out, _ = run_main(report.main, ["--cfg", "job", "eval.batches=1", "tracking.experiment=x"], capsys)
+    shown = yaml.safe_load(out)
+    assert code == 0 and shown["eval"]["batches"] == 1 and shown["tracking"]["experiment"] == "x"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["-m"], "error: not supported: -m (a flag of Hydra's own command line): sweeps are `leaner-sweep sweep=NAME` "
+             "(conf/sweep/), not Hydra's multirun"),
+    (["--info"], "error: not supported: --info (a flag of Hydra's own command line): --help lists the config "
+                 "groups and --cfg job prints the composed configuration"),
+    (["--cfg", "hydra"], "error: not supported: --cfg hydra: only --cfg job (the composed configuration)"),
+    (["--verbose"], "error: not supported: --verbose: the arguments are key=value overrides; --help lists the "
+                    "config groups and --cfg job prints the composed configuration"),
+])
+@pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
+def test_hydra_flags_we_do_not_support_say_so_in_one_line(script, flags, message, capsys):
+    code, out, err = run_main(HYDRA_COMMANDS[script], ["sweep=smoke", *flags], capsys)
+    assert (code, out, err) == (exit_codes.CONFIG, "", message + "\n")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["tracking=srv"], "error: tracking=srv is not allowed: choose one of local, server"),
+    (["sweep.dryrun=true"], "error: unknown key 'sweep.dryrun': allowed keys are name, dry_run, scheduler, axes, "
+                            "baseline, seeds, fixed, subgrids"),
+    (["sweep.dry_run=maybe"], "error: sweep.dry_run='maybe' is not allowed: true or false"),
+    (["loss.tau=0.3"], "error: sweep 'paper', sub-grid 'tau': loss.tau on the command line would be overwritten: "
+                       "this sub-grid sweeps it (axis 'tau'); change the sweep instead (sweep.baseline, "
+                       "sweep.subgrids)"),
+    (["seed=5"], "error: sweep 'paper', sweep.seeds: seed on the command line would be overwritten: each trial "
+                 "takes its seed from sweep.seeds; set sweep.seeds=[...] instead"),
+])
+def test_sweep_rejections_name_the_key_and_what_is_allowed(overrides, message, capsys):
+    code, out, err = run_main(sweep.main, ["sweep=paper", "sweep.dry_run=true", *overrides], capsys)
+    assert (code, err) == (exit_codes.CONFIG, message + "\n")
+
+
+def test_a_baseline_key_on_the_command_line_names_the_baseline(capsys):
+    code, _, err = run_main(sweep.main, ["sweep=smoke", "sweep.dry_run=true", "optim.lr=0.1"], capsys)
+    assert (code, err) == (exit_codes.CONFIG, "error: sweep 'smoke', sweep.baseline: optim.lr on the command line "
+                           "would be overwritten: every sub-grid holds it at the baseline lr=0.01; set "
+                           "sweep.baseline.lr=... instead\n")
+    assert run_main(sweep.main, ["sweep=smoke", "sweep.dry_run=true", "sweep.baseline.lr=0.1"], capsys)[0] == 0
+
+
+def test_sweep_keys_without_a_sweep_are_rejected():
+    with pytest.raises(ConfigError, match=r"^sweep.dry_run is set but no sweep is chosen: add sweep=NAME "
+                                          r"\(demo, lite, paper, points, smoke\)$"):
+        compose(["sweep.dry_run=true"])
+    assert compose([]).sweep is None  # sweep=none: a single run
+
+
+def test_tracking_defaults_come_from_mlflows_environment_variables(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-env")
+    for group in ("local", "server"):
+        assert dict(compose([f"tracking={group}"]).tracking) == {"uri": f"sqlite:///{tmp_path}/env.db",
+                                                                  "experiment": "from-env"}
+    assert compose(["tracking.uri=http://host:5000"]).tracking.uri == "http://host:5000"  # the command line wins
+    _, out, _ = run_main(report.main, ["--cfg", "job"], capsys)
+    assert yaml.safe_load(out)["tracking"] == {"uri": f"sqlite:///{tmp_path}/env.db", "experiment": "from-env"}
+    # rerun reads the same default: an unknown run is looked for in the environment's store.
+    code, _, err = run_main(rerun.main, ["0123456789abcdef0123456789abcdef"], capsys)
+    assert code == exit_codes.TRACKING and f"sqlite:///{tmp_path}/env.db" in err
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")
+    assert dict(compose([]).tracking) == {"uri": "sqlite:///mlflow.db", "experiment": "leaner-clustering"}
+
+
+def test_rerun_takes_the_one_override_spelling(capsys):
+    code, _, err = run_main(rerun.main, ["RUN", "--tracking-uri", "x"], capsys)
+    assert code == exit_codes.CONFIG and "unrecognized arguments: --tracking-uri x" in err
+    code, _, err = run_main(rerun.main, ["RUN", "tracking.experiment=x"], capsys)
+    assert (code, err) == (exit_codes.CONFIG, "error: unknown argument 'tracking.experiment=x': the one override "
+                                              "is tracking.uri=URI\n")
+
+
+def test_every_console_script_is_a_command_of_that_name():
+    assert set(SCRIPTS) == {"leaner-train", "leaner-sweep", "leaner-rerun", "leaner-report", "leaner-claims",
+                            "leaner-bench"}
+    for script, target in SCRIPTS.items():
+        module, function = target.split(":")
+        main = getattr(importlib.import_module(module), function)
+        assert main.script == script, f"{target} is not wrapped by @command({script!r}) of sweeper/entry.py"
+
+
+def test_every_error_of_the_table_exists_and_maps_to_its_code():
+    codes = [row.code for row in exit_codes.TABLE]
+    assert codes == sorted(set(codes)) and codes[:4] == [0, 1, 2, 3]
+    for row in (r for r in exit_codes.TABLE if r.raised_as):
+        module, name = row.raised_as.rsplit(".", 1)
+        kind = getattr(importlib.import_module(module), name)
+        assert issubclass(kind, Exception)
+        subclass = type("Sub", (kind,), {})
+        assert exit_codes.code_for(kind("x")) == exit_codes.code_for(subclass("x")) == row.code
+    assert exit_codes.code_for(KeyError("x")) is None  # anything else is a bug: re-raised with its traceback

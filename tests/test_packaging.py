@@ -1,0 +1,135 @@
+"""Packaging: every imported package declared, requirements.lock agreeing with pyproject.toml, and the wheel
+installed alone (no editable checkout, no system site-packages) composing its config from any directory."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
+LOCK = ROOT / "requirements.lock"
+
+
+def top_level_packages() -> list[str]:
+    return sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name != "tests")
+
+
+def imported_modules(folders: list[str]) -> set[str]:
+    """Top-level names of every absolute import in the .py files under `folders`."""
+    names = set()
+    for path in (p for folder in folders for p in (ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def undeclared(names: set[str], declared_names: set[str]) -> list[str]:
+    """Modules among `names` that no declared distribution provides (stdlib and the project's own left out)."""
+    ours = set(top_level_packages()) | {"helpers", "conftest"}
+    providers = importlib.metadata.packages_distributions()
+    out = []
+    for name in sorted(names - set(sys.stdlib_module_names) - ours - {"__future__"}):
+        assert name in providers, f"`import {name}`: no installed distribution provides it"
+        if not {canonicalize_name(d) for d in providers[name]} & declared_names:
+            out.append(f"{name} ({', '.join(providers[name])})")
+    return out
+
+
+def declared(requirements: list[str]) -> dict[str, Requirement]:
+    return {canonicalize_name(r.name): r for r in map(Requirement, requirements)}
+
+
+def locked() -> dict[str, str]:
+    lines = [l.strip() for l in LOCK.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    pins = dict(l.split("==", 1) for l in lines)
+    assert len(pins) == len(lines), "every line of requirements.lock is NAME==VERSION"
+    return {canonicalize_name(name): version for name, version in pins.items()}
+
+
+def test_every_imported_package_is_declared():
+    runtime = set(declared(PROJECT["dependencies"]))
+    missing = undeclared(imported_modules(top_level_packages()), runtime)
+    assert not missing, f"imported by the package but not in pyproject.toml's dependencies: {missing}"
+    dev = runtime | set(declared(PROJECT["optional-dependencies"]["dev"]))
+    missing = undeclared(imported_modules(["tests"]), dev)
+    assert not missing, f"imported by the tests but not in pyproject.toml's dev extra: {missing}"
+
+
+def test_the_lock_pins_every_declared_package_inside_its_range():
+    pins = locked()
+    extras = [r for name in ("dev", "cluster") for r in PROJECT["optional-dependencies"][name]]
+    for name, requirement in {**declared(extras), **declared(PROJECT["dependencies"])}.items():
+        assert name in pins, f"{requirement} is not in requirements.lock (`make lock`)"
+        assert requirement.specifier.contains(pins[name], prereleases=True), f"lock {name}=={pins[name]}: {requirement}"
+    assert pins["torch"] == "2.13.0", "the CPU build these machines serve"
+    (ray,) = [r for r in PROJECT["dependencies"] if r.startswith("ray")]
+    assert f"ray=={pins['ray']}" in ray.replace("[tune]", ""), "pyproject.toml's Ray pin is the lock's"
+    for name in ("ray", "mlflow", "torch"):  # the environment the tests run in is the lock's
+        assert importlib.metadata.version(name).split("+")[0] == pins[name], name
+
+
+def test_make_installs_from_the_lock():
+    makefile = (ROOT / "Makefile").read_text()
+    installs = [l.strip() for l in makefile.splitlines() if "pip install" in l and "--upgrade pip" not in l]
+    assert installs and all("-c requirements.lock" in l for l in installs), installs
+
+
+def test_the_wheel_holds_every_package_and_the_config_tree():
+    include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in [*top_level_packages(), "conf"]:
+        assert f"{package}*" in include, f"{package}/ is not in the wheel"
+    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["conf"]
+    configs = {p.relative_to(ROOT / "conf") for p in (ROOT / "conf").rglob("*") if p.is_file()}
+    assert all(any(c.match(pattern) and len(c.parts) == len(Path(pattern).parts) for pattern in patterns)
+               for c in configs), "a file of conf/ that package-data leaves out"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_wheel_installed_alone_runs_from_another_directory(tmp_path):
+    """Build the wheel, install it (not editable) with the lock into a fresh venv that sees no other
+    site-packages, and run console scripts from a directory with no conf/ or source in it."""
+    source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
+    for name in [*top_level_packages(), "conf", "pyproject.toml", "README.md"]:
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                            if (ROOT / name).is_dir() else {}))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", tmp_path / "dist", source], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("leaner_clustering-*.whl")
+    venv.create(tmp_path / "venv", with_pip=True)  # system_site_packages=False: a missing dependency shows
+    bin_dir = tmp_path / "venv" / "bin"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("MLFLOW_")}
+    install = subprocess.run([bin_dir / "python", "-m", "pip", "install", "-q", "-c", LOCK, wheel],
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert install.returncode == 0, install.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    where = subprocess.run([bin_dir / "python", "-c", "import sweeper.config as c; print(c.CONF_DIR)"],
+                           capture_output=True, text=True, cwd=elsewhere, env=env, check=True)
+    assert Path(where.stdout.strip()).is_relative_to(tmp_path / "venv"), where.stdout
+    dry = subprocess.run([bin_dir / "leaner-sweep", "sweep=paper", "sweep.dry_run=true"], capture_output=True,
+                         text=True, cwd=elsewhere, env=env, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stdout.splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
+    cfg = subprocess.run([bin_dir / "leaner-train", "task.d=32", "--cfg", "job"], capture_output=True, text=True,
+                         cwd=elsewhere, env=env, timeout=300)
+    assert cfg.returncode == 0 and re.search(r"^  d: 32$", cfg.stdout, flags=re.M), cfg.stderr[-3000:]
+    assert sorted(p.name for p in elsewhere.iterdir()) == []  # a dry run writes nothing
