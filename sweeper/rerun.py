@@ -21,6 +21,7 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from sweeper import ui
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
 from sweeper.metrics import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from sweeper.tracking import MlflowRecorder, TrackingError, probe
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     after = result.metrics.get(VAL_REL_LLOYD)
     print(f"original run {args.run_id}: final {VAL_REL_LLOYD} {before!r}")
     print(f"rerun {result.run_id}: final {VAL_REL_LLOYD} {after!r} ({result.outcome})")
+    experiment_id = MlflowClient(tracking_uri=args.tracking_uri).get_run(result.run_id).info.experiment_id
+    print(f"MLflow: {ui.how_to_open(args.tracking_uri, ui.run_page(args.tracking_uri, experiment_id, result.run_id))}")
     if before is not None and after is not None:
         print("equal" if before == after else f"differ by {abs(after - before):.3g}")
     if PACK in tags:

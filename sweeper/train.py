@@ -29,9 +29,10 @@ from sweeper import checkpoint
 from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_config, run_name, validate
 from sweeper.faults import nan_at_step
-from sweeper.metrics import (CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
+from sweeper.metrics import (BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
                              DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
                              VAL_KMEANS, VAL_REL_LLOYD)
+from sweeper.run_tags import training_tags
 from sweeper.tracking import MlflowRecorder, Recorder, TrackingError, git_commit
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
 
@@ -199,7 +200,7 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> tuple[Traine
     trainer = Trainer(cfg, pick_device(cfg.train.device))
     if resumed:
         trainer.restore(resumed)
-    tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit()}
+    tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(cfg)}
     run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resumed["run_id"] if resumed else None)
     if not resumed:
         (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
@@ -257,7 +258,7 @@ def evaluate(trainer: Trainer, validation: Validation, recorder: Recorder, workd
     p = trainer.progress
     metrics = {**validation(trainer.model), LR: trainer.lr}
     trainer.scheduler.step(metrics[VAL_REL_LLOYD])
-    recorder.log_metrics(p.step, metrics)
+    recorder.log_metrics(p.step, {**metrics, BEST_VAL_REL_LLOYD: min(p.best_val, metrics[VAL_REL_LLOYD])})
     recorder.flush()
     p.metrics = metrics
     for key in (VAL_KMEANS, VAL_REL_LLOYD, LR):
