@@ -22,8 +22,10 @@ def runs_table(uri: str, experiment_id: str) -> str:
     return f"{base_url(uri)}/#/experiments/{experiment_id}?{MODEL_TRAINING}"
 
 
-def run_page(uri: str, experiment_id: str, run_id: str) -> str:
-    return f"{base_url(uri)}/#/experiments/{experiment_id}/runs/{run_id}?{MODEL_TRAINING}"
+def run_page(uri: str, experiment_id: str, run_id: str, tab: str = "") -> str:
+    """A run's page; tab: "" (overview), "model-metrics" (its charts), "artifacts"."""
+    path = f"/{tab}" if tab else ""
+    return f"{base_url(uri)}/#/experiments/{experiment_id}/runs/{run_id}{path}?{MODEL_TRAINING}"
 
 
 def how_to_open(uri: str, address: str) -> str:

@@ -100,7 +100,7 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
 
 def test_readme_names_files_that_exist():
     text = README.read_text()
-    for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml)", text))):
+    for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))):
         if path != "docker/.env":  # the user makes it from docker/.env.example
             assert (ROOT / path).exists(), path
 
