@@ -8,13 +8,13 @@ import statistics
 
 import pandas as pd
 import torch
-from mlflow import MlflowClient
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
-from bench.common import alternate
 from analysis.context import Context, lloyd_reference, metric_curves, narrow, series_labels, varying
 from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
 from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
+from bench.common import alternate
+from sweeper import store
 from sweeper.config import compose, run_overrides
 from sweeper.metrics import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 from sweeper.train import Trainer
@@ -148,7 +148,7 @@ def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.
     Each series is timed at the configuration of its first run (its params in MLflow), on the evaluation
     device and with the training's thread count; the step time depends on shapes, not on seeds or tau.
     """
-    client, device = MlflowClient(ctx.uri), ctx.settings.torch_device()
+    client, device = store.connect(ctx.uri), ctx.settings.torch_device()
     firsts = runs.assign(panel=panel, series=series).drop_duplicates(["panel", "series"])
     rows, threads = [], torch.get_num_threads()
     try:

@@ -43,6 +43,7 @@ from models.transformer import ClusteringTransformer
 from sweeper import store
 from sweeper.config import ConfigError
 from sweeper.metrics import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
+from sweeper.run_tags import evaluation_link
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 
 # Tags and the artifact of an evaluation run (they describe evaluation runs only, never training runs).
@@ -312,4 +313,5 @@ class Evaluator:
             self.client.set_terminated(rid, "FAILED")
             raise
         self.client.set_terminated(rid, "FINISHED")
+        self.client.set_tag(run["run_id"], *evaluation_link(name, rid))
         self.logged()[key] = rid

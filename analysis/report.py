@@ -2,7 +2,8 @@
 
 Writes under reports/<experiment>/: each figure as PNG and PDF, its plotted
 data as CSV, its tables as CSV and Markdown, and index.md showing every
-figure with the runs it used. A figure whose inputs are not in the store is
+figure with the runs it used. A report on one sweep's runs is also stored in that sweep's
+parent MLflow run (artifacts report/). A figure whose inputs are not in the store is
 named in the index with what it needs, and the others are still drawn.
 Evaluations are cached (see analysis.evaluate), so a second report is fast.
 Prints the path of index.md last.
@@ -24,7 +25,10 @@ from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
+from sweeper import store, ui
 from sweeper.entry import command
+from sweeper.metrics import REPORT_DIR, SWEEP
+from sweeper.parent_run import attach_report, find_parent
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:
@@ -108,10 +112,39 @@ def claims_section(ctx: Context) -> str:
             "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n")
 
 
+def written_since(folder: Path, before: dict[Path, int]) -> list[Path]:
+    """The files of `folder` that are new or changed since the snapshot `before` (path -> mtime in ns)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
+
+
+def snapshot(folder: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
+
+
+def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
+    """A report on one sweep's runs goes to that sweep's parent run (artifacts report/); returns where to see it."""
+    sweeps = ctx.runs[SWEEP].dropna().unique()
+    if len(sweeps) != 1:
+        return None
+    client = store.connect(ctx.uri)
+    experiment_id = store.find_experiment(client, ctx.experiment)
+    parent = find_parent(client, experiment_id, sweeps[0])
+    if parent is None:
+        return None
+    attach_report(client, parent, files)
+    address = ui.run_page(ctx.uri, experiment_id, parent)
+    return (f"report attached to the parent run of sweep {sweeps[0]} (artifacts {REPORT_DIR}/); "
+            f"{ui.how_to_open(ctx.uri, address)}")
+
+
 @command("leaner-report", show_config=job_config)
 def main(argv: list[str]) -> int:
     ctx, own = open_context(argv, list(FIGURES))
+    before = snapshot(ctx.out_dir)
     index, failed = build(ctx, own["figures"] or list(FIGURES))
+    where = attach_to_sweep(ctx, written_since(ctx.out_dir, before))
+    if where:
+        print(where)
     print(index.resolve())
     return 1 if failed else 0
 

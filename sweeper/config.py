@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,17 +270,38 @@ def run_config(cfg: DictConfig) -> dict:
 
 def config_hash(cfg: DictConfig) -> str:
     """Same configuration and seed, same hash (16 hex digits)."""
+    return _digest(run_config(cfg))
+
+
+def configuration_hash(cfg: DictConfig) -> str:
+    """config_hash without the seed: one value for all the seeds of a configuration (16 hex digits)."""
     config = run_config(cfg)
+    del config["seed"]
+    return _digest(config)
+
+
+def _digest(config: dict) -> str:
     config["train"].update(RETIRED_TRAIN_KEYS)
     text = json.dumps(config, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_name(cfg: DictConfig) -> str:
-    """Readable, e.g. tau0.1-l2-binary-d32-k10-normal-lr0.01-s153476998."""
+def configuration_name(cfg: DictConfig) -> str:
+    """Readable and seed-free, e.g. tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-1a2b3c4d.
+
+    The paper's axes spell it; the last part, 8 digits of configuration_hash, tells apart
+    configurations that differ only elsewhere (steps, scale, ...): demo, smoke and paper runs.
+    """
     t, m, loss, opt = cfg.task, cfg.model, cfg.loss, cfg.optim
-    return (f"tau{loss.tau:g}-{loss.regularizer}-{m.embedding}-d{t.d}-k{t.k}-{t.family}"
-            f"-lr{opt.lr:g}-s{cfg.seed}")
+    return (f"tau{loss.tau:g}-{loss.regularizer}-{m.embedding}-d{t.d}-k{t.k}-n{t.n}-{t.family}"
+            f"-lr{opt.lr:g}-{configuration_hash(cfg)[:8]}")
+
+
+def run_name(cfg: DictConfig, sweep: str | None = None) -> str:
+    """SWEEP/CONFIGURATION/sSEED, unique in an experiment (a sweep trains a configuration and seed once);
+    a run outside a sweep is train/CONFIGURATION/sSEED/ followed by its start time."""
+    name = f"{configuration_name(cfg)}/s{cfg.seed}"
+    return f"{sweep}/{name}" if sweep else f"train/{name}/{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def format_value(value: object) -> str:
@@ -292,9 +314,15 @@ def format_value(value: object) -> str:
 
 
 def flat_params(cfg: DictConfig) -> dict[str, str]:
-    """Every resolved config value with dotted keys (the sweep group excluded)."""
-    tree = OmegaConf.to_container(cfg, resolve=True)
-    tree.pop("sweep", None)
+    """Every resolved value that determines the run's numbers, with dotted keys: the MLflow params.
+
+    Where and how a run executes and records (tracking.*, cluster.*, the operational train.* keys)
+    and the sweep group are left out: they are no part of the configuration.
+    """
+    tree = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS}
+    for key in OPERATIONAL_TRAIN_KEYS:
+        tree["train"].pop(key)
+    tree["seed"] = cfg.seed
     out: dict[str, str] = {}
 
     def walk(prefix: str, node: object) -> None:

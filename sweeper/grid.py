@@ -51,7 +51,7 @@ class Trial:
 
     key: str
     seed: int
-    name: str  # the run name, e.g. tau0.1-l2-binary-d32-k10-normal-lr0.01-s153476998
+    name: str  # the run name, e.g. paper/tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-1a2b3c4d/s153476998
     configuration: Configuration
 
 
@@ -239,5 +239,5 @@ def trials(base: DictConfig, plan: Plan) -> list[Trial]:
     for configuration, cfg in _configured(base, plan):
         for seed in plan.seeds:
             cfg.seed = seed
-            out.append(Trial(config_hash(cfg), seed, run_name(cfg), configuration))
+            out.append(Trial(config_hash(cfg), seed, run_name(cfg, plan.name), configuration))
     return out

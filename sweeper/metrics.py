@@ -9,7 +9,8 @@ TRAIN_LOSS = "train_loss"        # running mean of the batch loss over train.log
 VAL_KMEANS = "val_kmeans"        # mean k-means objective after one model step, validation set
 VAL_REL_LLOYD = "val_rel_lloyd"  # mean over tasks of model objective / one-Lloyd-step objective
 LR = "lr"                        # learning rate at each evaluation
-METRICS = (TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR)
+BEST_VAL_REL_LLOYD = "best_val_rel_lloyd"  # lowest val_rel_lloyd so far: the one checkpoints/best.pt holds
+METRICS = (TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR, BEST_VAL_REL_LLOYD)
 
 # Tags.
 CONFIG_HASH = "config_hash"      # hash of the run configuration (sweeper.config.run_config), seed included
@@ -27,6 +28,8 @@ BAD_CHECKPOINT = "bad_checkpoint"    # a resume found a damaged checkpoint: whic
 # Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
 EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
+CONFIGURATION = "configuration"  # seed-free: readable name plus hash (sweeper.config.configuration_name); UI "Group by"
+EVALUATION_LINK = "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
 
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"
@@ -41,3 +44,13 @@ CURVE_ARTIFACT = "curves.png"
 
 # Outcome of a sweep trial the ASHA scheduler stopped early (MLflow status KILLED; not run again).
 STOPPED = "stopped"
+
+# The parent run of a sweep (sweeper.parent_run).
+COMMAND = "command"              # tag: the command line that (last) started the sweep
+PLAN_TAGS = ("plan.configurations", "plan.seeds", "plan.trials")  # tags: the plan's sizes
+PLAN_ARTIFACT = "plan.txt"       # the plan's table, as the dry run prints it
+PLAN_TRIALS_ARTIFACT = "plan.csv"  # one row per trial: run name, configuration, seed, sub-grids, config_hash
+SWEEP_ARTIFACT = "sweep.yaml"    # the sweep's definition (conf/sweep/ with the command line's overrides)
+REPORT_DIR = "report"            # analysis.report's figures, index.md and claims of the sweep
+PENDING = "pending"
+TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (FINISHED, DIVERGED, STOPPED, PENDING)}  # metrics

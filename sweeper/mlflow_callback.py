@@ -16,6 +16,7 @@ below the run's last stored step for that metric, and nothing is duplicated.
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from ray import tune
 from sweeper import store
 from sweeper.metrics import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
                              TUNE_CHECKPOINT)
+from sweeper.parent_run import log_counts
+from sweeper.run_tags import source_tags  # the driver's: it launched the sweep
 from sweeper.trial import PAYLOAD
 
 DONE = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good (a diverged one is not retried)
@@ -105,7 +108,7 @@ class MlflowWriter(tune.Callback):
             return self.runs[key]
         job = self.jobs[key]
         tags = {SWEEP: self.sweep, SUBGRIDS: ",".join(job["subgrids"]), CONFIG_HASH: key, SEED: str(job["seed"]),
-                MLFLOW_PARENT_RUN_ID: self.parent_id, **(start or {}).get("tags", {})}
+                MLFLOW_PARENT_RUN_ID: self.parent_id, **(start or {}).get("tags", {}), **source_tags()}
         if job.get("pack"):
             tags[PACK] = job["pack"]
         tags = {k: str(v) for k, v in tags.items()}
@@ -203,3 +206,30 @@ class MlflowWriter(tune.Callback):
 
     def finish_parent(self, complete: bool) -> None:
         self.client.set_terminated(self.parent_id, "FINISHED" if complete else "FAILED")
+
+
+class ParentProgress(tune.Callback):
+    """Keeps the sweep's parent run's trial counts current (sweeper.parent_run.log_counts).
+
+    Listed after the MlflowWriter, so it sees each trial's outcome once the writer has recorded it.
+    """
+
+    def __init__(self, writer: MlflowWriter, planned: int, earlier: Counter) -> None:
+        self.writer, self.planned, self.earlier = writer, planned, earlier
+        self.shown: Counter | None = None
+        self.update()
+
+    def update(self) -> None:
+        ended = self.earlier + Counter(self.writer.outcomes.values())
+        if ended != self.shown:
+            log_counts(self.writer.client, self.writer.parent_id, ended, self.planned)
+            self.shown = ended
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        self.update()
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self.update()
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        self.update()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from sweeper import exit_codes
+from sweeper import exit_codes, ui
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
 from sweeper.entry import command
 from sweeper.metrics import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
@@ -63,6 +63,8 @@ def main(argv: list[str]) -> int:
     after = result.metrics.get(VAL_REL_LLOYD)
     print(f"original run {args.run_id}: final {VAL_REL_LLOYD} {before!r}")
     print(f"rerun {result.run_id}: final {VAL_REL_LLOYD} {after!r} ({result.outcome})")
+    experiment_id = connect(uri).get_run(result.run_id).info.experiment_id
+    print(f"MLflow: {ui.how_to_open(uri, ui.run_page(uri, experiment_id, result.run_id))}")
     if before is not None and after is not None:
         print("equal" if before == after else f"differ by {abs(after - before):.3g}")
     if PACK in tags:

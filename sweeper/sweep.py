@@ -27,12 +27,11 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from sweeper import exit_codes, grid
+from sweeper import exit_codes, grid, ui
 from sweeper.config import CONF_DIR, ConfigError, compose
 from sweeper.entry import command
-from sweeper.metrics import SWEEP
 
 EXIT_FAILED = exit_codes.FAILED
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
@@ -96,7 +95,7 @@ def packs_of(trials: list[grid.Trial], pending: set[str], mode: str) -> dict[str
 def trial_name(members: list[str], jobs: dict[str, dict]) -> str:
     """A model's run name; a pack's is its first model's without the seed, plus how many seeds it trains."""
     first = jobs[members[0]]["name"]
-    return first if len(members) == 1 else f"{first.rsplit('-s', 1)[0]}-{len(members)}seeds"
+    return first if len(members) == 1 else f"{first.rsplit('/s', 1)[0]}/{len(members)}seeds"
 
 
 def reachable(address: str, timeout: float = 5.0) -> None:
@@ -176,8 +175,8 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
 
 
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
-    from sweeper import store
-    from sweeper.mlflow_callback import MlflowWriter, read_ledger
+    from sweeper import parent_run, store
+    from sweeper.mlflow_callback import MlflowWriter, ParentProgress, read_ledger
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
     if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
@@ -191,12 +190,8 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     print(f"{len(trials) - len(pending)} of {len(trials)} trials already in MLflow; {len(pending)} to run")
     if not pending:
         return 0
-    if ledger.parent_id is None:  # the MLflow UI groups the trials' runs under it
-        ledger.parent_id = client.create_run(experiment, run_name=f"sweep-{plan.name}",
-                                             tags={SWEEP: plan.name}).info.run_id
-        client.log_text(ledger.parent_id, OmegaConf.to_yaml(cfg.sweep), "sweep.yaml")
-    else:
-        client.update_run(ledger.parent_id, status="RUNNING")
+    # The MLflow UI groups the trials' runs under it; it holds the plan, the command line and the counts.
+    ledger.parent_id = parent_run.open_parent(client, experiment, cfg, plan, trials, overrides, ledger.parent_id)
     jobs = jobs_of(pending)
     for key, path in ledger.resume_from.items():
         if key in jobs:
@@ -209,19 +204,20 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     storage = storage_path(cluster)
     check_shared(storage)
     writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, packs, ledger)
-    errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, writer)
+    earlier = parent_run.earlier_outcomes(client, experiment, {t.key for t in trials})
+    errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, writer, [ParentProgress(writer, len(trials), earlier)])
     complete = errors == 0 and len(writer.outcomes) == len(pending)
     writer.finish_parent(complete)
     counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
     print(f"sweep {plan.name}: {len(writer.outcomes)} of {len(pending)} trials ended {counts}; {writer.retries} "
           f"retries; {errors} failed after retries{' (start the same command again to retry them)' if errors else ''}"
           f"; {writer.points_written} metric points written")
-    print(where_to_look(uri, cfg.tracking.experiment))
+    print(where_to_look(uri, cfg.tracking.experiment, experiment))
     return 0 if complete else EXIT_FAILED
 
 
 def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict],
-             packs: dict[str, list[str]], storage: str | None, writer, trainable=None) -> int:
+             packs: dict[str, list[str]], storage: str | None, writer, callbacks: list = (), trainable=None) -> int:
     """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries."""
     from ray import tune
 
@@ -242,19 +238,15 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
             trial_name_creator=lambda trial: trial_name(packs[trial.config["key"]], jobs),
             trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
         run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer],
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer, *callbacks],
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None)))  # MlflowWriter prunes them
     results = tuner.fit()
     return len(results.errors)
 
 
-def where_to_look(uri: str, experiment: str) -> str:
-    if uri.startswith("sqlite:///"):
-        db = Path(uri.removeprefix("sqlite:///")).resolve()
-        return (f"MLflow store: {db} (experiment {experiment}); browse it with:\n"
-                f"  mlflow ui --backend-store-uri sqlite:///{db}   # then open http://127.0.0.1:5000")
-    return f"MLflow: open {uri} (experiment {experiment})"
+def where_to_look(uri: str, experiment: str, experiment_id: str) -> str:
+    return f"MLflow: experiment {experiment} in {uri}; {ui.how_to_open(uri, ui.runs_table(uri, experiment_id))}"
 
 
 @command("leaner-sweep")

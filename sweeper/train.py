@@ -31,9 +31,10 @@ from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_config, run_name, validate
 from sweeper.entry import command
 from sweeper.faults import InjectedCrash, crash_at_step, nan_at_step
-from sweeper.metrics import (BAD_CHECKPOINT, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, DIVERGED,
-                             DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
+from sweeper.metrics import (BAD_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
+                             CURVE_ARTIFACT, DIVERGED, DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
                              VAL_KMEANS, VAL_REL_LLOYD)
+from sweeper.run_tags import training_tags
 from sweeper.tracking import MlflowRecorder, Recorder, git_commit
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
 
@@ -236,7 +237,7 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     trainer = Trainer(cfg, pick_device(cfg.train.device))
     if resume.state:
         trainer.restore(resume.state)
-    tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit()}
+    tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(cfg)}
     run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resume.run_id)
     if resume.damaged:
         recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
@@ -331,7 +332,7 @@ def evaluate(run: Run) -> None:
     trainer, p = run.trainer, run.trainer.progress
     metrics = {**run.validation(trainer.model), LR: trainer.lr}
     trainer.scheduler.step(metrics[VAL_REL_LLOYD])
-    run.recorder.log_metrics(p.step, metrics)
+    run.recorder.log_metrics(p.step, {**metrics, BEST_VAL_REL_LLOYD: min(p.best_val, metrics[VAL_REL_LLOYD])})
     run.recorder.flush()
     p.metrics = metrics
     for key in (VAL_KMEANS, VAL_REL_LLOYD, LR):

@@ -6,7 +6,9 @@ folder), waits until /health answers, yields its URI (http://127.0.0.1:PORT)
 and stops it at the end. Request it from any test that needs HTTP tracking;
 experiments and runs accumulate across tests, so filter by experiment name or
 run id. `sqlite_uri` is a fresh SQLite store per test, `tiny` the overrides of
-a configuration that trains in about a second.
+a configuration that trains in about a second. `smoke_store` is a real store written once per session by
+`python -m sweeper.sweep sweep=smoke` (with one extra sub-grid: onehot models trained on cauchy tasks, so that
+family transfer and the ablation by family have two training families).
 
 Tests run torch on one thread (here and in the subprocesses they start): on
 two shared cores, two spinning OpenMP threads per process cost several times
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import free_port, stop_group, wait_until_up
+from helpers import REPO, free_port, stop_group, wait_until_up
 
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test starts
@@ -77,3 +79,19 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
         yield uri
     finally:
         stop_group(proc, timeout=20)
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI."""
+    root = tmp_path_factory.mktemp("smoke_store")
+    uri = f"sqlite:///{root}/mlflow.db"
+    subgrids = "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: family, family: [normal, cauchy]}]"
+    # The sweep starts its own local Ray instance even when a `ray start --head` cluster runs on this
+    # machine (ray.init() with no address would join that one).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_ADDRESS": "local"}
+    done = subprocess.run([sys.executable, "-m", "sweeper.sweep", "sweep=smoke", subgrids, f"tracking.uri={uri}",
+                           f"cluster.storage={root}/ray", "cluster.cpus_per_trial=0.5"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return uri

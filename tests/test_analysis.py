@@ -1,8 +1,5 @@
-"""The analysis on a real store: a `sweep=smoke` sweep (Ray Tune, SQLite MLflow) trained once per session.
-
-The smoke sweep is run as the CLI runs it, with one extra sub-grid (onehot
-models trained on cauchy tasks) so that family transfer and the ablation by
-family have two training families. Oracles are independent of the analysis
+"""The analysis on a real store: the `smoke_store` sweep of conftest.py (Ray Tune, SQLite MLflow).
+ Oracles are independent of the analysis
 code: MlflowClient's own metric histories with numpy.median/percentile,
 Lloyd's monotonicity, the exact Lloyd transformer, the loss recomputed from
 the checkpoint.
@@ -22,6 +19,7 @@ import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from analysis import claims, report
 from analysis.cli import expected_sizes
@@ -35,7 +33,7 @@ from analysis.style import LLOYD
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from sweeper.config import compose
-from sweeper.metrics import SEED, SUBGRIDS, VAL_REL_LLOYD
+from sweeper.metrics import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
 from sweeper.tracking import MlflowRecorder
 from sweeper.train import train
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
@@ -47,25 +45,9 @@ SMALL = EvalSettings(batches=1, batch=4, steps=4, inits=("random", "gonzalez"), 
 SMALL_ARGS = ["eval.batches=1", "eval.batch=4", "eval.steps=4", "eval.inits=[random,gonzalez]", "eval.lengths=[16,32]",
               "eval.surface_points=3", "eval.dissimilarity_tasks=2", "eval.device=cpu"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-# The sweep starts its own local Ray instance even when a `ray start --head` cluster runs on this
-# machine (ray.init() with no address would join that one).
-SWEEP_ENV = {**ENV, "RAY_ADDRESS": "local"}
 # Figures whose sub-grid the smoke store lacks (tests/test_figures.py draws them on a store that has them).
 ABSENT = {"ablation_lr": "lr", "ablation_lr_curves": "lr", "ablation_points": "points", "ablation_dim": "dim",
           "ablation_clusters": "clusters"}
-
-
-@pytest.fixture(scope="session")
-def smoke_store(tmp_path_factory) -> str:
-    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI."""
-    root = tmp_path_factory.mktemp("smoke_store")
-    uri = f"sqlite:///{root}/mlflow.db"
-    subgrids = "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: family, family: [normal, cauchy]}]"
-    done = subprocess.run([sys.executable, "-m", "sweeper.sweep", "sweep=smoke", subgrids, f"tracking.uri={uri}",
-                           f"cluster.storage={root}/ray", "cluster.cpus_per_trial=0.5"],
-                          cwd=REPO, env=SWEEP_ENV, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return uri
 
 
 @pytest.fixture(scope="session")
@@ -218,6 +200,14 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
     logged = client.search_runs([evaluations.experiment_id], "tags.evaluation = 'length'")
     finished_normal = load_runs(smoke_store, EXPERIMENT, where={"task.family": "normal"})
     assert {r.data.tags[EVAL_OF] for r in logged} == set(finished_normal["run_id"])
+    for evaluation in logged:  # and each training run links to its evaluation
+        assert client.get_run(evaluation.data.tags[EVAL_OF]).data.tags[EVALUATION_LINK + "length"] == evaluation.info.run_id
+    # A report on one sweep's runs is stored in the sweep's parent run, and the printed address opens it.
+    parent = client.get_run(logged[0].data.tags[EVAL_OF]).data.tags[MLFLOW_PARENT_RUN_ID]
+    assert f"/runs/{parent}?workflowType=machine_learning" in first.stdout
+    attached = {a.path for a in client.list_artifacts(parent, REPORT_DIR)}
+    assert {f"{REPORT_DIR}/{name}" for name in ("index.md", "length.png", "length.csv")} <= attached
+    assert Path(client.download_artifacts(parent, f"{REPORT_DIR}/index.md", str(tmp_path / "dl"))).read_text() == text
     before = pd.read_csv(index.parent / "length.csv")
     # A second report, without the local cache: the evaluations come back from MLflow, none is rerun.
     for cached in (index.parent / "cache").iterdir():

@@ -115,7 +115,7 @@ def test_readme_lists_the_exit_code_table_and_every_command():
 
 def test_readme_names_files_that_exist():
     text = README.read_text()
-    for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml)", text))):
+    for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))):
         if path != "docker/.env":  # the user makes it from docker/.env.example
             assert (ROOT / path).exists(), path
 

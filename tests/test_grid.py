@@ -42,12 +42,12 @@ def test_paper_trials_are_config_hashes_of_composed_runs(paper):
     cfg, plan = paper
     trials = grid.trials(cfg, plan)
     assert len(trials) == len(plan.configurations) * len(plan.seeds) == plan.trial_count
-    assert len({t.key for t in trials}) == len(trials)
+    assert len({t.key for t in trials}) == len({t.name for t in trials}) == len(trials)  # run names unique too
     assert len(set(plan.seeds)) == len(plan.seeds)
     for t in trials[::997]:  # the command a trial runs, composed independently by Hydra
         run = compose([*t.configuration.override_strings(), f"seed={t.seed}"])
         assert config_hash(run) == t.key
-        assert run_name(run) == t.name
+        assert run_name(run, "paper") == t.name
 
 
 def test_dry_run_prints_the_plan_without_ray_or_mlflow():
@@ -74,7 +74,9 @@ def test_packed_dry_run_says_how_many_ray_trials(capsys):
 def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
     cfg, plan = load([f"sweep={sweep}"])
     assert plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
-    assert len(grid.trials(cfg, plan)) == configurations * seeds
+    trials = grid.trials(cfg, plan)
+    assert len(trials) == len({t.name for t in trials}) == configurations * seeds  # one run name per trial
+    assert all(t.name.startswith(f"{sweep}/") for t in trials)
 
 
 def test_points_sweeps_n_at_the_paper_baseline(paper):

@@ -7,18 +7,24 @@ plumbing — one writer, exactly-once, equality with a local run.
 
 from __future__ import annotations
 
+import getpass
+import itertools
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME,
+                                      MLFLOW_USER)
 
 from sweeper.faults import NAN_AT_STEP
-from sweeper.metrics import (CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, PACK, SEED, SUBGRIDS,
-                             RERUN_OF, STOPPED, TUNE_CHECKPOINT, VAL_REL_LLOYD)
+from sweeper.metrics import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
+                             GIT_COMMIT, METRICS, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
+                             RERUN_OF, SEED, STOPPED, SUBGRIDS, SWEEP_ARTIFACT, TRIAL_COUNTS, TUNE_CHECKPOINT,
+                             VAL_REL_LLOYD)
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
 
@@ -83,6 +89,7 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
             good.append(t)
     check_histories(client, by_key, good, ["train.steps=60"])
     print(f"most trials training at once: {max_overlap(client, runs)} (8 slots)")
+    check_ui_story(client, runs, trials, overrides, out.out)
     # The same command again: every trial has an outcome, nothing runs, no run is added.
     assert main(overrides) == 0
     assert "12 of 12 trials already in MLflow; 0 to run" in capfd.readouterr().out
@@ -102,6 +109,42 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
     where = ("tracking.", "cluster.", "train.workdir")  # where a run executes and records, not what it computes
     assert ({k: v for k, v in cli_run.data.params.items() if not k.startswith(where)}
             == {k: v for k, v in by_key[t.key].data.params.items() if not k.startswith(where)})
+
+
+def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[str], printed: str) -> None:
+    """What the MLflow UI shows of a sweep: unique run names, seeds grouped by the configuration tag, the
+    standard columns, best_val_rel_lloyd, no operational params, and a parent run with plan, command and counts."""
+    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
+    assert sorted(r.info.run_name for r in runs) == sorted(t.name for t in trials)  # one name per trial
+    assert all(t.name.startswith("smoke/") and by_key[t.key].info.run_name == t.name for t in trials)
+    seeds_of: dict[str, set[int]] = {}  # configuration tag -> seeds, as MLflow's "Group by" shows them
+    for t in trials:
+        seeds_of.setdefault(by_key[t.key].data.tags[CONFIGURATION], set()).add(t.seed)
+    assert len(seeds_of) == len({tuple(t.configuration.override_strings()) for t in trials}) == 4
+    assert all(seeds == {1, 2, 3} for seeds in seeds_of.values())
+    for run in runs:
+        tags, run_id = run.data.tags, run.info.run_id
+        assert tags[MLFLOW_SOURCE_NAME] and tags[MLFLOW_USER] == getpass.getuser()
+        assert tags[MLFLOW_GIT_COMMIT] == tags[GIT_COMMIT] and tags[CONFIGURATION] == run.info.run_name.split("/")[1]
+        assert f"**{run.data.params['model.embedding']}** token embedding" in tags[MLFLOW_RUN_NOTE]
+        assert not [k for k in run.data.params if k.startswith(("cluster.", "tracking.", "train.workdir", "train.device",
+                                                                "train.resume"))]
+        vals = [v for _, v in histories(client, run_id)[VAL_REL_LLOYD]]
+        assert [v for _, v in histories(client, run_id)[BEST_VAL_REL_LLOYD]] == list(itertools.accumulate(vals, min))
+    parent = client.get_run(runs[0].data.tags[MLFLOW_PARENT_RUN_ID])
+    tags = parent.data.tags
+    assert tags[COMMAND] == shlex.join(["python", "-m", "sweeper.sweep", *argv])
+    assert [tags[key] for key in PLAN_TAGS] == ["4", "3", "12"] and "sweep **smoke**" in tags[MLFLOW_RUN_NOTE].lower()
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {PLAN_ARTIFACT, PLAN_TRIALS_ARTIFACT, SWEEP_ARTIFACT} <= artifacts
+    plan = client.download_artifacts(parent.info.run_id, PLAN_TRIALS_ARTIFACT)
+    assert sorted(line.split(",")[0] for line in Path(plan).read_text().splitlines()[1:]) == sorted(t.name for t in trials)
+    counts = {outcome: parent.data.metrics[name] for outcome, name in TRIAL_COUNTS.items()}
+    assert counts == {FINISHED: 9, DIVERGED: 3, STOPPED: 0, PENDING: 0}
+    pending = [m.value for m in sorted(client.get_metric_history(parent.info.run_id, TRIAL_COUNTS[PENDING]),
+                                       key=lambda m: m.step)]
+    assert pending[0] == 12 and pending[-1] == 0 and len(pending) > 2  # counted down while trials ended
+    assert f"#/experiments/{parent.info.experiment_id}?workflowType=machine_learning" in printed
 
 
 def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import getpass
+import itertools
+import sys
+
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME, MLFLOW_USER
 from omegaconf import OmegaConf
 
 from helpers import free_port
-from sweeper.config import compose, config_hash, flat_params
-from sweeper.metrics import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH, CURVE_ARTIFACT, FINISHED,
-                             GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
+from sweeper.config import compose, config_hash, configuration_name, flat_params
+from sweeper.metrics import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
+                             CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
 from sweeper.tracking import MlflowRecorder, TrackingError
 from sweeper.train import EXIT_TRACKING, main, train
 
@@ -21,7 +26,7 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     result = train(cfg, MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment), tmp_path)
     client = MlflowClient(tracking_uri=mlflow_server)
     found = client.get_run(result.run_id)
-    assert found.info.status == "FINISHED" and found.info.run_name == "tau1-l2-onehot-d2-k3-normal-lr0.01-s153476998"
+    assert found.info.status == "FINISHED" and found.info.run_name.startswith(f"train/{configuration_name(cfg)}/s153476998/")
     assert found.data.params == flat_params(cfg)
     tags = found.data.tags
     assert (tags[CONFIG_HASH], tags[SEED], tags[OUTCOME]) == (config_hash(cfg), str(cfg.seed), FINISHED)
@@ -31,6 +36,15 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     for key in set(METRICS) - {TRAIN_LOSS}:
         assert sorted(steps[key]) == [0, 10, 20, 30, 40], key
     assert found.data.metrics[VAL_REL_LLOYD] == result.metrics[VAL_REL_LLOYD]
+    # What the MLflow UI shows: the seed-free configuration, a description, source, user and commit columns,
+    # and best_val_rel_lloyd, the running minimum of val_rel_lloyd (what checkpoints/best.pt holds).
+    assert tags[CONFIGURATION] == configuration_name(cfg) and tags[CONFIGURATION] in found.info.run_name
+    assert "**onehot** token embedding" in tags[MLFLOW_RUN_NOTE] and "**tau 1**" in tags[MLFLOW_RUN_NOTE]
+    assert (tags[MLFLOW_GIT_COMMIT], tags[MLFLOW_USER]) == (tags[GIT_COMMIT], getpass.getuser())
+    assert tags[MLFLOW_SOURCE_NAME] == sys.modules["__main__"].__spec__.name  # this process's entry point
+    val = [m.value for m in sorted(client.get_metric_history(result.run_id, VAL_REL_LLOYD), key=lambda m: m.step)]
+    best = [m.value for m in sorted(client.get_metric_history(result.run_id, BEST_VAL_REL_LLOYD), key=lambda m: m.step)]
+    assert best == list(itertools.accumulate(val, min)) and best[-1] == result.best_val
     top = {a.path for a in client.list_artifacts(result.run_id)}
     assert top == {CONFIG_ARTIFACT, CHECKPOINT_DIR, CURVE_ARTIFACT}
     stored = {a.path for a in client.list_artifacts(result.run_id, CHECKPOINT_DIR)}

@@ -1,0 +1,98 @@
+"""The parent run of a sweep: the MLflow UI's one row that tells the sweep's story.
+
+Its trials' runs are its children. It holds the plan (tags with its sizes,
+plan.txt, plan.csv, sweep.yaml), the command line that started it, how many
+trials finished, diverged, were stopped or are pending (metrics, kept current
+by the driver while the sweep runs), and, once `python -m analysis.report`
+has run on the sweep, the report's figures, index.md and claims under report/.
+"""
+
+from __future__ import annotations
+
+import csv
+import shlex
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from mlflow.entities import Metric, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+from omegaconf import DictConfig, OmegaConf
+
+from sweeper import store
+from sweeper.grid import Plan, Trial
+from sweeper.metrics import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
+                             PLAN_TRIALS_ARTIFACT, REPORT_DIR, STOPPED, SUBGRIDS, SWEEP, SWEEP_ARTIFACT, TRIAL_COUNTS)
+from sweeper.run_tags import source_tags
+
+ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good
+
+
+def name_of(sweep: str) -> str:
+    return f"sweep-{sweep}"
+
+
+def open_parent(client: MlflowClient, experiment_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial],
+                argv: list[str], parent_id: str | None) -> str:
+    """Create the sweep's parent run, or reopen the one an earlier start left; record plan and command line."""
+    if parent_id is None:
+        parent_id = client.create_run(experiment_id, run_name=name_of(plan.name), tags={SWEEP: plan.name}).info.run_id
+    else:
+        client.update_run(parent_id, status="RUNNING")
+    command = shlex.join(["python", "-m", "sweeper.sweep", *argv])
+    sizes = (len(plan.configurations), len(plan.seeds), plan.trial_count)
+    tags = {COMMAND: command, MLFLOW_RUN_NOTE: describe(plan, command), **dict(zip(PLAN_TAGS, map(str, sizes))),
+            **source_tags()}
+    client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(cfg.sweep))
+        (folder / PLAN_ARTIFACT).write_text(plan.table() + "\n" + plan.summary() + "\n")
+        with open(folder / PLAN_TRIALS_ARTIFACT, "w", newline="") as out:
+            rows = csv.writer(out)
+            rows.writerow(["run_name", "seed", SUBGRIDS, CONFIG_HASH])
+            rows.writerows([t.name, t.seed, ",".join(t.configuration.subgrids), t.key] for t in trials)
+        client.log_artifacts(parent_id, tmp)
+    return parent_id
+
+
+def describe(plan: Plan, command: str) -> str:
+    """The parent run's description (Markdown on its run page)."""
+    subgrids = ", ".join(f"`{g.name}` ({g.size})" for g in plan.subgrids)
+    return (f"Sweep **{plan.name}**: {plan.summary()}; sub-grids {subgrids}. Started with `{command}`.\n\n"
+            f"Its trials are the child runs: group them by the `configuration` tag to see each configuration's "
+            f"seeds together. Metrics {', '.join(f'`{m}`' for m in TRIAL_COUNTS.values())} count the trials as "
+            f"they end. Artifacts: `{PLAN_ARTIFACT}`, `{PLAN_TRIALS_ARTIFACT}`, `{SWEEP_ARTIFACT}`, and `{REPORT_DIR}/` "
+            f"once `python -m analysis.report select.sweep={plan.name}` has run.")
+
+
+def earlier_outcomes(client: MlflowClient, experiment_id: str, keys: set[str]) -> Counter:
+    """Outcomes of the planned trials (config_hash in keys) that runs of this experiment already carry."""
+    found: Counter = Counter()
+    for outcome in ENDED:
+        runs = store.search(client, [experiment_id], f"tags.{OUTCOME} = '{outcome}'")
+        found[outcome] += sum(run.data.tags.get(CONFIG_HASH) in keys for run in runs)
+    return found
+
+
+def log_counts(client: MlflowClient, parent_id: str, ended: Counter, planned: int) -> None:
+    """The parent's trial counts, one point per metric at step = trials ended so far."""
+    counts = {outcome: ended[outcome] for outcome in ENDED}
+    counts[PENDING] = planned - sum(counts.values())
+    step, now = sum(counts[o] for o in ENDED), int(time.time() * 1000)
+    client.log_batch(parent_id, metrics=[Metric(TRIAL_COUNTS[o], n, now, step) for o, n in counts.items()])
+
+
+def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | None:
+    """The parent run of `sweep` in the experiment, if there is one."""
+    query = f"tags.{SWEEP} = '{sweep}' and attributes.run_name = '{name_of(sweep)}'"
+    runs = [r for r in store.search(client, [experiment_id], query) if CONFIG_HASH not in r.data.tags]
+    return runs[0].info.run_id if runs else None
+
+
+def attach_report(client: MlflowClient, parent_id: str, files: list[Path]) -> None:
+    """Store a report's files (figures, tables, index.md, claims) under report/ of the parent run."""
+    for path in files:
+        client.log_artifact(parent_id, str(path), REPORT_DIR)

@@ -1,0 +1,36 @@
+"""Addresses in the MLflow UI that open on runs: the Model-training view, not MLflow 3's GenAI one.
+
+An experiment page opens on traces and evaluations unless its address asks for
+the runs table (query workflowType=machine_learning); run pages too, or their
+breadcrumbs lead to "Evaluations". Every address the project prints comes from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` listens by default
+MODEL_TRAINING = "workflowType=machine_learning"
+
+
+def base_url(uri: str) -> str:
+    """The UI of a tracking URI: the server itself, or `mlflow ui` on this machine for a SQLite file."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+
+
+def runs_table(uri: str, experiment_id: str) -> str:
+    return f"{base_url(uri)}/#/experiments/{experiment_id}?{MODEL_TRAINING}"
+
+
+def run_page(uri: str, experiment_id: str, run_id: str, tab: str = "") -> str:
+    """A run's page; tab: "" (overview), "model-metrics" (its charts), "artifacts"."""
+    path = f"/{tab}" if tab else ""
+    return f"{base_url(uri)}/#/experiments/{experiment_id}/runs/{run_id}{path}?{MODEL_TRAINING}"
+
+
+def how_to_open(uri: str, address: str) -> str:
+    """The command that serves a SQLite store, then the address; a server's address alone."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///")).resolve()
+        return f"browse it with:\n  mlflow ui --backend-store-uri sqlite:///{db}\n  then open {address}"
+    return f"open {address}"
