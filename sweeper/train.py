@@ -38,7 +38,6 @@ from sweeper.run_tags import training_tags
 from sweeper.tracking import MlflowRecorder, Recorder, git_commit
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
 
-EXIT_CONFIG, EXIT_DIVERGED, EXIT_TRACKING = exit_codes.CONFIG, exit_codes.DIVERGED, exit_codes.TRACKING
 
 OnEval = Callable[[int, dict, Path], None]              # train(): (step, metrics, workdir) after each evaluation
 OnRound = Callable[[int, dict[Path, dict]], None]      # train_models(): (step, {workdir: metrics}) per round
@@ -386,7 +385,7 @@ def main(argv: list[str]) -> int:
     if result.outcome == DIVERGED:
         print(f"diverged: non-finite loss or parameters at step {result.diverged_at}; {where} marked FAILED",
               file=sys.stderr)
-        return EXIT_DIVERGED
+        return exit_codes.DIVERGED
     print(f"finished {result.step} steps: {VAL_REL_LLOYD} {result.metrics[VAL_REL_LLOYD]:.6f}, "
           f"{VAL_KMEANS} {result.metrics[VAL_KMEANS]:.6f}, best {VAL_REL_LLOYD} {result.best_val:.6f}; {where}")
     return 0

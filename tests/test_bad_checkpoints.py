@@ -20,7 +20,8 @@ from sweeper.faults import CRASH_AT_STEP
 from sweeper.metrics import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
 from sweeper.packed import train_pack
 from sweeper.tracking import MemoryRecorder, MlflowRecorder
-from sweeper.train import EXIT_CHECKPOINT, default_workdir, main, train
+from sweeper import exit_codes
+from sweeper.train import default_workdir, main, train
 
 EXPERIMENT = "leaner-clustering"
 
@@ -73,7 +74,7 @@ def test_a_solo_run_restarts_from_its_last_good_checkpoint(tiny, tmp_path, sqlit
         truncate(last_path(workdir))
         if best_path in damage:
             garbage(best_path(workdir))
-        assert main(overrides + ["train.resume=must"]) == EXIT_CHECKPOINT  # strict: an error naming the file
+        assert main(overrides + ["train.resume=must"]) == exit_codes.CHECKPOINT  # strict: an error naming the file
         assert f"{last_path(workdir)} is unreadable" in capsys.readouterr().err
         caplog.clear()
         assert main(overrides) == 0  # the same command again

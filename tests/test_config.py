@@ -12,7 +12,8 @@ from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper.config import (ConfigError, compose, config_hash, configuration_hash, configuration_name, flat_params,
                             run_config, run_name, run_overrides)
-from sweeper.train import EXIT_CONFIG, Trainer, main, pick_device
+from sweeper import exit_codes
+from sweeper.train import Trainer, main, pick_device
 from tasks.sampler import FAMILIES
 
 
@@ -111,7 +112,7 @@ def test_params_rebuild_the_same_configuration():
 
 def test_cli_rejects_a_bad_config_before_writing_anything(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["loss.tau=0"]) == EXIT_CONFIG
+    assert main(["loss.tau=0"]) == exit_codes.CONFIG
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and "loss.tau" in err
     assert list(tmp_path.iterdir()) == []  # no mlflow.db, no runs/

@@ -122,10 +122,9 @@ def deps_install(lines: list[str]) -> str:
 def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_source():
     lines = dockerfile_lines()
     deps = deps_install(lines)
-    # The Makefile's torch pin, then pyproject.toml's dependencies and `cluster` extra (Ray's
-    # dashboard and job API) as a requirements list; no dev extra (pytest...) in the image.
-    recipe = makefile_recipe("$(STAMP)")
-    torch = next(re.search(r"pip install -q (torch==\S+)$", l).group(1) for l in recipe if "torch==" in l)
+    # The lock's torch pin (which the Makefile installs), then pyproject.toml's dependencies and `cluster`
+    # extra (Ray's dashboard and job API) as a requirements list; no dev extra (pytest...) in the image.
+    torch = next(l for l in (ROOT / "requirements.lock").read_text().splitlines() if l.startswith("torch=="))
     assert f"pip install -q {torch} " in deps, deps
     code = re.search(r'python -c "(.*?)" > /tmp/requirements\.txt', deps).group(1)
     listed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -42,7 +42,7 @@ def imported_modules(folders: list[str]) -> set[str]:
 
 def undeclared(names: set[str], declared_names: set[str]) -> list[str]:
     """Modules among `names` that no declared distribution provides (stdlib and the project's own left out)."""
-    ours = set(top_level_packages()) | {"helpers", "conftest"}
+    ours = set(top_level_packages()) | {p.stem for p in (ROOT / "tests").glob("*.py")}  # helpers, conftest, ...
     providers = importlib.metadata.packages_distributions()
     out = []
     for name in sorted(names - set(sys.stdlib_module_names) - ours - {"__future__"}):

@@ -17,7 +17,8 @@ from sweeper.config import compose, config_hash, configuration_name, flat_params
 from sweeper.metrics import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
                              CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
 from sweeper.tracking import MlflowRecorder, TrackingError
-from sweeper.train import EXIT_TRACKING, main, train
+from sweeper import exit_codes
+from sweeper.train import main, train
 
 
 @pytest.mark.slow
@@ -61,7 +62,7 @@ def test_unreachable_server_is_a_clear_error_before_training(tiny, tmp_path, mon
     with pytest.raises(TrackingError, match=uri):
         MlflowRecorder(uri, "x")
     monkeypatch.chdir(tmp_path)
-    assert main(tiny + [f"tracking.uri={uri}"]) == EXIT_TRACKING
+    assert main(tiny + [f"tracking.uri={uri}"]) == exit_codes.TRACKING
     err = capsys.readouterr().err
     assert uri in err and "unreachable" in err and err.strip().count("\n") == 0
     assert not (tmp_path / "runs").exists()  # training never started

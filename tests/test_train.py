@@ -21,7 +21,8 @@ from sweeper.faults import NAN_AT_STEP, nan_at_step
 from sweeper.metrics import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
                              VAL_REL_LLOYD)
 from sweeper.tracking import MemoryRecorder
-from sweeper.train import EXIT_DIVERGED, default_workdir, main, train
+from sweeper import exit_codes
+from sweeper.train import default_workdir, main, train
 from tasks.sampler import TaskSpec, validation_tasks
 
 
@@ -171,7 +172,7 @@ def test_killed_run_resumes_in_the_same_mlflow_run_with_identical_numbers(tiny, 
 def test_cli_divergence_exits_3_and_marks_the_run_failed(tiny, tmp_path, sqlite_uri, capsys, monkeypatch):
     monkeypatch.setenv(NAN_AT_STEP, "7")
     code = main(tiny + [f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path / 'runs'}"])
-    assert code == EXIT_DIVERGED == 3
+    assert code == exit_codes.DIVERGED == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("diverged: non-finite loss or parameters at step 7")
     client = MlflowClient(tracking_uri=sqlite_uri)
