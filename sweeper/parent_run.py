@@ -68,18 +68,21 @@ def describe(plan: Plan, command: str) -> str:
 
 
 def earlier_outcomes(client: MlflowClient, experiment_id: str, keys: set[str]) -> Counter:
-    """Outcomes of the planned trials (config_hash in keys) that runs of this experiment already carry."""
-    found: Counter = Counter()
+    """Outcomes of the planned trials (config_hash in keys) that runs of this experiment already carry,
+    each trial counted once (a rerun of a run carries its config_hash too)."""
+    found: dict[str, str] = {}
     for outcome in ENDED:
         token = None
         while True:
             page = client.search_runs([experiment_id], f"tags.{OUTCOME} = '{outcome}'", max_results=5000,
                                       page_token=token)
-            found[outcome] += sum(run.data.tags.get(CONFIG_HASH) in keys for run in page)
+            for run in page:
+                if run.data.tags.get(CONFIG_HASH) in keys:
+                    found.setdefault(run.data.tags[CONFIG_HASH], outcome)
             token = page.token
             if not token:
                 break
-    return found
+    return Counter(found.values())
 
 
 def log_counts(client: MlflowClient, parent_id: str, ended: Counter, planned: int) -> None:
