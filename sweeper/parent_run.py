@@ -69,12 +69,14 @@ def describe(plan: Plan, command: str) -> str:
 
 
 def earlier_outcomes(client: MlflowClient, experiment_id: str, keys: set[str]) -> Counter:
-    """Outcomes of the planned trials (config_hash in keys) that runs of this experiment already carry."""
-    found: Counter = Counter()
+    """Outcomes of the planned trials (config_hash in keys) that runs of this experiment already carry,
+    each trial counted once (a rerun of a run carries its config_hash too)."""
+    found: dict[str, str] = {}
     for outcome in ENDED:
-        runs = store.search(client, [experiment_id], f"tags.{OUTCOME} = '{outcome}'")
-        found[outcome] += sum(run.data.tags.get(CONFIG_HASH) in keys for run in runs)
-    return found
+        for run in store.search(client, [experiment_id], f"tags.{OUTCOME} = '{outcome}'"):
+            if run.data.tags.get(CONFIG_HASH) in keys:
+                found.setdefault(run.data.tags[CONFIG_HASH], outcome)
+    return Counter(found.values())
 
 
 def log_counts(client: MlflowClient, parent_id: str, ended: Counter, planned: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -98,6 +99,16 @@ def group_by(driver, tag: str) -> None:
     wait_for(driver, lambda: "Group: " in text(driver), "grouped rows")
 
 
+def widen(driver, column: str, pixels: int) -> None:
+    """Drag the right edge of a column header of the runs table."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    header = driver.find_element(By.XPATH, f"//*[contains(@class, 'ag-header-cell')][contains(., '{column}')]")
+    handle = header.find_element(By.XPATH, ".//*[contains(@class, 'ag-header-cell-resize')]")
+    ActionChains(driver).click_and_hold(handle).move_by_offset(pixels, 0).release().perform()
+
+
 def groups(driver) -> dict[str, list[str]]:
     """The grouped runs table as shown: group label -> the lines of its rows (run names among them)."""
     out: dict[str, list[str]] = {}
@@ -121,12 +132,16 @@ def screenshots(store_uri: str, folder: Path) -> None:
 
     client = MlflowClient(store_uri)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
-    run = client.search_runs([experiment], f"tags.{SWEEP} = 'demo' and tags.{CONFIGURATION} LIKE '%onehot%'")[0]
+    best = client.search_runs([experiment], f"tags.{SWEEP} = 'demo' and tags.{CONFIGURATION} LIKE '%'",
+                              order_by=["metrics.best_val_rel_lloyd ASC"])[0]
     with mlflow_ui(store_uri, folder / "mlflow-ui.log") as address, chromium(1500, 900) as driver:
-        open_page(driver, ui.runs_table(address, experiment), "matching runs")
+        open_page(driver, ui.runs_table(address, experiment), "sweep-demo")
         group_by(driver, CONFIGURATION)
+        widen(driver, "Run Name", 330)
         driver.save_screenshot(str(folder / "mlflow-runs-grouped.png"))
-        open_page(driver, ui.run_page(address, experiment, run.info.run_id, "model-metrics"), "best_val_rel_lloyd")
+        open_page(driver, ui.run_page(address, experiment, best.info.run_id, "model-metrics"), "best_val_rel_lloyd")
+        wait_for(driver, lambda: text(driver).count("Step") >= 3, "the charts drawn")
+        time.sleep(3)  # the charts' last frames
         driver.save_screenshot(str(folder / "mlflow-run-metrics.png"))
     (folder / "mlflow-ui.log").unlink()
 
