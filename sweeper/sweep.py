@@ -14,7 +14,10 @@ node, or s3://, gs://): trials resume from checkpoints written elsewhere.
 
 Exit codes: 0 every trial ended (finished or diverged), 1 some trials failed
 after their retries (start again to retry them), 2 rejected configuration,
-4 tracking store unreachable, 6 Ray cluster unreachable or storage not shared.
+4 tracking store unreachable (at the start, or for longer than
+tracking.outage_s mid-sweep), 5 another driver runs this sweep (sweeper.claim),
+6 Ray cluster unreachable or storage not shared, 130/143 stopped by SIGINT/SIGTERM
+(running trials keep their last checkpoint; the same command resumes them).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from sweeper import grid
 from sweeper.config import CONF_DIR, ConfigError, compose
 from sweeper.metrics import SWEEP
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_TRACKING, EXIT_CLUSTER = 1, 2, 4, 6
+EXIT_FAILED, EXIT_CONFIG, EXIT_TRACKING, EXIT_CLAIMED, EXIT_CLUSTER = 1, 2, 4, 5, 6
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
 
 
@@ -178,7 +181,8 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     from mlflow.tracking import MlflowClient
 
-    from sweeper.mlflow_callback import MlflowWriter, read_ledger
+    from sweeper.claim import Claim
+    from sweeper.mlflow_callback import adopt, read_ledger
     from sweeper.tracking import MlflowRecorder
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
@@ -189,16 +193,48 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     experiment = MlflowRecorder(uri, cfg.tracking.experiment)._experiment_id()  # probes the store first
     client = MlflowClient(tracking_uri=uri)
     ledger = read_ledger(client, experiment, plan.name)
+    adopted = adopt(client, ledger, plan.name, {t.key: t.configuration.subgrids for t in trials})
+    if adopted:
+        print(f"{adopted} runs finished outside this sweep now carry sweep={plan.name} too")
+    if all(t.key in ledger.done for t in trials):
+        print(f"{len(trials)} of {len(trials)} trials already in MLflow; 0 to run")
+        return 0
+    claim = Claim(client, parent_run(client, experiment, plan, cfg, ledger.parent_id), plan.name)
+    claim.take()  # before the ledger is read again: no other driver writes to this sweep from here on
+    try:
+        return drive(cfg, plan, overrides, trials, experiment, client)
+    finally:
+        claim.release()
+
+
+def parent_run(client, experiment: str, plan: grid.Plan, cfg: DictConfig, found: str | None) -> str:
+    """The sweep's parent run (the MLflow UI groups the trials' runs under it): the oldest, made if none."""
+    if found is not None:
+        return found
+    mine = client.create_run(experiment, run_name=f"sweep-{plan.name}", tags={SWEEP: plan.name}).info.run_id
+    client.log_text(mine, OmegaConf.to_yaml(cfg.sweep), "sweep.yaml")
+    from sweeper.mlflow_callback import read_ledger
+
+    oldest = read_ledger(client, experiment, plan.name).parent_id  # two drivers may have made one each at once
+    if oldest != mine:
+        client.delete_run(mine)
+    return oldest
+
+
+def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[grid.Trial], experiment: str,
+          client) -> int:
+    """Run what is left of the sweep, this driver holding its claim."""
+    from sweeper.mlflow_callback import MlflowWriter, read_ledger
+    from sweeper.outage import Buffered, PatientClient
+    from sweeper.stop import STOP_DRAIN_S, Halt, stopped
+
+    uri, cluster = cfg.tracking.uri, cfg.cluster
+    ledger = read_ledger(client, experiment, plan.name)
     pending = [t for t in trials if t.key not in ledger.done]
     print(f"{len(trials) - len(pending)} of {len(trials)} trials already in MLflow; {len(pending)} to run")
     if not pending:
         return 0
-    if ledger.parent_id is None:  # the MLflow UI groups the trials' runs under it
-        ledger.parent_id = client.create_run(experiment, run_name=f"sweep-{plan.name}",
-                                             tags={SWEEP: plan.name}).info.run_id
-        client.log_text(ledger.parent_id, OmegaConf.to_yaml(cfg.sweep), "sweep.yaml")
-    else:
-        client.update_run(ledger.parent_id, status="RUNNING")
+    client.update_run(ledger.parent_id, status="RUNNING")
     jobs = jobs_of(pending)
     for key, path in ledger.resume_from.items():
         if key in jobs:
@@ -211,7 +247,16 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     storage = storage_path(cluster)
     check_shared(storage)
     writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, packs, ledger)
-    errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, writer)
+    buffered = Buffered(writer)
+    writer.client = PatientClient(writer.client, uri, cfg.tracking.outage_s, waiting=buffered.events.qsize)
+    halt = Halt(buffered)
+    with halt.on_signals():
+        errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, buffered, stop=halt)
+        applied = buffered.close(STOP_DRAIN_S if halt.signal else None)
+    if buffered.error is not None:
+        raise buffered.error
+    if halt.signal:
+        return stopped(plan.name, overrides, writer, applied, halt.signal)
     complete = errors == 0 and len(writer.outcomes) == len(pending)
     writer.finish_parent(complete)
     counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
@@ -223,8 +268,11 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
 
 
 def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict],
-             packs: dict[str, list[str]], storage: str | None, writer, trainable=None) -> int:
-    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries."""
+             packs: dict[str, list[str]], storage: str | None, writer, trainable=None, stop=None) -> int:
+    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries.
+
+    writer: the Tune callback that records the trials; stop: a Tune stopper (sweeper.sweep.Halt) or None.
+    """
     from ray import tune
 
     from sweeper.metrics import VAL_REL_LLOYD
@@ -244,7 +292,7 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
             trial_name_creator=lambda trial: trial_name(packs[trial.config["key"]], jobs),
             trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
         run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer],
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer], stop=stop,
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None)))  # MlflowWriter prunes them
     results = tuner.fit()
@@ -276,13 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     print(plan.summary(), flush=True)  # the plan's last line (SPEC section 8)
     if cfg.sweep.dry_run:
         return 0
-    from sweeper.tracking import TrackingError  # MLflow takes seconds to import: not for a dry run
+    from sweeper.claim import SweepClaimed  # MLflow takes seconds to import: not for a dry run
+    from sweeper.tracking import TrackingError
 
     try:
         return run(cfg, plan, overrides)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    except SweepClaimed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CLAIMED
     except TrackingError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_TRACKING
