@@ -36,8 +36,8 @@ def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen
     return "nothing left"
 
 
-def test_a_second_driver_never_duplicates_work(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
+    uri = sqlite_uri  # an existing store: two drivers creating one SQLite file at once race on its schema
     overrides = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
     # Two started at once: both may create a parent run and claim it; one drives, the other refuses.
     a, b = (start_sweep(overrides, tmp_path / f"{name}.log") for name in "ab")
@@ -50,7 +50,7 @@ def test_a_second_driver_never_duplicates_work(tmp_path):
         seen = ["together: refused"]
         wait_for(lambda: interrupted_runs(uri), first, 300, "a trial checkpointed")
         seen.append(f"mid-trial: {refused_or_done(second_driver(overrides), first)}")
-        wait_for(lambda: len(ended_runs(uri)) >= 3 or first.poll() is not None, None, 600, "three trials ended")
+        wait_for(lambda: len(ended_runs(uri)) >= 2 or first.poll() is not None, None, 600, "the last two trials started")
         seen.append(f"near the end: {refused_or_done(second_driver(overrides), first)}")
         assert first.wait(timeout=600) == 0
     finally:
