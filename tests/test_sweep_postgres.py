@@ -51,7 +51,7 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(pg_server, pos
     tables = {}
     for name, uri in (("server", pg_server.uri), ("direct", postgres)):
         capfd.readouterr()
-        assert report.main([f"tracking.uri={uri}", f"tracking.experiment={EXPERIMENT}", "select.sweep=smoke",
+        assert report.main([f"tracking.uri='{uri}'", f"tracking.experiment={EXPERIMENT}", "select.sweep=smoke",
                             f"out={tmp_path}/{name}", "figures=[convergence]", f"speed_json={tmp_path}/none.json",
                             "eval.device=cpu"]) == 0
         index = tmp_path / name / EXPERIMENT / "index.md"
