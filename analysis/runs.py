@@ -62,7 +62,7 @@ def load_runs(uri: str, experiment: str, sweep: str | None = None, subgrid: str 
     e.g. {"task.d": 32, "model.embedding": ["onehot", "binary"]}.
     """
     client = store.connect(uri)
-    filters = [f"tags.{SWEEP} = '{sweep}'"] if sweep else []
+    filters = [f"tags.{SWEEP} LIKE '%{sweep}%'"] if sweep else []  # a list (runs adopted by sweeps): exact below
     if subgrid:
         filters.append(f"tags.{SUBGRIDS} LIKE '%{subgrid}%'")  # exact match below
     found = store.search(client, [experiment_id(client, experiment)], " and ".join(filters))
@@ -70,6 +70,8 @@ def load_runs(uri: str, experiment: str, sweep: str | None = None, subgrid: str 
     runs = pd.DataFrame(rows, columns=None if rows else RUN_COLUMNS)
     if runs.empty:
         return runs
+    if sweep:
+        runs = runs[runs[SWEEP].fillna("").map(lambda s: sweep in s.split(","))]
     if subgrid:
         runs = runs[runs[SUBGRIDS].fillna("").map(lambda s: subgrid in s.split(","))]
     for key, wanted in (where or {}).items():

@@ -102,6 +102,7 @@ class TrainConfig:
 class TrackingConfig:
     uri: str = MISSING
     experiment: str = MISSING
+    outage_s: float = MISSING
 
 
 @dataclass
@@ -251,6 +252,7 @@ def validate(cfg: DictConfig) -> None:
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _require(bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db")
     _require(bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name")
+    _positive("tracking.outage_s", cfg.tracking.outage_s)
     _positive("cluster.cpus_per_trial", c.cpus_per_trial)
     _require(c.gpus_per_trial >= 0, "cluster.gpus_per_trial", c.gpus_per_trial, "a number >= 0")
     _require(c.max_concurrent is None or c.max_concurrent >= 1, "cluster.max_concurrent", c.max_concurrent,

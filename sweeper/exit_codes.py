@@ -18,7 +18,8 @@ class ExitCode:
     raised_as: str = ""  # "module.Class" of the exception that ends a command with this code
 
 
-OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS = 0, 1, 2, 3, 4, 5, 6, 7
+OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, CLAIMED = 0, 1, 2, 3, 4, 5, 6, 7, 8
+SIGINT_STOP, SIGTERM_STOP = 130, 143  # 128 + the signal's number, as shells report it
 
 TABLE = (
     ExitCode(OK, "done: the run finished, every trial of a sweep ended (finished or diverged), the report, "
@@ -27,11 +28,16 @@ TABLE = (
                      "them), or some figures of a report failed"),
     ExitCode(CONFIG, "rejected command line or configuration, before any work", "sweeper.config.ConfigError"),
     ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
-    ExitCode(TRACKING, "the MLflow tracking store is unreachable or unusable", "sweeper.store.TrackingError"),
+    ExitCode(TRACKING, "the MLflow tracking store is unreachable or unusable (a sweep: at the start, or mid-sweep "
+                       "for longer than tracking.outage_s)", "sweeper.store.TrackingError"),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "sweeper.checkpoint.CheckpointError"),
     ExitCode(CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.sweep.ClusterError"),
     ExitCode(NO_RUNS, "nothing to analyse: no training runs in the chosen experiment (report, claims)",
              "analysis.runs.NoRuns"),
+    ExitCode(CLAIMED, "another driver runs this sweep (sweep; the message names it)", "sweeper.claim.SweepClaimed"),
+    ExitCode(SIGINT_STOP, "stopped by SIGINT (Ctrl-C): running trials keep their last checkpoint; the same command "
+                          "resumes them (sweep)"),
+    ExitCode(SIGTERM_STOP, "stopped by SIGTERM (e.g. a pod eviction), as for SIGINT (sweep)"),
 )
 
 

@@ -19,8 +19,8 @@ OUTCOME = "outcome"
 DIVERGED_AT = "diverged_at_step"
 GIT_COMMIT = "git_commit"
 RERUN_OF = "rerun_of"            # run id a `python -m sweeper.rerun` run reproduces
-SUBGRIDS = "subgrids"            # comma-separated named sub-grids of the sweep naming a configuration
-SWEEP = "sweep"                  # name of the sweep a run belongs to
+SUBGRIDS = "subgrids"            # comma-separated named sub-grids of the sweeps naming a configuration
+SWEEP = "sweep"                  # comma-separated names of the sweeps a run belongs to (one that ran it, others adopt it)
 PACK = "pack"                    # set by the sweep driver (cluster.pack=seeds): the trial a model trained in with others
 TUNE_CHECKPOINT = "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
 BAD_CHECKPOINT = "bad_checkpoint"    # a resume found a damaged checkpoint: which, and where training restarted
@@ -30,6 +30,7 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 CONFIGURATION = "configuration"  # seed-free: readable name plus hash (sweeper.config.configuration_name); UI "Group by"
 EVALUATION_LINK = "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
+DRIVER = "sweep_driver"          # on a sweep's parent run: the driver running it (sweeper.claim), while it runs
 
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"

@@ -46,6 +46,7 @@ class Ledger:
     done: set[str] = field(default_factory=set)                 # config_hash of trials with an outcome
     unfinished: dict[str, str] = field(default_factory=dict)    # config_hash -> run id to continue
     resume_from: dict[str, str] = field(default_factory=dict)   # config_hash -> Tune checkpoint path
+    finished: dict[str, list] = field(default_factory=dict)     # config_hash -> its runs with an outcome
 
 
 def read_ledger(client: MlflowClient, experiment: str, sweep: str) -> Ledger:
@@ -54,10 +55,11 @@ def read_ledger(client: MlflowClient, experiment: str, sweep: str) -> Ledger:
     for outcome in DONE:
         for run in store.search(client, [experiment], f"tags.{OUTCOME} = '{outcome}'"):
             ledger.done.add(run.data.tags.get(CONFIG_HASH))
+            ledger.finished.setdefault(run.data.tags.get(CONFIG_HASH), []).append(run)
             if run.info.status == "RUNNING":  # the driver died between the outcome tag and closing the run
                 client.set_terminated(run.info.run_id, STATUS[outcome])
     this_sweep = store.search(client, [experiment], f"tags.{SWEEP} = '{sweep}'")
-    for run in sorted(this_sweep, key=lambda r: r.info.start_time):
+    for run in sorted(this_sweep, key=lambda r: (r.info.start_time, r.info.run_id)):
         tags = run.data.tags
         if CONFIG_HASH not in tags:
             ledger.parent_id = ledger.parent_id or run.info.run_id
@@ -66,6 +68,30 @@ def read_ledger(client: MlflowClient, experiment: str, sweep: str) -> Ledger:
             if TUNE_CHECKPOINT in tags:
                 ledger.resume_from[tags[CONFIG_HASH]] = tags[TUNE_CHECKPOINT]
     return ledger
+
+
+def adopt(client: MlflowClient, ledger: Ledger, sweep: str, subgrids: dict[str, tuple[str, ...]]) -> int:
+    """Add `sweep` and its sub-grids to the tags of the finished runs it skips; returns how many runs changed.
+
+    subgrids: config_hash -> the sweep's sub-grids naming it. A run finished by a plain `sweeper.train` or by
+    another sweep then belongs to this sweep too (the tags are comma-separated lists, extended, never
+    overwritten), so `select.sweep=NAME` finds every configuration of the sweep.
+    """
+    changed = 0
+    for key, names in subgrids.items():
+        for run in ledger.finished.get(key, []):
+            tags = {SWEEP: _extended(run.data.tags.get(SWEEP), [sweep]),
+                    SUBGRIDS: _extended(run.data.tags.get(SUBGRIDS), names)}
+            tags = {k: v for k, v in tags.items() if v != run.data.tags.get(k)}
+            if tags:
+                client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+                changed += 1
+    return changed
+
+
+def _extended(listed: str | None, names) -> str:
+    have = [n for n in (listed or "").split(",") if n]
+    return ",".join(have + [n for n in names if n not in have])
 
 
 def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:

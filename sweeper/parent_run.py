@@ -34,13 +34,25 @@ def name_of(sweep: str) -> str:
     return f"sweep-{sweep}"
 
 
-def open_parent(client: MlflowClient, experiment_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial],
-                argv: list[str], parent_id: str | None) -> str:
-    """Create the sweep's parent run, or reopen the one an earlier start left; record plan and command line."""
-    if parent_id is None:
-        parent_id = client.create_run(experiment_id, run_name=name_of(plan.name), tags={SWEEP: plan.name}).info.run_id
-    else:
-        client.update_run(parent_id, status="RUNNING")
+def find_or_create(client: MlflowClient, experiment_id: str, sweep: str, found: str | None) -> str:
+    """The sweep's parent run: `found` (the oldest, sweeper.mlflow_callback.read_ledger), else a new one.
+
+    Two drivers started at once may each create one: both then keep the oldest and delete their own.
+    """
+    if found is not None:
+        return found
+    mine = client.create_run(experiment_id, run_name=name_of(sweep), tags={SWEEP: sweep}).info.run_id
+    parents = [r for r in store.search(client, [experiment_id], f"tags.{SWEEP} = '{sweep}'") if CONFIG_HASH not in r.data.tags]
+    oldest = min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
+    if oldest != mine:
+        client.delete_run(mine)
+    return oldest
+
+
+def open_parent(client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial],
+                argv: list[str]) -> None:
+    """Mark the sweep's parent run running and record the plan and the command line on it."""
+    client.update_run(parent_id, status="RUNNING")
     command = shlex.join(["python", "-m", "sweeper.sweep", *argv])
     sizes = (len(plan.configurations), len(plan.seeds), plan.trial_count)
     tags = {COMMAND: command, MLFLOW_RUN_NOTE: describe(plan, command), **dict(zip(PLAN_TAGS, map(str, sizes))),
@@ -55,7 +67,6 @@ def open_parent(client: MlflowClient, experiment_id: str, cfg: DictConfig, plan:
             rows.writerow(["run_name", "seed", SUBGRIDS, CONFIG_HASH])
             rows.writerows([t.name, t.seed, ",".join(t.configuration.subgrids), t.key] for t in trials)
         client.log_artifacts(parent_id, tmp)
-    return parent_id
 
 
 def describe(plan: Plan, command: str) -> str:

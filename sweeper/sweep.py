@@ -13,7 +13,9 @@ their last checkpoint in their own run. On a multi-node cluster
 node, or s3://, gs://): trials resume from checkpoints written elsewhere.
 
 Exit codes: the table of sweeper/exit_codes.py (0 every trial ended, 1 some trials failed after their
-retries: start again to retry them, 2 rejected configuration, ...).
+retries: start again to retry them, 2 rejected configuration, 4 tracking store unreachable at the start or
+for longer than tracking.outage_s mid-sweep, 8 another driver runs this sweep, 130/143 stopped by
+SIGINT/SIGTERM: running trials keep their last checkpoint and the same command resumes them, ...).
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
 
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     from sweeper import parent_run, store
-    from sweeper.mlflow_callback import MlflowWriter, ParentProgress, read_ledger
+    from sweeper.claim import Claim
+    from sweeper.mlflow_callback import adopt, read_ledger
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
     if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
@@ -186,12 +189,36 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     client = store.connect(uri)  # probes the store first
     experiment = store.experiment_id(client, cfg.tracking.experiment)
     ledger = read_ledger(client, experiment, plan.name)
+    adopted = adopt(client, ledger, plan.name, {t.key: t.configuration.subgrids for t in trials})
+    if adopted:
+        print(f"{adopted} runs finished outside this sweep now carry sweep={plan.name} too")
+    if all(t.key in ledger.done for t in trials):
+        print(f"{len(trials)} of {len(trials)} trials already in MLflow; 0 to run")
+        return 0
+    claim = Claim(client, parent_run.find_or_create(client, experiment, plan.name, ledger.parent_id), plan.name)
+    claim.take()  # before the ledger is read again: no other driver writes to this sweep from here on
+    try:
+        return drive(cfg, plan, overrides, trials, experiment, client)
+    finally:
+        claim.release()
+
+
+def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[grid.Trial], experiment: str,
+          client) -> int:
+    """Run what is left of the sweep, this driver holding its claim."""
+    from sweeper import parent_run
+    from sweeper.mlflow_callback import MlflowWriter, ParentProgress, read_ledger
+    from sweeper.outage import Buffered, PatientClient
+    from sweeper.stop import STOP_DRAIN_S, Halt, stopped
+
+    uri, cluster = cfg.tracking.uri, cfg.cluster
+    ledger = read_ledger(client, experiment, plan.name)
     pending = [t for t in trials if t.key not in ledger.done]
     print(f"{len(trials) - len(pending)} of {len(trials)} trials already in MLflow; {len(pending)} to run")
     if not pending:
         return 0
     # The MLflow UI groups the trials' runs under it; it holds the plan, the command line and the counts.
-    ledger.parent_id = parent_run.open_parent(client, experiment, cfg, plan, trials, overrides, ledger.parent_id)
+    parent_run.open_parent(client, ledger.parent_id, cfg, plan, trials, overrides)
     jobs = jobs_of(pending)
     for key, path in ledger.resume_from.items():
         if key in jobs:
@@ -204,8 +231,19 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     storage = storage_path(cluster)
     check_shared(storage)
     writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, packs, ledger)
+    buffered = Buffered(writer)
+    writer.client = PatientClient(writer.client, uri, cfg.tracking.outage_s, waiting=buffered.events.qsize)
+    # The parent run's trial counts, kept current by the same thread, after the writer has recorded each event.
     earlier = parent_run.earlier_outcomes(client, experiment, {t.key for t in trials})
-    errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, writer, [ParentProgress(writer, len(trials), earlier)])
+    buffered.followers.append(ParentProgress(writer, len(trials), earlier))
+    halt = Halt(buffered)
+    with halt.on_signals():
+        errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, buffered, stop=halt)
+        applied = buffered.close(STOP_DRAIN_S if halt.signal else None)
+    if buffered.error is not None:
+        raise buffered.error
+    if halt.signal:
+        return stopped(plan.name, overrides, writer, applied, halt.signal)
     complete = errors == 0 and len(writer.outcomes) == len(pending)
     writer.finish_parent(complete)
     counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
@@ -217,8 +255,11 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
 
 
 def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict],
-             packs: dict[str, list[str]], storage: str | None, writer, callbacks: list = (), trainable=None) -> int:
-    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries."""
+             packs: dict[str, list[str]], storage: str | None, writer, trainable=None, stop=None) -> int:
+    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries.
+
+    writer: the Tune callback that records the trials; stop: a Tune stopper (sweeper.sweep.Halt) or None.
+    """
     from ray import tune
 
     from sweeper.metrics import VAL_REL_LLOYD
@@ -238,7 +279,7 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
             trial_name_creator=lambda trial: trial_name(packs[trial.config["key"]], jobs),
             trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
         run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer, *callbacks],
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer], stop=stop,
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None)))  # MlflowWriter prunes them
     results = tuner.fit()

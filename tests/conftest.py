@@ -1,6 +1,8 @@
 """Shared fixtures: tiny training configurations and a real MLflow tracking server.
 
-`mlflow_server` starts one real `mlflow server` for the whole test session on
+`postgres` is a real PostgreSQL database for the session, and `pg_server` a
+real `mlflow server` on it (as docker/compose.yaml runs one), which a test may
+stop and start again (an outage). `mlflow_server` starts one real `mlflow server` for the whole test session on
 127.0.0.1 at a free port (SQLite backend and artifact store in a temporary
 folder), waits until /health answers, yields its URI (http://127.0.0.1:PORT)
 and stops it at the end. Request it from any test that needs HTTP tracking;
@@ -26,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import REPO, free_port, stop_group, wait_until_up
+from helpers import REPO, MlflowServer, free_port, stop_group, wait_until_up
 
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test starts
@@ -95,3 +97,27 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return uri
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A PostgreSQL database URI: $LEANER_TEST_POSTGRES_URI when set (say the machine's own server at
+    127.0.0.1:5432), else database `mlflow` of a server the pgserver wheel (a dev dependency) starts in a
+    temporary folder, so no test is skipped for want of PostgreSQL."""
+    given = os.environ.get("LEANER_TEST_POSTGRES_URI")
+    if given:
+        yield given
+        return
+    import pgserver
+
+    with pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop") as server:
+        server.psql("CREATE DATABASE mlflow;")
+        yield server.get_uri("mlflow")
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory, postgres: str) -> MlflowServer:
+    """A real `mlflow server` on the session's PostgreSQL; a test may stop() and start() it (same port)."""
+    server = MlflowServer(postgres, tmp_path_factory.mktemp("mlflow-pg"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

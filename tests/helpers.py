@@ -19,8 +19,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeper import grid
-from sweeper.config import compose
-from sweeper.metrics import CONFIG_HASH, METRICS, SWEEP, TRAIN_LOSS
+from sweeper.config import compose, run_overrides
+from sweeper.metrics import CONFIG_HASH, METRICS, OUTCOME, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT
 from sweeper.sweep import load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,6 +48,36 @@ def stop_group(proc: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 at a fixed free port over `backend` (any store URI), artifacts in `root`.
+
+    stop() and start() again on the same port: a tracking-server outage, as clients see one.
+    """
+
+    START_TIMEOUT_S = 180  # a cold `mlflow server` on two busy cores takes a while
+
+    def __init__(self, backend: str, root: Path) -> None:
+        self.backend, self.root, self.port = backend, root, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.log = root / "server.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+               "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
+               "--workers", "1"]
+        with open(self.log, "ab") as out:  # its own process group: the server forks workers, stopped together
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
+                                         start_new_session=True)
+        wait_until_up(self.uri, self.proc, self.log, self.START_TIMEOUT_S)
+
+    def stop(self) -> None:
+        try:
+            stop_group(self.proc, timeout=20)
+        except ProcessLookupError:  # already stopped
+            pass
 
 
 def wait_until_up(uri: str, proc: subprocess.Popen, log: Path, seconds: float) -> None:
@@ -109,11 +139,43 @@ def commands(text: str) -> list[list[str]]:
 
 # ---- sweep stores: the runs of a sweep and their metric points against local training ----
 
-def children(uri: str, sweep: str) -> list:
+def children(uri: str, sweep: str, experiment: str = "leaner-clustering") -> list:
+    """The runs of a sweep (its parent run left out)."""
     client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name("leaner-clustering")
-    runs = client.search_runs([experiment.experiment_id], f"tags.{SWEEP} = '{sweep}'", max_results=5000)
-    return [r for r in runs if CONFIG_HASH in r.data.tags]
+    experiment = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([experiment.experiment_id], f"tags.{SWEEP} LIKE '%{sweep}%'", max_results=5000)
+    return [r for r in runs if CONFIG_HASH in r.data.tags and sweep in r.data.tags[SWEEP].split(",")]
+
+
+def most_at_once(runs: list) -> int:
+    """Most runs open at once, from their start and end times: the trials that really ran concurrently."""
+    spans = [(r.info.start_time, r.info.end_time) for r in runs]
+    return max(sum(a <= start < b for a, b in spans) for start, _ in spans)
+
+
+def wait_for(predicate, proc: subprocess.Popen | None, timeout: float, what: str) -> None:
+    """Poll `predicate` until true; fail when `proc` (the sweep) ended first or after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc is None or proc.poll() is None, f"the sweep ended (exit {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+
+
+def point_counts(client: MlflowClient, runs: list, overrides: list[str]) -> tuple[int, int, int]:
+    """(points stored, duplicated, lost) over `runs`, each against the points its configuration logs once.
+
+    overrides: the sweep's base overrides; a run's own configuration comes from its params.
+    """
+    stored = duplicated = lost = 0
+    for run in runs:
+        want = expected_counts(compose([*overrides, *run_overrides(run.data.params)]))
+        for key, points in histories(client, run.info.run_id).items():
+            steps = [s for s, _ in points]
+            stored += len(steps)
+            duplicated += len(steps) - len(set(steps))
+            lost += max(want[key] - len(set(steps)), 0)
+    return stored, duplicated, lost
 
 
 def histories(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
@@ -170,3 +232,50 @@ def check_histories(client: MlflowClient, by_key: dict, trials: list[grid.Trial]
 def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
     cfg, plan = load(overrides)
     return grid.trials(cfg, plan)
+
+
+# ---- sweep drivers as subprocesses: started, signalled, killed ----
+
+def start_sweep(overrides: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`python -m sweeper.sweep` in its own session (the driver, its local Ray and trials form one group)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a start_sweep driver, its process group and whatever else of its session is left (Ray's daemons)."""
+    import psutil
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    left = [p for p in psutil.process_iter() if _session(p) == proc.pid]
+    for p in left:
+        p.kill()
+    psutil.wait_procs(left, timeout=30)
+
+
+def _session(p) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def interrupted_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-clustering") -> dict:
+    """Config hash -> run, for the runs whose Tune checkpoint the driver recorded and that have no outcome yet."""
+    try:
+        runs = children(uri, sweep, experiment)
+    except Exception:  # the store or its experiment does not exist yet
+        return {}
+    return {r.data.tags[CONFIG_HASH]: r for r in runs if OUTCOME not in r.data.tags and TUNE_CHECKPOINT in r.data.tags}
+
+
+def ended_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-clustering") -> list:
+    try:
+        return [r for r in children(uri, sweep, experiment) if OUTCOME in r.data.tags]
+    except Exception:
+        return []

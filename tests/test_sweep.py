@@ -22,13 +22,14 @@ from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, M
 
 from sweeper.faults import NAN_AT_STEP
 from sweeper.metrics import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
-                             GIT_COMMIT, METRICS, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
+                             GIT_COMMIT, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
                              RERUN_OF, SEED, STOPPED, SUBGRIDS, SWEEP_ARTIFACT, TRIAL_COUNTS, TUNE_CHECKPOINT,
                              VAL_REL_LLOYD)
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
 
-from helpers import check_histories, children, histories, sweep_trials
+from analysis.runs import load_runs
+from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_trials
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -46,15 +47,6 @@ def ray_session():
         ray.init(num_cpus=2, include_dashboard=False)
         yield
         ray.shutdown()
-
-
-def max_overlap(client: MlflowClient, runs: list) -> int:
-    """Most trials training at once: intervals from each run's first to last metric timestamp."""
-    spans = []
-    for run in runs:
-        stamps = [m.timestamp for key in METRICS for m in client.get_metric_history(run.info.run_id, key)]
-        spans.append((min(stamps), max(stamps)))
-    return max(sum(a <= t <= b for a, b in spans) for t, _ in spans)
 
 
 # 3 smoke configurations and 1 of its own (lr 0.02, so its own config hashes) that diverges at step 7 (the
@@ -88,7 +80,10 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
             assert (run.data.tags[OUTCOME], run.info.status) == (FINISHED, "FINISHED")
             good.append(t)
     check_histories(client, by_key, good, ["train.steps=60"])
-    print(f"most trials training at once: {max_overlap(client, runs)} (8 slots)")
+    at_once = most_at_once(runs)
+    print(f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
+          "(8 slots)")
+    assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
     check_ui_story(client, runs, trials, overrides, out.out)
     # The same command again: every trial has an outcome, nothing runs, no run is added.
     assert main(overrides) == 0
@@ -209,4 +204,34 @@ def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     trials = sweep_trials(smoke)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
     check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
-    print(f"most trials training at once: {max_overlap(client, runs)} (8 slots)")
+    at_once = most_at_once(runs)
+    print(f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
+          "(8 slots)")
+    assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
+
+
+def test_a_sweep_adopts_the_finished_runs_it_skips(tmp_path, capfd):
+    """`points` at n 512 is `paper`'s baseline: run by paper first, points skips it, and adds itself to the run's
+    sweep and subgrids tags (lists), so select.sweep=points finds both of its configurations."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tiny = ["sweep.seeds=[1]", "train.steps=10", "train.eval_every=5", "train.batch=4", "train.val_batches=1",
+            f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    assert main(["sweep=paper", "sweep.subgrids=[{name: tau, tau: [1.0]}]", *tiny]) == 0
+    points = ["sweep=points", "sweep.subgrids=[{name: points, n: [256, 512]}]", *tiny]
+    capfd.readouterr()
+    assert main(points) == 0
+    out = capfd.readouterr().out
+    assert "1 runs finished outside this sweep now carry sweep=points too" in out
+    assert "1 of 2 trials already in MLflow; 1 to run" in out
+    assert main(points) == 0  # again: nothing runs, nothing is tagged twice
+    assert "2 of 2 trials already in MLflow; 0 to run" in capfd.readouterr().out
+    selected = load_runs(uri, "leaner-clustering", sweep="points")
+    assert sorted(selected["task.n"]) == [256, 512]
+    shared = selected[selected["task.n"] == 512].iloc[0]
+    assert (shared["sweep"], shared["subgrids"]) == ("paper,points", "tau,points")
+    assert list(load_runs(uri, "leaner-clustering", sweep="paper")["run_id"]) == [shared["run_id"]]
+    assert sorted(load_runs(uri, "leaner-clustering", subgrid="points")["task.n"]) == [256, 512]
+    runs = children(uri, "points")
+    stored, duplicated, lost = point_counts(MlflowClient(tracking_uri=uri), runs, [])
+    print(f"trials 2, runs {len(runs)} (1 adopted), duplicates {duplicated}, lost {lost}")
+    assert len(runs) == 2 and (duplicated, lost) == (0, 0)

@@ -1,0 +1,70 @@
+"""Two drivers on one sweep: started together, mid-trial and near the end, the second refuses (naming the
+running driver: host, pid, start) or, once the first is done, finds nothing to run. No run twice, no point twice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweeper.metrics import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
+from sweeper import exit_codes
+from helpers import (children, ended_runs, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials,
+                     wait_for)
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+SMOKE = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+         "train.steps=300", "train.eval_every=10", "cluster.cpus_per_trial=1"]
+
+
+def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen) -> str:
+    """The second driver refused, naming the first; or the first had finished and nothing was left to run."""
+    if second.returncode == exit_codes.CLAIMED:
+        assert f"pid {first.pid}, started " in second.stderr, second.stderr
+        return "refused"
+    assert second.returncode == 0 and "4 of 4 trials already in MLflow; 0 to run" in second.stdout, second.stdout
+    return "nothing left"
+
+
+def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
+    uri = sqlite_uri  # an existing store: two drivers creating one SQLite file at once race on its schema
+    overrides = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    # Two started at once: both may create a parent run and claim it; one drives, the other refuses.
+    a, b = (start_sweep(overrides, tmp_path / f"{name}.log") for name in "ab")
+    try:
+        wait_for(lambda: a.poll() is not None or b.poll() is not None, None, 300, "one of two drivers refusing")
+        loser, first = (a, b) if a.poll() is not None else (b, a)
+        log = tmp_path / ("a.log" if loser is a else "b.log")
+        assert loser.returncode == exit_codes.CLAIMED, log.read_text()[-3000:]
+        assert f"pid {first.pid}, started " in log.read_text()
+        seen = ["together: refused"]
+        wait_for(lambda: interrupted_runs(uri), first, 300, "a trial checkpointed")
+        seen.append(f"mid-trial: {refused_or_done(second_driver(overrides), first)}")
+        wait_for(lambda: len(ended_runs(uri)) >= 2 or first.poll() is not None, None, 600, "the last two trials started")
+        seen.append(f"near the end: {refused_or_done(second_driver(overrides), first)}")
+        assert first.wait(timeout=600) == 0
+    finally:
+        kill_group(a)
+        kill_group(b)
+    client = MlflowClient(tracking_uri=uri)
+    runs = children(uri, "smoke")
+    trials = sweep_trials(SMOKE)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
+    experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
+    parents = [r for r in client.search_runs([experiment], f"tags.{SWEEP} = 'smoke'") if CONFIG_HASH not in r.data.tags]
+    assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its claim released
+    points, duplicated, lost = point_counts(client, runs, [])
+    print(f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {points}, "
+          f"duplicates {duplicated}, lost {lost}")
+    assert (duplicated, lost) == (0, 0)

@@ -1,0 +1,105 @@
+"""A tracking-server outage mid-sweep: the MLflow server (on PostgreSQL) paused, stopped and started again.
+
+The sweep driver runs as a subprocess whose MLflow client gives up after one retry (MLflow's own
+environment variables): its window is a few seconds, so a server restart outlasts it and only the
+driver's own buffering (sweeper.outage) carries the sweep through; tracking.outage_s bounds that.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweeper.metrics import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, FINISHED, LAST_CHECKPOINT, OUTCOME,
+                             TUNE_CHECKPOINT)
+from helpers import (children, interrupted_runs, kill_group, point_counts, start_sweep, subprocess_env, sweep_trials,
+                     wait_for)
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.1",
+          "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
+# 2 x 2 trials, two at a time, 300 steps: seconds each, so the outage falls mid-trial.
+SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+         "train.steps=300", "train.eval_every=10", "cluster.cpus_per_trial=1"]
+
+
+def checkpoints(storage: Path) -> set[Path]:
+    return set(storage.glob("smoke-*/*/checkpoint_*"))
+
+
+def check_store(uri: str, experiment: str, label: str) -> None:
+    """Every trial's run once, finished, with its checkpoints; every metric point once."""
+    client = MlflowClient(tracking_uri=uri)
+    runs = children(uri, "smoke", experiment)
+    trials = sweep_trials(SWEEP)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
+    for run in runs:  # no checkpoint lost
+        stored = {f.path for f in client.list_artifacts(run.info.run_id, CHECKPOINT_DIR)}
+        assert stored == {f"{CHECKPOINT_DIR}/{BEST_CHECKPOINT}", f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"}, stored
+    points, duplicated, lost = point_counts(client, runs, [])
+    print(f"{label}: trials {len(trials)}, runs {len(runs)}, points {points}, duplicates {duplicated}, lost {lost}")
+    assert (duplicated, lost) == (0, 0)
+
+
+def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, tmp_path):
+    experiment, storage, log = "outage", tmp_path / "ray", tmp_path / "sweep.log"
+    overrides = [*SWEEP, f"tracking.uri={pg_server.uri}", f"tracking.experiment={experiment}",
+                 f"cluster.storage={storage}"]
+    driver = start_sweep(overrides, log, env={**subprocess_env(), **CLIENT})
+    try:
+        wait_for(lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed")
+        os.killpg(pg_server.proc.pid, signal.SIGSTOP)  # a hang shorter than the client's timeout
+        time.sleep(PAUSE_S)
+        os.killpg(pg_server.proc.pid, signal.SIGCONT)
+        pg_server.stop()  # an outage longer than the client's retries
+        before = checkpoints(storage)
+        wait_for(lambda: "unreachable" in log.read_text() and checkpoints(storage) - before, driver, 300,
+                 "the driver noticed the outage while trials kept checkpointing")
+        pg_server.start()
+        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        kill_group(driver)
+        if pg_server.proc.poll() is not None:
+            pg_server.start()
+    text = log.read_text()
+    assert text.count("tracking: MLflow server") == 2, text[-3000:]  # said once when it went, once when back
+    assert "back after" in text
+    check_store(pg_server.uri, experiment, "outage outlasted")
+
+
+def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_command_resumes(pg_server, tmp_path):
+    experiment, log = "outage-limit", tmp_path / "sweep.log"
+    overrides = [*SWEEP, f"tracking.uri={pg_server.uri}", f"tracking.experiment={experiment}",
+                 f"cluster.storage={tmp_path}/ray", "tracking.outage_s=3"]
+    env = {**subprocess_env(), **CLIENT}
+    driver = start_sweep(overrides, log, env=env)
+    try:
+        wait_for(lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed")
+        pg_server.stop()
+        assert driver.wait(timeout=300) == 4, log.read_text()[-3000:]
+    finally:
+        kill_group(driver)
+        pg_server.start()
+    text = log.read_text()
+    assert "unreachable for" in text and "(tracking.outage_s=3)" in text and "start the same command again" in text
+    interrupted = interrupted_runs(pg_server.uri, "smoke", experiment)
+    assert interrupted, "no run was left to resume"
+    again = subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for key, run in interrupted.items():  # resumed in its own run, from the checkpoint it recorded
+        assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in again.stdout + again.stderr
+    by_key = {r.data.tags[CONFIG_HASH]: r.info.run_id for r in children(pg_server.uri, "smoke", experiment)}
+    assert all(by_key[key] == run.info.run_id for key, run in interrupted.items())
+    check_store(pg_server.uri, experiment, "outage beyond tracking.outage_s, resumed")

@@ -1,0 +1,61 @@
+"""MLflow on a real PostgreSQL, the compose stack's backend (docker/compose.yaml): a concurrent sweep through
+the tracking server on it, and analysis.report reading that store through the server and straight from
+its postgresql:// URI."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from analysis import report
+from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME
+from sweeper.sweep import main
+from helpers import children, most_at_once, point_counts, sweep_trials
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = "postgres-sweep"
+# 3 configurations of the `tau` sub-grid (so the report's convergence figure draws them) x 3 seeds = 9 trials,
+# a quarter CPU each: 8 run at once on 2 CPUs.
+SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "sweep.subgrids=[{name: tau, embedding: [onehot, binary, none]}]",
+         "train.steps=60"]
+
+
+@pytest.fixture
+def ray_two_cpus():
+    import ray
+
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def test_sweep_through_a_server_on_postgres_then_report_both_ways(pg_server, postgres, ray_two_cpus, tmp_path,
+                                                                   capfd):
+    overrides = [*SWEEP, "cluster.cpus_per_trial=0.25", f"tracking.uri={pg_server.uri}",
+                 f"tracking.experiment={EXPERIMENT}", f"cluster.storage={tmp_path}/ray"]
+    assert main(overrides) == 0
+    runs = children(pg_server.uri, "smoke", EXPERIMENT)
+    trials = sweep_trials(SWEEP)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
+    stored, duplicated, lost = point_counts(MlflowClient(tracking_uri=pg_server.uri), runs, [])
+    at_once = most_at_once(runs)
+    print(f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored}, duplicates {duplicated}, lost {lost}; "
+          f"most trials training at once: {at_once} (8 slots)")
+    assert (duplicated, lost) == (0, 0)
+    assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
+
+    tables = {}
+    for name, uri in (("server", pg_server.uri), ("direct", postgres)):
+        capfd.readouterr()
+        assert report.main([f"tracking.uri='{uri}'", f"tracking.experiment={EXPERIMENT}", "select.sweep=smoke",
+                            f"out={tmp_path}/{name}", "figures=[convergence]", f"speed_json={tmp_path}/none.json",
+                            "eval.device=cpu"]) == 0
+        index = tmp_path / name / EXPERIMENT / "index.md"
+        assert capfd.readouterr().out.strip().endswith(str(index.resolve()))
+        assert "Runs used: 9" in index.read_text()
+        tables[name] = pd.read_csv(index.parent / "convergence.csv")
+    pd.testing.assert_frame_equal(tables["server"], tables["direct"])  # one store, read two ways
