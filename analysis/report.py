@@ -123,9 +123,11 @@ def snapshot(folder: Path) -> dict[Path, int]:
 
 def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
     """A report on one sweep's runs goes to that sweep's parent run (artifacts report/); returns where to see it."""
-    sweeps = ctx.runs[SWEEP].dropna().unique()
+    # A run's sweep tag is a list (a run one sweep finished, another adopted): the sweeps every run carries.
+    sweeps = set.intersection(*(set(str(s).split(",")) for s in ctx.runs[SWEEP].fillna("")))
     if len(sweeps) != 1:
         return None
+    sweeps = sorted(sweeps)
     client = store.connect(ctx.uri)
     experiment_id = store.find_experiment(client, ctx.experiment)
     parent = find_parent(client, experiment_id, sweeps[0])
