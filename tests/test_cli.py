@@ -123,17 +123,19 @@ def test_tracking_defaults_come_from_mlflows_environment_variables(monkeypatch, 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-env")
     for group in ("local", "server"):
-        assert dict(compose([f"tracking={group}"]).tracking) == {"uri": f"sqlite:///{tmp_path}/env.db",
-                                                                  "experiment": "from-env"}
+        tracking = compose([f"tracking={group}"]).tracking
+        assert (tracking.uri, tracking.experiment) == (f"sqlite:///{tmp_path}/env.db", "from-env")
     assert compose(["tracking.uri=http://host:5000"]).tracking.uri == "http://host:5000"  # the command line wins
     _, out, _ = run_main(report.main, ["--cfg", "job"], capsys)
-    assert yaml.safe_load(out)["tracking"] == {"uri": f"sqlite:///{tmp_path}/env.db", "experiment": "from-env"}
+    tracking = yaml.safe_load(out)["tracking"]
+    assert (tracking["uri"], tracking["experiment"]) == (f"sqlite:///{tmp_path}/env.db", "from-env")
     # rerun reads the same default: an unknown run is looked for in the environment's store.
     code, _, err = run_main(rerun.main, ["0123456789abcdef0123456789abcdef"], capsys)
     assert code == exit_codes.TRACKING and f"sqlite:///{tmp_path}/env.db" in err
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")
-    assert dict(compose([]).tracking) == {"uri": "sqlite:///mlflow.db", "experiment": "leaner-clustering"}
+    tracking = compose([]).tracking
+    assert (tracking.uri, tracking.experiment) == ("sqlite:///mlflow.db", "leaner-clustering")
 
 
 def test_rerun_takes_the_one_override_spelling(capsys):
