@@ -90,6 +90,8 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
 
     Files written after that report (a newer last.pt) are dropped: the metric
     points leading up to them never reached the driver, so training replays them.
+    A damaged file among those copied is found when training opens it, and
+    training restarts from the last good one (sweeper.checkpoint).
     resume_from: member -> the checkpoint its unfinished MLflow run recorded (a restarted sweep).
     """
     shutil.rmtree(work, ignore_errors=True)
