@@ -7,10 +7,11 @@ read runs through MlflowClient; what they share about the store is written here 
   search         every page of a run search
   last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
   histories      the metric points of many runs at once
-The public API reads histories one call per run and metric (6,000 calls for two metrics of the paper's 3,000
-runs), so `histories` tries a fast path first: one SQL query on a SQLite store's metrics table, or a tracking server's bulk endpoint (the one
-MLflow's own UI calls, under /ajax-api: not part of the public API). Neither is MLflow's promise, so each is
-used only when the store answers as expected; otherwise one line is logged and the public API answers.
+The public API reads histories one call per run and metric (6,000 calls for two metrics of the paper's
+3,000 runs), so `histories` tries a fast path first: one SQL query on a SQLite store's metrics table, or a
+tracking server's bulk endpoint (the one MLflow's own UI calls, under /ajax-api: not part of the public API).
+Neither is MLflow's promise, so each is used only when the store answers as expected; otherwise one line is
+logged and the public API answers.
 
 Opening a store turns MLflow's artifact progress bars off (unless MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR is
 set): a report downloads one checkpoint per run and each download drew its own bar; our commands draw one
