@@ -29,7 +29,7 @@ HYDRA_FLAGS = {
     "-m": "sweeps are `leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
     "--multirun": "sweeps are `leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
     "-i": _SEE_HELP, "--info": _SEE_HELP, "--hydra-help": _SEE_HELP, "--version": _SEE_HELP,
-    "-c": "only --cfg job", "--cfg": "only --cfg job", "--resolve": "--cfg job prints the config resolved",
+    "--resolve": "--cfg job prints the config resolved",
     "-p": "only --cfg job", "--package": "only --cfg job", "-r": "no Hydra reruns", "--run": "no Hydra run mode",
     "--experimental-rerun": "no Hydra reruns; `leaner-rerun RUN_ID` re-runs an MLflow run",
     "-cp": "the config tree is conf/, shipped with the package", "--config-path": "the config tree is conf/",
@@ -88,7 +88,7 @@ def _answer_flags(words: list[str], main: Main, script: str, own_options: bool,
     """The words main gets; raises Answered for --help, --cfg job and unsupported flags."""
     if not own_options and any(w in HELP_FLAGS for w in words):
         raise Answered(usage(main, script, groups=show_config is composed_config), 0)
-    rest, i = [], 0
+    rest, show, i = [], False, 0
     while i < len(words):
         word = words[i]
         flag, _, inline = word.partition("=")
@@ -98,7 +98,7 @@ def _answer_flags(words: list[str], main: Main, script: str, own_options: bool,
             if value != "job":
                 raise Answered(f"error: not supported: {flag} {value}".rstrip() + ": only --cfg job "
                                "(the composed configuration)", exit_codes.CONFIG)
-            rest.append(_CFG_JOB)
+            show = True
             continue
         if flag in HYDRA_FLAGS:
             raise Answered(f"error: not supported: {flag} (a flag of Hydra's own command line): "
@@ -108,12 +108,9 @@ def _answer_flags(words: list[str], main: Main, script: str, own_options: bool,
                            f"{_SEE_HELP}", exit_codes.CONFIG)
         rest.append(word)
         i += 1
-    if _CFG_JOB in rest:
-        raise Answered(show_config([w for w in rest if w != _CFG_JOB]), 0)
+    if show:
+        raise Answered(show_config(rest), 0)
     return rest
-
-
-_CFG_JOB = "\0--cfg job"  # a marker no command line can contain
 
 
 def composed_config(words: list[str]) -> str:
