@@ -97,6 +97,9 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return uri
+
+
+@pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A PostgreSQL database URI: $LEANER_TEST_POSTGRES_URI when set (say the machine's own server at
     127.0.0.1:5432), else database `mlflow` of a server the pgserver wheel (a dev dependency) starts in a

@@ -25,7 +25,7 @@ from helpers import (children, interrupted_runs, kill_group, point_counts, start
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.1",
+CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
           "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
 # 2 x 2 trials, two at a time, 300 steps: seconds each, so the outage falls mid-trial.
