@@ -95,7 +95,13 @@ def resume_state(workdir: Path, mode: str, config: dict) -> Resume:
         if mode == "must":
             raise CheckpointError(f"{err}; train.resume=auto continues from the last good checkpoint, "
                                   "train.resume=never starts from scratch") from None
-        return fall_back(workdir, config, err)
+        log.error(f"{err}: not used")
+        return fall_back(workdir, config)
+    return continued(path, state, config, mode)
+
+
+def continued(path: Path, state: dict, config: dict, mode: str) -> Resume:
+    """Continue state (read from path) unless its run finished; an error if it is another configuration's."""
     if state.get("config") != config:
         raise CheckpointError(f"checkpoint {path} belongs to a different configuration; use another "
                               "workdir, or train.resume=never to overwrite it")
@@ -106,18 +112,19 @@ def resume_state(workdir: Path, mode: str, config: dict) -> Resume:
     return Resume(state, state["run_id"])
 
 
-def fall_back(workdir: Path, config: dict, damaged: CheckpointError) -> Resume:
+def fall_back(workdir: Path, config: dict) -> Resume:
     """last.pt is damaged: the same run from best.pt when it is good, else from step 0."""
-    log.error(f"{damaged}: not used")
+    best = best_path(workdir)
     try:
-        state = load(best_path(workdir))
-        if state.get("config") == config and state["step"] < config["train"]["steps"]:
-            note = f"{LAST_CHECKPOINT} damaged; restarted from {BEST_CHECKPOINT} at step {state['step']}"
-            log.error(f"{workdir}: {note}")
-            return Resume(state, state["run_id"], note)
+        resume = continued(best, load(best), config, "auto")
     except CheckpointError as err:
         log.error(f"{err}: not used")
-    note = f"{LAST_CHECKPOINT} damaged, no good {BEST_CHECKPOINT}; restarted from step 0"
-    log.error(f"{workdir}: {note}")
-    run_file = workdir / RUN_ID_FILE
-    return Resume(None, run_file.read_text() if run_file.exists() else None, note)
+        run_file = workdir / RUN_ID_FILE
+        resume = Resume(None, run_file.read_text() if run_file.exists() else None)
+        resume.damaged = f"{LAST_CHECKPOINT} damaged, no good {BEST_CHECKPOINT}; restarted from step 0"
+    else:
+        if resume.state is None:  # its run had finished: started again as a new run, as after a good last.pt
+            return resume
+        resume.damaged = f"{LAST_CHECKPOINT} damaged; restarted from {BEST_CHECKPOINT} at step {resume.state['step']}"
+    log.error(f"{workdir}: {resume.damaged}")
+    return resume
