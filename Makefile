@@ -10,7 +10,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	# cluster: Ray's dashboard, whose state API tests/test_sweep_cluster.py reads.
+	$(PY) -m pip install -q -e '.[dev,cluster]'
 	touch $(STAMP)
 
 install: $(STAMP)
