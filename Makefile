@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first, at the lock's version: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q -c requirements.lock torch
-	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
+	# cluster: Ray's dashboard, whose state API tests/test_sweep_cluster.py reads.
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev,cluster]'
 	touch $(STAMP)
 
 install: $(STAMP)

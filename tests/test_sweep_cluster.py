@@ -1,70 +1,93 @@
-"""A two-node Ray cluster on this machine; the worker node dies mid-sweep; every trial finishes once."""
+"""A simulated GPU cluster on this machine; a worker node dies mid-sweep; every model finishes once.
+
+A head node declaring no GPU and two workers declaring one GPU and two CPUs each (`ray start
+--num-gpus=1 --num-cpus=2`: Ray schedules by what a node declares, so the GPUs need not exist).
+A packed sweep (cluster.pack=seeds) at cluster.gpus_per_trial=0.1 and cpus_per_trial=1 trains on
+the CPU; Ray's own task records must show no trial on the head (it has no GPU) and at most
+min(1 / 0.1, 2 / 1) = 2 trials at once per worker, reached on each. A worker is killed while
+its trials have checkpoints; the sweep ends on the others with exactly one run per model, every
+metric point once and equal to the model trained locally.
+"""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
 from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME
 from sweeper.sweep import main
-from helpers import check_histories, children, sweep_trials
 
 pytestmark = pytest.mark.slow
 
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "train.steps=150", "train.eval_every=10"]
+BASE = ["train.steps=150", "train.eval_every=10", "model.dropout=0.0"]  # dropout 0: packed equals solo (1e-5)
+SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", *BASE,  # 6 configurations x 2 seeds: 6 trials of 2 models
+         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none], regularizer: [l2, ne]}]"]
+WORKER_CPUS, WORKER_GPUS = 2, 1
+CPUS_PER_TRIAL, GPUS_PER_TRIAL = 1, 0.1
+AT_ONCE = min(int(WORKER_GPUS / GPUS_PER_TRIAL), int(WORKER_CPUS / CPUS_PER_TRIAL))  # per worker: 2
 
 
 @pytest.fixture
-def two_nodes():
+def nodes(monkeypatch):
     import ray
-    from ray.cluster_utils import Cluster
 
     ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    worker = cluster.add_node(num_cpus=2)
-    yield cluster, worker
-    ray.shutdown()
-    cluster.shutdown()
-
-
-def kill_when_checkpointed(cluster, worker, storage: Path, done: threading.Event) -> threading.Thread:
-    """Remove the worker node (its raylet and trials die) once trials have checkpoints to resume from."""
-    def run() -> None:
-        while not done.wait(0.5):
-            if len(list(storage.glob("smoke-*/*/checkpoint_*"))) >= 3:
-                cluster.remove_node(worker, allow_graceful=False)
-                return
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def test_worker_node_killed_mid_sweep_every_trial_finishes_once(two_nodes, tmp_path, capfd):
-    cluster, worker = two_nodes
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    storage = tmp_path / "ray"  # one file system for both nodes: the shared-storage check passes
-    done = threading.Event()
-    killer = kill_when_checkpointed(cluster, worker, storage, done)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the nodes run (tests/helpers.py, RayNodes)
+    root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    cluster = RayNodes(root)
     try:
-        code = main([*SWEEP, f"tracking.uri={uri}", f"cluster.storage={storage}", f"cluster.address={cluster.address}",
-                     "cluster.cpus_per_trial=1", "cluster.max_failures=3"])
+        cluster.start("head", cpus=1, gpus=0, head=True)
+        ray.init(address=cluster.address)  # the sweep's driver joins this connection
+        for name in ("a", "b"):
+            cluster.start(name, cpus=WORKER_CPUS, gpus=WORKER_GPUS)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(nodes, tmp_path, capfd):
+    ids = nodes.node_ids()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    storage = tmp_path / "ray"  # one file system for every node: the shared-storage check passes
+    done = threading.Event()
+    # A trial's checkpoints are pruned to its latest, and deleted once it ends (MlflowWriter): four at once
+    # means four trials running, two of them on b (a holds two at most, the head none).
+    running = 2 * AT_ONCE
+    killer = when(lambda: len(list(storage.glob("smoke-*/*/checkpoint_*"))) >= running, lambda: nodes.kill("b"), done)
+    try:
+        code = main([*SWEEP, f"tracking.uri={uri}", f"cluster.storage={storage}", f"cluster.address={nodes.address}",
+                     "cluster.pack=seeds", f"cluster.cpus_per_trial={CPUS_PER_TRIAL}",
+                     f"cluster.gpus_per_trial={GPUS_PER_TRIAL}", "cluster.max_failures=3"])
     finally:
         done.set()
         killer.join()
     out = capfd.readouterr().out
     assert code == 0, out[-3000:]
-    assert worker not in cluster.worker_nodes, "the worker node was never killed"
+    assert nodes.nodes["b"].proc.poll() is not None, "the worker node was never killed"
     retries = int(out.split(" retries;")[0].rsplit(";", 1)[1])
     assert retries >= 1, "no trial was running on the killed node"
 
-    client = MlflowClient(tracking_uri=uri)
+    spans = trial_spans(nodes.dashboard)
+    peaks = {name: peak_overlap(spans.get(node_id, [])) for name, node_id in ids.items()}
+    assert peaks == {"head": 0, "a": AT_ONCE, "b": AT_ONCE}, peaks
+
     runs = children(uri, "smoke")
     trials = sweep_trials(SWEEP)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    hashes = [r.data.tags[CONFIG_HASH] for r in runs]
+    duplicates, lost = len(hashes) - len(set(hashes)), len({t.key for t in trials} - set(hashes))
+    print(f"simulated GPU cluster: {len(trials) // 2} trials of 2 models on 3 nodes (head 0 GPUs, 2 workers "
+          f"of {WORKER_GPUS} GPU, {WORKER_CPUS} CPUs); peak trials at once per node {peaks} (allowed {AT_ONCE}); "
+          f"worker b killed, {retries} retries; runs {len(runs)}, duplicates {duplicates}, lost {lost}")
+    assert sorted(hashes) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
-    check_histories(client, by_key, trials, ["train.steps=150", "train.eval_every=10"])
+    check_histories(MlflowClient(tracking_uri=uri), by_key, trials, BASE, packed=True)
