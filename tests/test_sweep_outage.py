@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow
 CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
           "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
-# 2 x 2 trials, two at a time, 300 steps: seconds each, so the outage falls mid-trial.
+# 2 x 2 trials, two at a time, 900 steps: ten seconds or more each, so the outage falls mid-trial.
 SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-         "train.steps=300", "train.eval_every=10", "cluster.cpus_per_trial=1"]
+         "train.steps=900", "train.eval_every=10", "cluster.cpus_per_trial=1"]
 
 
 def checkpoints(storage: Path) -> set[Path]:
