@@ -34,15 +34,15 @@ import pandas as pd
 from analysis.aggregate import divergence_note
 from analysis.cli import job_config, open_context
 from analysis.context import Context, count_once, evaluation_rows, series_labels, tagged, varying
-from analysis.evaluate import SHIFTS
+from analysis.checkpoint_eval import SHIFTS
 from analysis.plot import CURVE_COLUMNS, MissingInput
-from analysis.probes import task_dissimilarity
+from analysis.eval_figures import task_dissimilarity
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD, short
 from sweeper.config import compose
 from sweeper.entry import command
 from sweeper.grid import expand
-from sweeper.metrics import DIVERGED, FINISHED, OUTCOME, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
+from sweeper.names import DIVERGED, FINISHED, OUTCOME, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 from tasks.sampler import FAMILIES
 
 PASS, FAIL, UNTESTED = "PASS", "FAIL", "UNTESTED"

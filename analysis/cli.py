@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from analysis.context import Context
-from analysis.evaluate import EvalSettings
+from analysis.checkpoint_eval import EvalSettings
 from analysis.runs import NoRuns, load_runs
 from sweeper.config import ConfigError, compose
 from sweeper.grid import expand

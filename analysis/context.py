@@ -15,11 +15,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
-from analysis.evaluate import LLOYD_METHOD, EvalSettings, Evaluator
+from analysis.checkpoint_eval import LLOYD_METHOD, EvalSettings, Evaluator
 from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.runs import config_keys, histories, outcome_of
 from analysis.style import LLOYD, color, label, linestyle, order
-from sweeper.metrics import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
+from sweeper.names import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
 
 # The trained models a probe uses when the store holds several: for each key that
 # varies among the runs, the value here if present, else the nearest one. tau 0.1 and
@@ -152,7 +152,7 @@ def lloyd_reference(curves: pd.DataFrame, level: float = 1.0) -> pd.DataFrame:
     return pd.concat([curves, pd.DataFrame(rows)], ignore_index=True)
 
 
-# The task key each evaluation replaces when it draws its tasks (analysis.evaluate): runs that differ only there
+# The task key each evaluation replaces when it draws its tasks (analysis.checkpoint_eval): runs that differ only there
 # were evaluated on the same tasks, e.g. family transfer tests models trained on every family on one set of tasks.
 REPLACED = {"multistep": "task.init", "length": "task.n", "family_transfer": "task.family"}
 

@@ -5,24 +5,24 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from analysis import curves, probes
+from analysis import eval_figures, training_figures
 from analysis.context import Context
 from analysis.plot import Figure
 
 FIGURES: dict[str, Callable[[Context], Figure]] = {
-    "speed_memory": curves.speed_memory,
-    "convergence": curves.convergence,
-    "loss_surface": probes.loss_surface,
-    "multistep": probes.multistep,
-    "mixture_shift": probes.mixture_shift,
-    "length": probes.length,
-    "family_transfer": probes.family_transfer,
-    "task_dissimilarity": probes.task_dissimilarity,
-    "ablation_lr": partial(curves.ablation, subgrid="lr"),
-    "ablation_lr_curves": curves.lr_curves,
-    "ablation_points": partial(curves.ablation, subgrid="points"),
-    "ablation_dim": partial(curves.ablation, subgrid="dim"),
-    "ablation_clusters": partial(curves.ablation, subgrid="clusters"),
-    "ablation_family": partial(curves.ablation, subgrid="family"),
-    "time_to_quality": curves.time_to_quality,
+    "speed_memory": training_figures.speed_memory,
+    "convergence": training_figures.convergence,
+    "loss_surface": eval_figures.loss_surface,
+    "multistep": eval_figures.multistep,
+    "mixture_shift": eval_figures.mixture_shift,
+    "length": eval_figures.length,
+    "family_transfer": eval_figures.family_transfer,
+    "task_dissimilarity": eval_figures.task_dissimilarity,
+    "ablation_lr": partial(training_figures.ablation, subgrid="lr"),
+    "ablation_lr_curves": training_figures.lr_curves,
+    "ablation_points": partial(training_figures.ablation, subgrid="points"),
+    "ablation_dim": partial(training_figures.ablation, subgrid="dim"),
+    "ablation_clusters": partial(training_figures.ablation, subgrid="clusters"),
+    "ablation_family": partial(training_figures.ablation, subgrid="family"),
+    "time_to_quality": training_figures.time_to_quality,
 }

@@ -5,7 +5,7 @@ data as CSV, its tables as CSV and Markdown, and index.md showing every
 figure with the runs it used. A report on one sweep's runs is also stored in that sweep's
 parent MLflow run (artifacts report/). A figure whose inputs are not in the store is
 named in the index with what it needs, and the others are still drawn.
-Evaluations are cached (see analysis.evaluate), so a second report is fast.
+Evaluations are cached (see analysis.checkpoint_eval), so a second report is fast.
 Prints the path of index.md last.
 """
 
@@ -27,7 +27,7 @@ from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
 from sweeper import store, ui
 from sweeper.entry import command
-from sweeper.metrics import REPORT_DIR, SWEEP
+from sweeper.names import REPORT_DIR, SWEEP
 from sweeper.parent_run import attach_report, find_parent
 
 

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from sweeper import store
 from sweeper.config import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
-from sweeper.metrics import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
+from sweeper.names import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
 
 TAGS = (CONFIG_HASH, SEED, OUTCOME, DIVERGED_AT, SUBGRIDS, SWEEP)
 RUN_COLUMNS = ["run_id", "run_name", "status", "start_time", "end_time", "experiment_id", *TAGS, *METRICS]

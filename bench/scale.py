@@ -36,7 +36,7 @@ from typing import Iterator
 
 import psutil
 
-from sweeper.metrics import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
+from sweeper.names import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = 2        # evaluation intervals each trial reports before its outcome

@@ -1,5 +1,5 @@
 """`python -m bench step`: the real training step (sweeper.train.Trainer.step) against the
-straightforward one (models.baseline), alternately, in one run."""
+straightforward one (models.reference), alternately, in one run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from bench.common import (MATMUL_SIZE, alternate, describe, figures, log, matmul_flop_rate, memory_measure,
                           paired_ratio, peak_memory_bytes, step_flops)
-from models.baseline import BaselineTransformer, baseline_step
+from models.reference import ReferenceTransformer, reference_step
 from sweeper.train import Trainer, pick_device, task_spec
 
 
@@ -18,23 +18,23 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
     """The real training step against the straightforward one, alternately."""
     device = pick_device(cfg.train.device)
     trainer = Trainer(cfg, device)
-    base = BaselineTransformer.like(trainer.model).train()
+    base = ReferenceTransformer.like(trainer.model).train()
     base_opt = torch.optim.Adam(base.parameters(), lr=cfg.optim.lr)
     spec, generator = task_spec(cfg), torch.Generator().manual_seed(cfg.seed)
     loss = cfg.loss
 
-    def baseline() -> None:
-        baseline_step(base, base_opt, spec, cfg.train.batch, generator, loss.tau, loss.regularizer, device)
+    def reference() -> None:
+        reference_step(base, base_opt, spec, cfg.train.batch, generator, loss.tau, loss.regularizer, device)
 
     matmul = matmul_flop_rate(device)
     log(f"step: {describe(cfg)} on {device}, {torch.get_num_threads()} threads, {repeats} rounds")
-    times = alternate({"fused": trainer.step, "baseline": baseline, "matmul": matmul}, repeats, device)
+    times = alternate({"fused": trainer.step, "reference": reference, "matmul": matmul}, repeats, device)
     rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times["matmul"])
     flops = step_flops(cfg)
     out = {"command": "step", "config": describe(cfg), "device": str(device), "threads": torch.get_num_threads(),
            "dtype": "float32", "flops_per_step": flops, "matmul_flop_rate": rate,
            "memory_measure": memory_measure(device)}
     out.update(figures(times["fused"], flops, 1, peak_memory_bytes(trainer.step, device), rate))
-    out["baseline"] = figures(times["baseline"], flops, 1, peak_memory_bytes(baseline, device), rate)
-    out["speedup"] = paired_ratio(times["baseline"], times["fused"])
+    out["reference"] = figures(times["reference"], flops, 1, peak_memory_bytes(reference, device), rate)
+    out["speedup"] = paired_ratio(times["reference"], times["fused"])
     return out

@@ -43,7 +43,7 @@ _usable: bool | None = None  # flash_dropout_usable()'s answer, once decided in 
 
 
 @functools.cache
-def _flash_ops() -> tuple[Callable, Callable]:
+def flash_ops() -> tuple[Callable, Callable]:
     """The CPU flash forward and backward; AttributeError where this torch build lacks one."""
     return tuple(getattr(torch.ops.aten, name).default for name in PRIVATE_OPS)
 
@@ -82,7 +82,7 @@ def _sampled_dots(pattern: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> to
     return torch.sparse.sampled_addmm(pattern, a, b.t(), beta=0.0).values()
 
 
-class _FlashDropout(torch.autograd.Function):
+class FlashDropout(torch.autograd.Function):
     """q (N, 1, L, E), k and v (N, 1, S, E), flat dropped pair indices (sorted) into (N, L, S).
 
     The dropped pairs form a sparse (N L) x (N S) matrix over the flattened
@@ -91,7 +91,7 @@ class _FlashDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, scale: float, p: float, dropped: torch.Tensor):
-        out, lse = _flash_ops()[0](q, k, v, scale=scale)
+        out, lse = flash_ops()[0](q, k, v, scale=scale)
         N, _, L, E = q.shape
         S = k.shape[2]
         rows_q = dropped // S  # row b * L + i of the flattened queries (sorted, as `dropped` is)
@@ -110,7 +110,7 @@ class _FlashDropout(torch.autograd.Function):
         scale = ctx.scale
         g = (grad / (1 - ctx.p)).contiguous()
         # Given the post-dropout output, the flash backward's row terms (g_i . out_i) are already right.
-        dq, dk, dv = _flash_ops()[1](g, q, k, v, kept, lse, 0.0, False, scale=scale)
+        dq, dk, dv = flash_ops()[1](g, q, k, v, kept, lse, 0.0, False, scale=scale)
         N, _, L, E = q.shape
         S = k.shape[2]
         qf, kf, vf, gf = q.reshape(N * L, E), k.reshape(N * S, E), v.reshape(N * S, E), g.reshape(N * L, E)
@@ -131,10 +131,10 @@ def flash_dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
     L, S = q.shape[-2], k.shape[-2]
     q4, k4, v4 = (t.reshape(-1, 1, *t.shape[-2:]).contiguous() for t in (q, k, v))
     dropped = dropped_positions(q4.shape[0] * L * S, p)
-    return _FlashDropout.apply(q4, k4, v4, scale, p, dropped).view(*batch, L, v.shape[-1])
+    return FlashDropout.apply(q4, k4, v4, scale, p, dropped).view(*batch, L, v.shape[-1])
 
 
-def _self_check_error() -> float:
+def self_check_error() -> float:
     """Largest gap between the fused path and dense attention with the same mask, over values and gradients.
 
     Fixed sizes, dropped pairs and a private generator: the answer depends on the torch build only, and the
@@ -147,7 +147,7 @@ def _self_check_error() -> float:
         mask = torch.ones(N * L * S).index_fill_(0, dropped, 0.0).view(N, 1, L, S)
         q, k, v = (torch.randn(N, 1, n, E, generator=gen, requires_grad=True) for n in (L, S, S))
         dense = (torch.softmax(scale * q @ k.transpose(-1, -2), -1) * mask) @ v / (1 - p)
-        fused = _FlashDropout.apply(q, k, v, scale, p, dropped)
+        fused = FlashDropout.apply(q, k, v, scale, p, dropped)
         w = torch.randn(dense.shape, generator=gen)
         grads = zip(torch.autograd.grad(fused, (q, k, v), w), torch.autograd.grad(dense, (q, k, v), w))
         return max((a - b).abs().max().item() for a, b in [(fused, dense), *grads])
@@ -156,8 +156,8 @@ def _self_check_error() -> float:
 def _decide() -> bool:
     """Whether the private ops exist and pass the self-check; logs the path taken and why, in one line."""
     try:
-        _flash_ops()
-        error = _self_check_error()
+        flash_ops()
+        error = self_check_error()
     except Exception as err:  # a private API may be missing or break in any way: each means "not usable"
         first_line = str(err).partition("\n")[0]
         why = f"its private aten ops are missing or fail ({type(err).__name__}: {first_line})"

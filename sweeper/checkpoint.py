@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from sweeper.metrics import BEST_CHECKPOINT, LAST_CHECKPOINT
+from sweeper.names import BEST_CHECKPOINT, LAST_CHECKPOINT
 
 RUN_ID_FILE = "run_id"
 log = logging.getLogger(__name__)

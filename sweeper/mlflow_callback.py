@@ -27,7 +27,7 @@ from pyarrow.fs import LocalFileSystem
 from ray import tune
 
 from sweeper import store
-from sweeper.metrics import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
+from sweeper.names import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
                              TUNE_CHECKPOINT)
 from sweeper.parent_run import log_counts
 from sweeper.run_tags import source_tags  # the driver's: it launched the sweep

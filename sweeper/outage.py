@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from ray import tune
 
-from sweeper.metrics import CONFIG_HASH
+from sweeper.names import CONFIG_HASH
 from sweeper.store import TrackingError, probe
 from sweeper.trial import PAYLOAD
 

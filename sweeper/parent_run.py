@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeper import store
 from sweeper.grid import Plan, Trial
-from sweeper.metrics import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
+from sweeper.names import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
                              PLAN_TRIALS_ARTIFACT, REPORT_DIR, STOPPED, SUBGRIDS, SWEEP, SWEEP_ARTIFACT, TRIAL_COUNTS)
 from sweeper.run_tags import source_tags
 

@@ -23,7 +23,7 @@ from mlflow.exceptions import MlflowException
 from sweeper import exit_codes, ui
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
 from sweeper.entry import command
-from sweeper.metrics import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
+from sweeper.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from sweeper.store import TrackingError, connect
 from sweeper.tracking import MlflowRecorder
 from sweeper.train import TrainResult, train

@@ -17,7 +17,7 @@ from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW
 from omegaconf import DictConfig
 
 from sweeper.config import configuration_name
-from sweeper.metrics import CONFIGURATION, EVALUATION_LINK
+from sweeper.names import CONFIGURATION, EVALUATION_LINK
 from sweeper.tracking import git_commit
 
 
@@ -60,6 +60,6 @@ def _source() -> tuple[tuple[str, str], ...]:
 
 
 def evaluation_link(name: str, evaluation_run_id: str) -> tuple[str, str]:
-    """The tag (key, value) a training run gets for its evaluation `name` (analysis.evaluate): the way from
+    """The tag (key, value) a training run gets for its evaluation `name` (analysis.checkpoint_eval): the way from
     the run to the evaluation, which links back with its eval_of tag."""
     return EVALUATION_LINK + name, evaluation_run_id

@@ -41,7 +41,7 @@ from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.rest_utils import http_request
 from tqdm import tqdm
 
-from sweeper.metrics import EXPERIMENT_KIND, MODEL_TRAINING
+from sweeper.names import EXPERIMENT_KIND, MODEL_TRAINING
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 5.0

@@ -262,7 +262,7 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
     """
     from ray import tune
 
-    from sweeper.metrics import VAL_REL_LLOYD
+    from sweeper.names import VAL_REL_LLOYD
     from sweeper.trial import run_trial
 
     c = cfg.cluster

@@ -31,7 +31,7 @@ from sweeper.checkpoint import CheckpointError
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_config, run_name, validate
 from sweeper.entry import command
 from sweeper.faults import InjectedCrash, crash_at_step, nan_at_step
-from sweeper.metrics import (BAD_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
+from sweeper.names import (BAD_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
                              CURVE_ARTIFACT, DIVERGED, DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
                              VAL_KMEANS, VAL_REL_LLOYD)
 from sweeper.run_tags import training_tags

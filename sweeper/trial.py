@@ -23,7 +23,7 @@ from pathlib import Path
 from ray import tune
 
 from sweeper.config import compose, config_hash
-from sweeper.metrics import VAL_REL_LLOYD
+from sweeper.names import VAL_REL_LLOYD
 from sweeper.packed import train_pack
 
 PAYLOAD = "mlflow"  # result key the driver pops: member key -> what it recorded since the last report

@@ -69,7 +69,7 @@ def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.T
     return u.clamp_(tiny, 1.0 - tiny)
 
 
-def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+def standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions.
 
     In-place ops: this runs on B * n * d values every training step.
@@ -107,7 +107,7 @@ def sample_points(spec: TaskSpec, batch: int, generator: torch.Generator) -> tup
     # one index_select is much cheaper than a gather with an expanded index.
     rows = (comp + k * torch.arange(B, device=device).unsqueeze(-1)).reshape(-1)
     loc = means.reshape(B * k, d).index_select(0, rows).view(B, n, d)
-    noise = _standard_noise(spec.family, (B, n, d), generator)
+    noise = standard_noise(spec.family, (B, n, d), generator)
     if scales is None:
         X = loc.add_(noise, alpha=float(spec.scale))
     else:

@@ -128,7 +128,7 @@ def screenshots(store_uri: str, folder: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     from sweeper import ui
-    from sweeper.metrics import CONFIGURATION, SWEEP
+    from sweeper.names import CONFIGURATION, SWEEP
 
     client = MlflowClient(store_uri)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeper import grid
 from sweeper.config import compose, run_overrides
-from sweeper.metrics import CONFIG_HASH, METRICS, OUTCOME, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT
+from sweeper.names import CONFIG_HASH, METRICS, OUTCOME, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT
 from sweeper.sweep import load
 
 REPO = Path(__file__).resolve().parent.parent

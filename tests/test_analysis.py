@@ -25,7 +25,7 @@ from analysis import claims, report
 from analysis.cli import expected_sizes
 from analysis.aggregate import seed_band
 from analysis.context import Context
-from analysis.evaluate import EVAL_OF, EvalSettings, load_model, spec_of, fresh_tasks, trajectories
+from analysis.checkpoint_eval import EVAL_OF, EvalSettings, load_model, spec_of, fresh_tasks, trajectories
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
@@ -33,7 +33,7 @@ from analysis.style import LLOYD
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from sweeper.config import compose
-from sweeper.metrics import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
+from sweeper.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
 from sweeper.tracking import MlflowRecorder
 from sweeper.train import train
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks

@@ -17,7 +17,7 @@ from helpers import check_histories, children, expected_counts, sweep_trials
 from sweeper.checkpoint import best_path, last_path, load
 from sweeper.config import compose
 from sweeper.faults import CRASH_AT_STEP
-from sweeper.metrics import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
+from sweeper.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
 from sweeper.packed import train_pack
 from sweeper.tracking import MemoryRecorder, MlflowRecorder
 from sweeper import exit_codes

@@ -1,4 +1,4 @@
-"""The benchmark suite runs and prints its figures; the straightforward baseline and the
+"""The benchmark suite runs and prints its figures; the straightforward reference model and the
 fused CPU dropout attention compute what the model computes (no timed assertions)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from bench.cli import main
-from models.baseline import BaselineTransformer, sample_tasks_loop, smoothed_objective_plain
-from models.flash_dropout import _FlashDropout, dropped_positions
+from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
+from models.flash_dropout import FlashDropout, dropped_positions
 from models.losses import smoothed_objective
 from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec
@@ -37,7 +37,7 @@ def positive(value: object) -> bool:
 @pytest.mark.slow
 def test_bench_step_prints_the_figures_as_json() -> None:
     out = bench("step", *TINY, "--repeats", "1")
-    for figures in (out, out["baseline"]):
+    for figures in (out, out["reference"]):
         for key in ("seconds_per_step", "model_steps_per_second", "peak_memory_bytes", "flop_rate", "flop_fraction"):
             assert positive(figures[key]), key
         assert figures["model_steps_per_second"] == pytest.approx(1 / figures["seconds_per_step"])
@@ -61,10 +61,10 @@ def test_bench_rejects_a_bad_override_naming_it(capsys: pytest.CaptureFixture) -
 
 @pytest.mark.parametrize("embedding", ["onehot", "binary", "none"])
 @pytest.mark.parametrize("qkv_mult", [1, 2])
-def test_baseline_computes_the_model_function(embedding: str, qkv_mult: int) -> None:
+def test_reference_computes_the_model_function(embedding: str, qkv_mult: int) -> None:
     torch.manual_seed(0)
     model = ClusteringTransformer(3, 5, embedding, gamma=0.7, dropout=0.0, qkv_mult=qkv_mult)
-    base = BaselineTransformer.like(model)
+    base = ReferenceTransformer.like(model)
     X, C = torch.rand(2, 30, 3), torch.rand(2, 5, 3)
     outs = []
     for m in (model, base):
@@ -77,13 +77,13 @@ def test_baseline_computes_the_model_function(embedding: str, qkv_mult: int) -> 
 
 
 @pytest.mark.parametrize("regularizer", ["l2", "ne"])
-def test_baseline_loss_is_the_smoothed_objective(regularizer: str) -> None:
+def test_reference_loss_is_the_smoothed_objective(regularizer: str) -> None:
     X, C = torch.rand(3, 40, 2), torch.rand(3, 6, 2)
     torch.testing.assert_close(smoothed_objective_plain(X, C, 0.3, regularizer),
                                smoothed_objective(X, C, 0.3, regularizer), rtol=1e-5, atol=1e-5)
 
 
-def test_baseline_sampler_draws_tasks_in_the_unit_cube_with_data_point_centers() -> None:
+def test_reference_sampler_draws_tasks_in_the_unit_cube_with_data_point_centers() -> None:
     torch.manual_seed(0)
     spec = TaskSpec(family="gumbel", n=50, d=3, k=4, equal_weights=False, equal_scales=False)
     X, C = sample_tasks_loop(spec, 5, torch.Generator().manual_seed(1))
@@ -101,7 +101,7 @@ def test_flash_dropout_equals_dense_attention_with_that_mask(dtype: torch.dtype)
     mask = torch.ones(N * L * S, dtype=dtype)
     mask[dropped] = 0
     reference = (torch.softmax(scale * q @ k.transpose(-1, -2), -1) * mask.view(N, 1, L, S)) @ v / (1 - p)
-    fused = _FlashDropout.apply(q, k, v, scale, p, dropped)
+    fused = FlashDropout.apply(q, k, v, scale, p, dropped)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(fused, reference, rtol=0, atol=tol)
     w = torch.randn_like(reference)

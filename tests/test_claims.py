@@ -20,7 +20,7 @@ from analysis.claims import D, EMB, FAIL, FAMILY, K, LR, PASS, REG, TAU, UNTESTE
 from analysis.context import eval_curves
 from analysis.plot import CURVE_COLUMNS
 from analysis.style import LLOYD
-from sweeper.metrics import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
+from sweeper.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from tasks.sampler import FAMILIES
 
 GRID = claims.paper_grid()
@@ -114,7 +114,8 @@ def test_slice_poison_would_flip_an_unscoped_judgment() -> None:
     """The slice changes above matter: tau01 counting every tau of the `tau` sub-grid would FAIL."""
     runs = pd.concat([holding("tau01_beats_lloyd"), poison("tau01_beats_lloyd", "slice")])
     table = claims.per_configuration(claims.tagged(runs, "tau"), VAL_REL_LLOYD)
-    assert claims.verdict(claims._tau01(table)) == FAIL
+    _, judge = claims.RUN_CLAIMS["tau01_beats_lloyd"]
+    assert claims.verdict(judge(table)) == FAIL
     assert claims.judge_runs("tau01_beats_lloyd", runs, GRID).status == PASS
 
 

@@ -327,7 +327,7 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
         os.environ.update({"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password})
         from mlflow.tracking import MlflowClient
 
-        from sweeper.metrics import CHECKPOINT_DIR, CONFIG_ARTIFACT, CURVE_ARTIFACT, OUTCOME
+        from sweeper.names import CHECKPOINT_DIR, CONFIG_ARTIFACT, CURVE_ARTIFACT, OUTCOME
 
         client = MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)

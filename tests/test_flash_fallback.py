@@ -16,7 +16,7 @@ import torch
 from models import attention, flash_dropout
 from models.attention import DistanceAttention
 from sweeper.config import compose
-from sweeper.metrics import FINISHED
+from sweeper.names import FINISHED
 from sweeper.tracking import MemoryRecorder
 from sweeper.train import train
 
@@ -42,7 +42,7 @@ def no_private_ops(undecided: None, monkeypatch: pytest.MonkeyPatch) -> None:
     def fused(*args: object) -> None:
         raise AssertionError("the fused path ran without its private ops")
 
-    monkeypatch.setattr(flash_dropout, "_flash_ops", missing)
+    monkeypatch.setattr(flash_dropout, "flash_ops", missing)
     monkeypatch.setattr(attention, "flash_dropout_attention", fused)
 
 
@@ -60,7 +60,7 @@ def test_this_torch_takes_the_fused_path_after_its_self_check(undecided: None, c
     generator_state = torch.get_rng_state()
     assert flash_dropout.flash_dropout_usable()
     assert torch.equal(torch.get_rng_state(), generator_state)  # the check leaves training's random draws alone
-    assert flash_dropout._self_check_error() <= flash_dropout.SELF_CHECK_TOL
+    assert flash_dropout.self_check_error() <= flash_dropout.SELF_CHECK_TOL
     (line,) = lines(caplog, logging.INFO)
     assert "fused CPU flash path" in line and "self-check" in line
 
@@ -85,13 +85,13 @@ def test_missing_private_ops_fall_back_to_public_sdpa(no_private_ops: None, capl
 
 def test_a_kernel_that_fails_the_self_check_is_not_used(undecided: None, monkeypatch: pytest.MonkeyPatch,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    forward, backward = flash_dropout._flash_ops()
+    forward, backward = flash_dropout.flash_ops()
 
     def off_forward(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         out, lse = forward(*args, **kwargs)
         return out * 1.01, lse
 
-    monkeypatch.setattr(flash_dropout, "_flash_ops", lambda: (off_forward, backward))
+    monkeypatch.setattr(flash_dropout, "flash_ops", lambda: (off_forward, backward))
     assert not flash_dropout.flash_dropout_usable()
     (line,) = lines(caplog, logging.WARNING)
     assert "scaled_dot_product_attention" in line and "self-check is off dense attention" in line

@@ -11,7 +11,7 @@ import pytest
 import browser
 from helpers import children
 from sweeper import ui
-from sweeper.metrics import CONFIGURATION
+from sweeper.names import CONFIGURATION
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import torch
 from sweeper.checkpoint import last_path, load
 from sweeper.config import compose, config_hash
 from sweeper.faults import NAN_AT_STEP
-from sweeper.metrics import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
+from sweeper.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from sweeper.packed import check_packable, packed_forward, train_pack
 from sweeper.tracking import MemoryRecorder
 from sweeper.train import train

@@ -6,7 +6,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeper.config import OPERATIONAL_TRAIN_KEYS
-from sweeper.metrics import CONFIG_HASH, METRICS, RERUN_OF, VAL_REL_LLOYD
+from sweeper.names import CONFIG_HASH, METRICS, RERUN_OF, VAL_REL_LLOYD
 from sweeper.rerun import main as rerun_main
 from sweeper.train import main as train_main
 

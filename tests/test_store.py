@@ -22,7 +22,7 @@ from analysis import report
 from analysis.runs import histories, load_runs
 from sweeper import store
 from sweeper.config import compose
-from sweeper.metrics import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
+from sweeper.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
 from sweeper.tracking import MlflowRecorder
 from sweeper.train import train
 

@@ -21,7 +21,7 @@ from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, M
                                       MLFLOW_USER)
 
 from sweeper.faults import NAN_AT_STEP
-from sweeper.metrics import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
+from sweeper.names import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
                              GIT_COMMIT, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
                              RERUN_OF, SEED, STOPPED, SUBGRIDS, SWEEP_ARTIFACT, TRIAL_COUNTS, TUNE_CHECKPOINT,
                              VAL_REL_LLOYD)

@@ -20,7 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
-from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME
+from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME
 from sweeper.sweep import main
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.metrics import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, FINISHED, LAST_CHECKPOINT, OUTCOME,
+from sweeper.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, FINISHED, LAST_CHECKPOINT, OUTCOME,
                              TUNE_CHECKPOINT)
 from helpers import (children, interrupted_runs, kill_group, point_counts, start_sweep, subprocess_env, sweep_trials,
                      wait_for)

@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis import report
-from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME
+from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME
 from sweeper.sweep import main
 from helpers import children, most_at_once, point_counts, sweep_trials
 

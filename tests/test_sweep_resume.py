@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
+from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 from helpers import check_histories, children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
 
 REPO = Path(__file__).resolve().parent.parent

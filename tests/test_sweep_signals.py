@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.metrics import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
+from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials, wait_for
 
 REPO = Path(__file__).resolve().parent.parent

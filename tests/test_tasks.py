@@ -17,7 +17,7 @@ from scipy import stats
 from models.lloyd import lloyd_step
 from tasks import FAMILIES, INITS, TaskSpec, choose_centers, sample_tasks, to_unit_cube, validation_tasks
 from tasks.init import choose_center_indices
-from tasks.sampler import _standard_noise, sample_points
+from tasks.sampler import standard_noise, sample_points
 
 
 def gen(seed: int) -> torch.Generator:
@@ -142,7 +142,7 @@ _SCIPY = {"normal": stats.norm, "cauchy": stats.cauchy, "gumbel": stats.gumbel_r
 
 @pytest.mark.parametrize("family", sorted(_SCIPY))
 def test_standard_noise_matches_the_reference_distribution(family: str) -> None:
-    z = _standard_noise(family, (40000,), gen(17)).double().numpy()
+    z = standard_noise(family, (40000,), gen(17)).double().numpy()
     assert stats.kstest(z, _SCIPY[family].cdf).pvalue > 1e-3
 
 

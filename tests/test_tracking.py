@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from helpers import free_port
 from sweeper.config import compose, config_hash, configuration_name, flat_params
-from sweeper.metrics import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
+from sweeper.names import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
                              CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
 from sweeper.tracking import MlflowRecorder, TrackingError
 from sweeper import exit_codes

@@ -18,7 +18,7 @@ from sweeper import checkpoint
 from sweeper.checkpoint import CheckpointError
 from sweeper.config import compose, config_hash, run_config
 from sweeper.faults import NAN_AT_STEP, nan_at_step
-from sweeper.metrics import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
+from sweeper.names import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
                              VAL_REL_LLOYD)
 from sweeper.tracking import MemoryRecorder
 from sweeper import exit_codes

@@ -1,4 +1,4 @@
-"""Figures from evaluating trained models on fresh tasks (analysis.evaluate), and the task-dissimilarity map."""
+"""Figures from evaluating trained models on fresh tasks (analysis.checkpoint_eval), and the task-dissimilarity map."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from analysis.context import REFERENCE, Context, eval_curves, narrow, series_lab
 from analysis.plot import Figure, MissingInput, draw_contours, draw_curves, draw_heatmap
 from analysis.style import LLOYD, short
 from models.losses import sq_distances
-from sweeper.metrics import DIVERGED, FINISHED
+from sweeper.names import DIVERGED, FINISHED
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 
 YLABEL = "mean log k-means objective"

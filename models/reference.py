@@ -44,7 +44,7 @@ class BaselineAttention(nn.Module):
         return self.out(h) if self.out is not None else h
 
 
-class BaselineTransformer(nn.Module):
+class ReferenceTransformer(nn.Module):
     """Same parameters (names, shapes) and function as ClusteringTransformer."""
 
     def __init__(self, d: int, k: int, embedding: str = "onehot", gamma: float = 1.0,
@@ -64,8 +64,8 @@ class BaselineTransformer(nn.Module):
         return C1[..., : self.d]
 
     @classmethod
-    def like(cls, model: ClusteringTransformer) -> "BaselineTransformer":
-        """A baseline holding a copy of `model`'s weights."""
+    def like(cls, model: ClusteringTransformer) -> "ReferenceTransformer":
+        """A reference model holding a copy of `model`'s weights."""
         att = model.layer.cax
         base = cls(model.d, model.k, model.embedding, att.gamma, att.dropout, att.q.out_features // att.d_emb)
         base.load_state_dict(model.state_dict())
@@ -100,7 +100,7 @@ def smoothed_objective_plain(X: torch.Tensor, C: torch.Tensor, tau: float, regul
     return (regularized_weights(r, tau, regularizer) * r).sum((-2, -1))
 
 
-def baseline_step(model: BaselineTransformer, optimizer: torch.optim.Optimizer, spec: TaskSpec, batch: int,
+def reference_step(model: ReferenceTransformer, optimizer: torch.optim.Optimizer, spec: TaskSpec, batch: int,
                   generator: torch.Generator, tau: float, regularizer: str, device: torch.device) -> float:
     """One optimisation step, the straightforward way; returns the loss."""
     X, C0 = sample_tasks_loop(spec, batch, generator)

@@ -16,7 +16,7 @@ from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
 from bench.common import alternate
 from sweeper import store
 from sweeper.config import compose, run_overrides
-from sweeper.metrics import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
+from sweeper.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 from sweeper.train import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")

@@ -42,7 +42,7 @@ from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
 from sweeper import store
 from sweeper.config import ConfigError
-from sweeper.metrics import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
+from sweeper.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
 from sweeper.run_tags import evaluation_link
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 
