@@ -149,7 +149,8 @@ def tracking_server(root: Path, store: str) -> Iterator[tuple[str, str]]:
     log = (root / "mlflow-server.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner
     try:
         wait_healthy(uri, proc, root / "mlflow-server.log")
         yield uri, backend.split(":", 1)[0]

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from helpers import free_port, stop_group, wait_until_up
+from helpers import SERVER_ENV, free_port, stop_group, wait_until_up
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")   # the binary behind Debian's /usr/bin/chromium launcher
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -40,7 +40,7 @@ def mlflow_ui(store_uri: str, log: Path) -> Iterator[str]:
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
     with open(log, "wb") as out:  # its own process group: the UI forks workers, all stopped together
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=SERVER_ENV)
     try:
         wait_until_up(address, proc, log, WAIT_S)
         yield address

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import REPO, MlflowServer, free_port, stop_group, wait_until_up
+from helpers import REPO, SERVER_ENV, MlflowServer, free_port, stop_group, wait_until_up
 
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test starts
@@ -75,7 +75,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
            "--artifacts-destination", str(root / "artifacts"), "--workers", "1"]
     with open(log, "wb") as out:
         # Its own process group: the server forks workers, all stopped together below.
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
+                                env=SERVER_ENV)
     try:
         wait_until_up(uri, proc, log, SERVER_START_TIMEOUT_S)
         yield uri

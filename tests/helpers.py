@@ -41,6 +41,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# MLflow 3's server also starts a job runner (huey consumers, outside its process group) that these tests never
+# use: off, so stopping a server stops all of it.
+SERVER_ENV = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 def stop_group(proc: subprocess.Popen, timeout: float) -> None:
     """SIGTERM a process started with start_new_session=True and its children; SIGKILL after `timeout` s."""
     os.killpg(proc.pid, signal.SIGTERM)
@@ -70,7 +75,7 @@ class MlflowServer:
                "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
                "--workers", "1"]
         with open(self.log, "ab") as out:  # its own process group: the server forks workers, stopped together
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=SERVER_ENV,
                                          start_new_session=True)
         wait_until_up(self.uri, self.proc, self.log, self.START_TIMEOUT_S)
 
