@@ -51,6 +51,8 @@ class ConfigError(ValueError):
     """A rejected configuration; the message names key, value and what is allowed."""
 
 
+# The schema: one dataclass per config group, keys and types only. They look alike on purpose (the
+# `duplicates` tool pairs them by shape): each mirrors one conf/ group, and their defaults live in the YAML.
 @dataclass
 class TaskConfig:
     family: str = MISSING
