@@ -28,6 +28,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# Every Ray process of the tests (local instances, `ray start` nodes, sweep subprocesses) without token
+# authentication, alike: a token in ~/.ray would otherwise switch it on for some and not others, and Ray
+# keeps the mode it first read for the rest of this process.
+os.environ["RAY_AUTH_MODE"] = "disabled"
+
 from helpers import REPO, SERVER_ENV, MlflowServer, free_port, stop_group, wait_until_up
 
 torch.set_num_threads(1)

@@ -34,11 +34,10 @@ AT_ONCE = min(int(WORKER_GPUS / GPUS_PER_TRIAL), int(WORKER_CPUS / CPUS_PER_TRIA
 
 
 @pytest.fixture
-def nodes(monkeypatch):
+def nodes():
     import ray
 
     ray.shutdown()
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the nodes run (tests/helpers.py, RayNodes)
     root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     cluster = RayNodes(root)
     try:
