@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"]
 
 
-def bench(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "bench", *args, "--threads", "1"], cwd=REPO,
+def bench(*args: str, module: str = "bench") -> dict:
+    done = subprocess.run([sys.executable, "-m", module, *args, "--threads", "1"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
@@ -43,6 +43,12 @@ def test_bench_step_prints_the_figures_as_json() -> None:
         assert figures["model_steps_per_second"] == pytest.approx(1 / figures["seconds_per_step"])
     assert positive(out["speedup"]) and positive(out["matmul_flop_rate"]) and out["memory_measure"]
     assert out["config"]["n"] == 24 and out["device"] == "cpu"
+
+
+def test_spec_name_analysis_bench_runs_the_same_benchmarks() -> None:
+    """SPEC section 8 names `python -m analysis.bench step ...`: JSON with seconds_per_step."""
+    out = bench("step", *TINY, "--repeats", "1", module="analysis.bench")
+    assert positive(out["seconds_per_step"]) and positive(out["reference"]["seconds_per_step"])
 
 
 @pytest.mark.slow  # the profiler's memory timeline
