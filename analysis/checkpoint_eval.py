@@ -40,11 +40,11 @@ from models.embedding import embed
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
-from sweeper import store
 from sweeper.config import ConfigError
-from sweeper.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
-from sweeper.run_tags import evaluation_link
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tracking import store
+from tracking.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
+from training.run_tags import evaluation_link
 
 # Tags and the artifact of an evaluation run (they describe evaluation runs only, never training runs).
 EVAL_OF = "eval_of"

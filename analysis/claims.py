@@ -32,18 +32,18 @@ import numpy as np
 import pandas as pd
 
 from analysis.aggregate import divergence_note
+from analysis.checkpoint_eval import SHIFTS
 from analysis.cli import job_config, open_context
 from analysis.context import Context, count_once, evaluation_rows, series_labels, tagged, varying
-from analysis.checkpoint_eval import SHIFTS
-from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.eval_figures import task_dissimilarity
+from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD, short
 from sweeper.config import compose
 from sweeper.entry import command
 from sweeper.grid import expand
-from sweeper.names import DIVERGED, FINISHED, OUTCOME, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 from tasks.sampler import FAMILIES
+from tracking.names import DIVERGED, FINISHED, OUTCOME, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 
 PASS, FAIL, UNTESTED = "PASS", "FAIL", "UNTESTED"
 TAU, REG, EMB, D, K, FAMILY, LR = ("loss.tau", "loss.regularizer", "model.embedding", "task.d", "task.k",

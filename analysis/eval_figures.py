@@ -14,8 +14,8 @@ from analysis.context import REFERENCE, Context, eval_curves, narrow, series_lab
 from analysis.plot import Figure, MissingInput, draw_contours, draw_curves, draw_heatmap
 from analysis.style import LLOYD, short
 from models.losses import sq_distances
-from sweeper.names import DIVERGED, FINISHED
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tracking.names import DIVERGED, FINISHED
 
 YLABEL = "mean log k-means objective"
 

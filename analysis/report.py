@@ -25,10 +25,10 @@ from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
-from sweeper import store, ui
 from sweeper.entry import command
-from sweeper.names import REPORT_DIR, SWEEP
 from sweeper.parent_run import attach_report, find_parent
+from tracking import store, ui
+from tracking.names import REPORT_DIR, SWEEP
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:

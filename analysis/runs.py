@@ -1,9 +1,9 @@
 """Runs and metric histories from the MLflow store, as pandas DataFrames.
 
-`load_runs` returns one row per run of a search (sweeper.store.search): its
+`load_runs` returns one row per run of a search (tracking.store.search): its
 id, status, times, the tags the analysis needs and every config value under
 its dotted key, typed (numbers as numbers). `histories` returns the metric
-points of many runs at once (sweeper.store.histories: a fast path where the
+points of many runs at once (tracking.store.histories: a fast path where the
 store has one, else MLflow's public API), one point per run, key and step.
 """
 
@@ -14,9 +14,9 @@ from typing import Iterable
 import pandas as pd
 from mlflow import MlflowClient
 
-from sweeper import store
 from sweeper.config import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
-from sweeper.names import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
+from tracking import store
+from tracking.names import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
 
 TAGS = (CONFIG_HASH, SEED, OUTCOME, DIVERGED_AT, SUBGRIDS, SWEEP)
 RUN_COLUMNS = ["run_id", "run_name", "status", "start_time", "end_time", "experiment_id", *TAGS, *METRICS]
@@ -103,7 +103,7 @@ def histories(uri: str, runs: pd.DataFrame, keys: Iterable[str], fast: bool = Tr
     """Metric points of all `runs` for `keys`: columns run_id, key, step, timestamp (ms), value.
 
     A point logged twice at one step (a resumed run re-logging) keeps its latest value.
-    fast=False reads through MLflow's public API only (sweeper.store.histories).
+    fast=False reads through MLflow's public API only (tracking.store.histories).
     """
     points = store.histories(store.connect(uri), list(runs.get("run_id", [])), list(keys), fast)
     points = points.sort_values(["run_id", "key", "step", "timestamp", "value"])  # ties: whatever the read path

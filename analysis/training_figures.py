@@ -14,10 +14,10 @@ from analysis.context import Context, lloyd_reference, metric_curves, narrow, se
 from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
 from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
 from bench.common import alternate
-from sweeper import store
 from sweeper.config import compose, run_overrides
-from sweeper.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
-from sweeper.train import Trainer
+from tracking import store
+from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
+from training.loop import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
 # Sub-grid (SPEC 6) -> the config key it varies: one ablation figure each, `ablation_<sub-grid>`.
@@ -143,7 +143,7 @@ def time_to_quality(ctx: Context) -> Figure:
 
 
 def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.Series) -> pd.DataFrame:
-    """Seconds per training step (sweeper.train.Trainer.step) of each panel's series, timed round robin.
+    """Seconds per training step (training.loop.Trainer.step) of each panel's series, timed round robin.
 
     Each series is timed at the configuration of its first run (its params in MLflow), on the evaluation
     device and with the training's thread count; the step time depends on shapes, not on seeds or tau.

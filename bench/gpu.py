@@ -32,12 +32,12 @@ from bench.pack import bench_pack
 from bench.sweep import bench_sweep
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
-from sweeper.checkpoint import last_path, load
 from sweeper.config import compose
-from sweeper.packed import train_pack
-from sweeper.tracking import MemoryRecorder
-from sweeper.train import pick_device, train
 from tasks.sampler import TaskSpec, sample_tasks
+from tracking.recorder import MemoryRecorder
+from training.checkpoint import last_path, load
+from training.loop import pick_device, train
+from training.packed import train_pack
 
 TOLERANCE = 1e-5
 SHAPES = ((4, 6), (32, 10), (32, 25))

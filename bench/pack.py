@@ -1,4 +1,4 @@
-"""`python -m bench pack`: solo against packed training (sweeper.packed), in packs of P seeds."""
+"""`python -m bench pack`: solo against packed training (training.packed), in packs of P seeds."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 from omegaconf import DictConfig
 
 from bench.common import alternate, describe, log, memory_measure, peak_memory_bytes, seeded, step_flops
-from sweeper.packed import packed_step
-from sweeper.train import Trainer, pick_device
+from training.loop import Trainer, pick_device
+from training.packed import packed_step
 
 
 def bench_pack(cfg: DictConfig, sizes: list[int], repeats: int) -> dict:

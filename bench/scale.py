@@ -36,7 +36,7 @@ from typing import Iterator
 
 import psutil
 
-from sweeper.names import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
+from tracking.names import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = 2        # evaluation intervals each trial reports before its outcome
@@ -90,9 +90,10 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
     """Run `models` trials of the paper grid (packed by `pack`) against the server at `uri`; the driver's figures."""
     import ray
 
-    from sweeper import grid, store
+    from sweeper import grid
     from sweeper.mlflow_callback import Ledger, MlflowWriter, read_ledger
     from sweeper.sweep import jobs_of, load, packs_of, tune_fit
+    from tracking import store
 
     tmp = tempfile.mkdtemp(prefix="scale-probe-")
     # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds of the first models/10 configurations.

@@ -1,4 +1,4 @@
-"""`python -m bench step`: the real training step (sweeper.train.Trainer.step) against the
+"""`python -m bench step`: the real training step (training.loop.Trainer.step) against the
 straightforward one (models.reference), alternately, in one run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from bench.common import (MATMUL_SIZE, alternate, describe, figures, log, matmul_flop_rate, memory_measure,
                           paired_ratio, peak_memory_bytes, step_flops)
 from models.reference import ReferenceTransformer, reference_step
-from sweeper.train import Trainer, pick_device, task_spec
+from training.loop import Trainer, pick_device, task_spec
 
 
 def bench_step(cfg: DictConfig, repeats: int) -> dict:

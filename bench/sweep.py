@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from bench.common import alternate, log, seeded, timed
 from sweeper.config import compose
 from sweeper.grid import expand
-from sweeper.packed import packed_step
-from sweeper.train import Trainer, Validation, pick_device
+from training.loop import Trainer, Validation, pick_device
+from training.packed import packed_step
 
 GRID_STEPS = 10_000
 GRID_SHAPE_KEYS = ("task.d", "task.k", "model.embedding")  # what a step's cost depends on within the paper grid

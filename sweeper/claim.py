@@ -23,7 +23,7 @@ import time
 import psutil
 from mlflow.tracking import MlflowClient
 
-from sweeper.names import DRIVER
+from tracking.names import DRIVER
 
 SETTLE_S = 1.0   # longer than one tag write and read: the last of simultaneous claims is seen by all
 BEAT_S = 60.0    # heartbeat period

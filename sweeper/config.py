@@ -34,7 +34,7 @@ from tasks.sampler import TaskSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
-COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see sweeper.train.compiled
+COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.loop.compiled
 PACK_MODES = ("none", "seeds")  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
 # Keys of `train` that say how and where a run executes, not what it computes:
 # they stay out of run_config and config_hash, so a resumed run (say with

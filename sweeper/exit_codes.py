@@ -29,8 +29,8 @@ TABLE = (
     ExitCode(CONFIG, "rejected command line or configuration, before any work", "sweeper.config.ConfigError"),
     ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
     ExitCode(TRACKING, "the MLflow tracking store is unreachable or unusable (a sweep: at the start, or mid-sweep "
-                       "for longer than tracking.outage_s)", "sweeper.store.TrackingError"),
-    ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "sweeper.checkpoint.CheckpointError"),
+                       "for longer than tracking.outage_s)", "tracking.store.TrackingError"),
+    ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),
     ExitCode(CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.sweep.ClusterError"),
     ExitCode(NO_RUNS, "nothing to analyse: no training runs in the chosen experiment (report, claims)",
              "analysis.runs.NoRuns"),

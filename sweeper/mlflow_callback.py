@@ -26,12 +26,12 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
-from sweeper import store
-from sweeper.names import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
-                             TUNE_CHECKPOINT)
-from sweeper.parent_run import log_counts
-from sweeper.run_tags import source_tags  # the driver's: it launched the sweep
+from sweeper import parent_run
 from sweeper.trial import PAYLOAD
+from tracking import store
+from tracking.names import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
+                            TUNE_CHECKPOINT)
+from training.run_tags import source_tags  # the driver's: it launched the sweep
 
 DONE = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good (a diverged one is not retried)
 STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", STOPPED: "KILLED"}  # MLflow run status per outcome
@@ -59,11 +59,10 @@ def read_ledger(client: MlflowClient, experiment: str, sweep: str) -> Ledger:
             if run.info.status == "RUNNING":  # the driver died between the outcome tag and closing the run
                 client.set_terminated(run.info.run_id, STATUS[outcome])
     this_sweep = store.search(client, [experiment], f"tags.{SWEEP} = '{sweep}'")
+    ledger.parent_id = parent_run.oldest(this_sweep)
     for run in sorted(this_sweep, key=lambda r: (r.info.start_time, r.info.run_id)):
         tags = run.data.tags
-        if CONFIG_HASH not in tags:
-            ledger.parent_id = ledger.parent_id or run.info.run_id
-        elif OUTCOME not in tags and tags[CONFIG_HASH] not in ledger.done:
+        if CONFIG_HASH in tags and OUTCOME not in tags and tags[CONFIG_HASH] not in ledger.done:
             ledger.unfinished[tags[CONFIG_HASH]] = run.info.run_id
             if TUNE_CHECKPOINT in tags:
                 ledger.resume_from[tags[CONFIG_HASH]] = tags[TUNE_CHECKPOINT]
@@ -248,7 +247,7 @@ class ParentProgress(tune.Callback):
     def update(self) -> None:
         ended = self.earlier + Counter(self.writer.outcomes.values())
         if ended != self.shown:
-            log_counts(self.writer.client, self.writer.parent_id, ended, self.planned)
+            parent_run.log_counts(self.writer.client, self.writer.parent_id, ended, self.planned)
             self.shown = ended
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:

@@ -29,9 +29,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from ray import tune
 
-from sweeper.names import CONFIG_HASH
-from sweeper.store import TrackingError, probe
 from sweeper.trial import PAYLOAD
+from tracking.names import CONFIG_HASH
+from tracking.store import TrackingError, probe
 
 BUFFER = 10_000     # events (a trial's report, checkpoint, end) waiting for the store at most
 MAX_WAIT_S = 10.0   # longest pause between two tries of a write during an outage

@@ -21,11 +21,11 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
-from sweeper import store
 from sweeper.grid import Plan, Trial
-from sweeper.names import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
-                             PLAN_TRIALS_ARTIFACT, REPORT_DIR, STOPPED, SUBGRIDS, SWEEP, SWEEP_ARTIFACT, TRIAL_COUNTS)
-from sweeper.run_tags import source_tags
+from tracking import store
+from tracking.names import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
+                            PLAN_TRIALS_ARTIFACT, REPORT_DIR, STOPPED, SUBGRIDS, SWEEP, SWEEP_ARTIFACT, TRIAL_COUNTS)
+from training.run_tags import source_tags
 
 ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good
 
@@ -35,18 +35,17 @@ def name_of(sweep: str) -> str:
 
 
 def find_or_create(client: MlflowClient, experiment_id: str, sweep: str, found: str | None) -> str:
-    """The sweep's parent run: `found` (the oldest, sweeper.mlflow_callback.read_ledger), else a new one.
+    """The sweep's parent run: `found` (sweeper.mlflow_callback.read_ledger), else a new one.
 
     Two drivers started at once may each create one: both then keep the oldest and delete their own.
     """
     if found is not None:
         return found
     mine = client.create_run(experiment_id, run_name=name_of(sweep), tags={SWEEP: sweep}).info.run_id
-    parents = [r for r in store.search(client, [experiment_id], f"tags.{SWEEP} = '{sweep}'") if CONFIG_HASH not in r.data.tags]
-    oldest = min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id
-    if oldest != mine:
+    oldest_id = find_parent(client, experiment_id, sweep)
+    if oldest_id != mine:
         client.delete_run(mine)
-    return oldest
+    return oldest_id
 
 
 def open_parent(client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial],
@@ -101,8 +100,13 @@ def log_counts(client: MlflowClient, parent_id: str, ended: Counter, planned: in
 def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | None:
     """The parent run of `sweep` in the experiment, if there is one."""
     query = f"tags.{SWEEP} = '{sweep}' and attributes.run_name = '{name_of(sweep)}'"
-    runs = [r for r in store.search(client, [experiment_id], query) if CONFIG_HASH not in r.data.tags]
-    return runs[0].info.run_id if runs else None
+    return oldest(store.search(client, [experiment_id], query))
+
+
+def oldest(runs: list) -> str | None:
+    """The id of the oldest parent run among `runs` (the trials' runs, which carry a config_hash, left out)."""
+    parents = [r for r in runs if CONFIG_HASH not in r.data.tags]
+    return min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if parents else None
 
 
 def attach_report(client: MlflowClient, parent_id: str, files: list[Path]) -> None:

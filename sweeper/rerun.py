@@ -20,13 +20,14 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from sweeper import exit_codes, ui
+from sweeper import exit_codes
 from sweeper.config import ConfigError, compose, config_hash, run_overrides
 from sweeper.entry import command
-from sweeper.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
-from sweeper.store import TrackingError, connect
-from sweeper.tracking import MlflowRecorder
-from sweeper.train import TrainResult, train
+from tracking import ui
+from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
+from tracking.recorder import MlflowRecorder
+from tracking.store import TrackingError, connect
+from training.loop import TrainResult, train
 
 
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:

@@ -31,9 +31,10 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from sweeper import exit_codes, grid, ui
+from sweeper import exit_codes, grid
 from sweeper.config import CONF_DIR, ConfigError, compose
 from sweeper.entry import command
+from tracking import ui
 
 EXIT_FAILED = exit_codes.FAILED
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
@@ -81,7 +82,7 @@ def packs_of(trials: list[grid.Trial], pending: set[str], mode: str) -> dict[str
     """Ray Tune's trials, each a list of the pending models (config_hash) it trains.
 
     mode none: one model per trial, keyed by its config_hash. mode seeds: the
-    seeds of a configuration train together (sweeper.packed), keyed by a hash
+    seeds of a configuration train together (training.packed), keyed by a hash
     of all its seeds' keys, so a restarted sweep packs what is left under the same key.
     """
     if mode == "none":
@@ -179,9 +180,10 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
 
 
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
-    from sweeper import parent_run, store
+    from sweeper import parent_run
     from sweeper.claim import Claim
     from sweeper.mlflow_callback import adopt, read_ledger
+    from tracking import store
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
     if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
@@ -264,8 +266,8 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
     """
     from ray import tune
 
-    from sweeper.names import VAL_REL_LLOYD
     from sweeper.trial import run_trial
+    from tracking.names import VAL_REL_LLOYD
 
     c = cfg.cluster
     trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, packs=packs,

@@ -1,7 +1,7 @@
 """One sweep trial inside Ray Tune: the same training as `python -m sweeper.train`.
 
 A trial trains one model or, with cluster.pack=seeds, the seeds of one
-configuration together (sweeper.packed.train_pack); each model is a
+configuration together (training.packed.train_pack); each model is a
 member with its own MLflow run. A trial never touches MLflow (a SQLite store
 must have one writer). Each member's recorder collects what training records,
 and one tune.report hands all of it to Tune, member by member, together with
@@ -23,15 +23,15 @@ from pathlib import Path
 from ray import tune
 
 from sweeper.config import compose, config_hash
-from sweeper.names import VAL_REL_LLOYD
-from sweeper.packed import train_pack
+from tracking.names import VAL_REL_LLOYD
+from training.packed import train_pack
 
 PAYLOAD = "mlflow"  # result key the driver pops: member key -> what it recorded since the last report
 STEP = "step"       # result key: the training step reported (ASHA's time axis)
 
 
 class TuneRecorder:
-    """A Recorder (sweeper.tracking) for one member that buffers everything for the trial's next report."""
+    """A Recorder (tracking.recorder) for one member that buffers everything for the trial's next report."""
 
     def __init__(self) -> None:
         self.payload: dict = {}
@@ -91,7 +91,7 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
     Files written after that report (a newer last.pt) are dropped: the metric
     points leading up to them never reached the driver, so training replays them.
     A damaged file among those copied is found when training opens it, and
-    training restarts from the last good one (sweeper.checkpoint).
+    training restarts from the last good one (training.checkpoint).
     resume_from: member -> the checkpoint its unfinished MLflow run recorded (a restarted sweep).
     """
     shutil.rmtree(work, ignore_errors=True)

@@ -127,8 +127,8 @@ def screenshots(store_uri: str, folder: Path) -> None:
     """docs/mlflow-runs-grouped.png (the runs table grouped by configuration) and docs/mlflow-run-metrics.png."""
     from mlflow.tracking import MlflowClient
 
-    from sweeper import ui
-    from sweeper.names import CONFIGURATION, SWEEP
+    from tracking import ui
+    from tracking.names import CONFIGURATION, SWEEP
 
     client = MlflowClient(store_uri)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id

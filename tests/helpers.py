@@ -21,8 +21,8 @@ from mlflow.tracking import MlflowClient
 
 from sweeper import grid
 from sweeper.config import compose, run_overrides
-from sweeper.names import CONFIG_HASH, METRICS, OUTCOME, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT
 from sweeper.sweep import load
+from tracking.names import CONFIG_HASH, METRICS, OUTCOME, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -198,8 +198,8 @@ def expected_counts(cfg) -> dict[str, int]:
 LOCAL = """
 import json, sys, tempfile, torch
 from sweeper.config import compose
-from sweeper.tracking import MemoryRecorder
-from sweeper.train import train
+from tracking.recorder import MemoryRecorder
+from training.loop import train
 torch.set_num_threads(1)
 out = []
 for overrides in json.load(sys.stdin):

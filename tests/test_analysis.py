@@ -22,10 +22,10 @@ from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from analysis import claims, report
-from analysis.cli import expected_sizes
 from analysis.aggregate import seed_band
-from analysis.context import Context
 from analysis.checkpoint_eval import EVAL_OF, EvalSettings, load_model, spec_of, fresh_tasks, trajectories
+from analysis.cli import expected_sizes
+from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
@@ -33,10 +33,10 @@ from analysis.style import LLOYD
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from sweeper.config import compose
-from sweeper.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
-from sweeper.tracking import MlflowRecorder
-from sweeper.train import train
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tracking.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
+from tracking.recorder import MlflowRecorder
+from training.loop import train
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes

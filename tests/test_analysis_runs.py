@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from analysis.runs import NoRuns, histories, load_runs
-from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME, SEED, SUBGRIDS, SWEEP, TRAIN_LOSS, VAL_REL_LLOYD
+from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, SEED, SUBGRIDS, SWEEP, TRAIN_LOSS, VAL_REL_LLOYD
 
 pytestmark = pytest.mark.slow  # the 3,000-run store takes minutes to build; the last test needs a server
 

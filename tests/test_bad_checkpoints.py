@@ -14,14 +14,15 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from helpers import check_histories, children, expected_counts, sweep_trials
-from sweeper.checkpoint import best_path, last_path, load
-from sweeper.config import compose
-from sweeper.faults import CRASH_AT_STEP
-from sweeper.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
-from sweeper.packed import train_pack
-from sweeper.tracking import MemoryRecorder, MlflowRecorder
 from sweeper import exit_codes
-from sweeper.train import default_workdir, main, train
+from sweeper.config import compose
+from sweeper.train import main
+from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
+from tracking.recorder import MemoryRecorder, MlflowRecorder
+from training.checkpoint import best_path, last_path, load
+from training.faults import CRASH_AT_STEP
+from training.loop import default_workdir, train
+from training.packed import train_pack
 
 EXPERIMENT = "leaner-clustering"
 

@@ -20,8 +20,8 @@ from analysis.claims import D, EMB, FAIL, FAMILY, K, LR, PASS, REG, TAU, UNTESTE
 from analysis.context import eval_curves
 from analysis.plot import CURVE_COLUMNS
 from analysis.style import LLOYD
-from sweeper.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from tasks.sampler import FAMILIES
+from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 
 GRID = claims.paper_grid()
 T = 20

@@ -10,11 +10,12 @@ import torch
 
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
+from sweeper import exit_codes
 from sweeper.config import (ConfigError, compose, config_hash, configuration_hash, configuration_name, flat_params,
                             run_config, run_name, run_overrides)
-from sweeper import exit_codes
-from sweeper.train import Trainer, main, pick_device
+from sweeper.train import main
 from tasks.sampler import FAMILIES
+from training.loop import Trainer, pick_device
 
 
 def test_defaults_are_the_papers():

@@ -29,7 +29,7 @@ import yaml
 
 from helpers import blocks, commands, free_port, stop_group
 from sweeper import sweep as sweep_cli
-from sweeper import tracking
+from tracking import recorder
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
@@ -166,15 +166,15 @@ def test_dockerfile_labels_the_commit_which_the_runs_record():
 
 def test_git_commit_falls_back_to_the_images_build_argument(tmp_path, monkeypatch):
     """The image holds no .git: git_commit() then reports the GIT_COMMIT the image was built with."""
-    monkeypatch.setattr(tracking, "REPO_DIR", tmp_path)
+    monkeypatch.setattr(recorder, "REPO_DIR", tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above tmp_path either
     monkeypatch.setenv("GIT_COMMIT", "0123abcd")
-    assert tracking.git_commit() == "0123abcd"
+    assert recorder.git_commit() == "0123abcd"
     monkeypatch.delenv("GIT_COMMIT")
-    assert tracking.git_commit() == "unknown"
-    monkeypatch.setattr(tracking, "REPO_DIR", ROOT)
+    assert recorder.git_commit() == "unknown"
+    monkeypatch.setattr(recorder, "REPO_DIR", ROOT)
     monkeypatch.setenv("GIT_COMMIT", "0123abcd")
-    assert tracking.git_commit() != "0123abcd", "a checkout's own HEAD comes first"
+    assert recorder.git_commit() != "0123abcd", "a checkout's own HEAD comes first"
 
 
 def test_dockerfile_runs_as_non_root_with_cuda_and_cpu_variants():
@@ -327,7 +327,7 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
         os.environ.update({"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password})
         from mlflow.tracking import MlflowClient
 
-        from sweeper.names import CHECKPOINT_DIR, CONFIG_ARTIFACT, CURVE_ARTIFACT, OUTCOME
+        from tracking.names import CHECKPOINT_DIR, CONFIG_ARTIFACT, CURVE_ARTIFACT, OUTCOME
 
         client = MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)

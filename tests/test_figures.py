@@ -23,18 +23,18 @@ from mlflow.entities import Metric, Param
 from omegaconf import OmegaConf
 
 from analysis import report
+from analysis.checkpoint_eval import EvalSettings, Evaluator, load_model
 from analysis.cli import expected_sizes
 from analysis.context import Context
-from analysis.checkpoint_eval import EvalSettings, Evaluator, load_model
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
 from analysis.style import LLOYD
 from sweeper.config import ConfigError, compose, config_hash, flat_params, run_name
-from sweeper.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, DIVERGED, FINISHED, LAST_CHECKPOINT,
-                             OUTCOME, SEED, SUBGRIDS, VAL_REL_LLOYD)
-from sweeper.tracking import MlflowRecorder
-from sweeper.train import train
+from tracking.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, DIVERGED, FINISHED, LAST_CHECKPOINT,
+                            OUTCOME, SEED, SUBGRIDS, VAL_REL_LLOYD)
+from tracking.recorder import MlflowRecorder
+from training.loop import train
 
 EXPERIMENT = "figures"
 SEEDS = (1, 2, 3)

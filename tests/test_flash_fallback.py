@@ -16,9 +16,9 @@ import torch
 from models import attention, flash_dropout
 from models.attention import DistanceAttention
 from sweeper.config import compose
-from sweeper.names import FINISHED
-from sweeper.tracking import MemoryRecorder
-from sweeper.train import train
+from tracking.names import FINISHED
+from tracking.recorder import MemoryRecorder
+from training.loop import train
 
 # model.dropout stays at the paper's 0.01: the path under test.
 TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=6",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-import browser
 from helpers import children
-from sweeper import ui
-from sweeper.names import CONFIGURATION
+from tracking import ui
+from tracking.names import CONFIGURATION
+import browser
 
 pytestmark = pytest.mark.slow
 

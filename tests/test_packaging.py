@@ -135,3 +135,37 @@ def test_the_wheel_installed_alone_runs_from_another_directory(tmp_path):
                          cwd=elsewhere, env=env, timeout=300)
     assert cfg.returncode == 0 and re.search(r"^  d: 32$", cfg.stdout, flags=re.M), cfg.stderr[-3000:]
     assert sorted(p.name for p in elsewhere.iterdir()) == []  # a dry run writes nothing
+
+
+def imports_of(folder: str) -> set[str]:
+    """Full module names of every absolute first-party import under `folder` ("sweeper.config", ...)."""
+    ours = tuple(top_level_packages())
+    names = set()
+    for path in (ROOT / folder).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module] if "." in node.module else [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            names.update(m for m in modules if m.split(".")[0] in ours)
+    return names
+
+
+# Data flows one way: conf -> sweeper -> training -> models/tasks -> tracking (MLflow) -> analysis.
+# The configuration (sweeper/config.py) is the one module below sweeper/ that everyone reads.
+MAY_IMPORT = {
+    "tasks": {"tasks"},
+    "models": {"models", "tasks"},
+    "tracking": {"tracking"},
+    "training": {"training", "models", "tasks", "tracking", "sweeper.config"},
+    "sweeper": {"sweeper", "training", "models", "tasks", "tracking"},
+}
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_imports_flow_one_way(package):
+    allowed = MAY_IMPORT[package]
+    wrong = sorted(m for m in imports_of(package) if m not in allowed and m.split(".")[0] not in allowed)
+    assert not wrong, f"{package}/ imports {wrong}; it may import only {sorted(allowed)}"

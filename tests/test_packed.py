@@ -1,7 +1,7 @@
-"""Packed training (sweeper.packed) equals each model trained alone (sweeper.train.train).
+"""Packed training (training.packed) equals each model trained alone (training.loop.train).
 
 model.dropout=0: with dropout the pack draws its dropout masks in one piece
-from the global RNG, so they cannot equal the solo draws (see sweeper/packed.py).
+from the global RNG, so they cannot equal the solo draws (see training/packed.py).
 """
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweeper.checkpoint import last_path, load
-from sweeper.config import compose, config_hash
-from sweeper.faults import NAN_AT_STEP
-from sweeper.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
-from sweeper.packed import check_packable, packed_forward, train_pack
-from sweeper.tracking import MemoryRecorder
-from sweeper.train import train
 from models.transformer import ClusteringTransformer
+from sweeper.config import compose, config_hash
+from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
+from tracking.recorder import MemoryRecorder
+from training.checkpoint import last_path, load
+from training.faults import NAN_AT_STEP
+from training.loop import train
+from training.packed import check_packable, packed_forward, train_pack
 
 TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=3",
         "train.log_every=2", "train.val_batches=2", "model.dropout=0.0", "optim.lr_patience=0", "train.device=cpu"]
 # Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
-# the last one diverges (the test-only NaN fault, sweeper.faults) at step 5 and must leave the others untouched.
+# the last one diverges (the test-only NaN fault, training.faults) at step 5 and must leave the others untouched.
 MEMBERS = [
     ["seed=153476998"],
     ["seed=235510766"],

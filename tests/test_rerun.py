@@ -6,9 +6,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeper.config import OPERATIONAL_TRAIN_KEYS
-from sweeper.names import CONFIG_HASH, METRICS, RERUN_OF, VAL_REL_LLOYD
 from sweeper.rerun import main as rerun_main
 from sweeper.train import main as train_main
+from tracking.names import CONFIG_HASH, METRICS, RERUN_OF, VAL_REL_LLOYD
 
 
 @pytest.mark.slow

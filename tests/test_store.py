@@ -1,4 +1,4 @@
-"""sweeper.store on real stores: experiments, paged searches, last logged steps and metric histories.
+"""tracking.store on real stores: experiments, paged searches, last logged steps and metric histories.
 
 Histories have a fast path per store (SQL on a SQLite file, a server's bulk endpoint) and MLflow's public
 API as the fallback; both must give the same frame, whether the fallback is asked for (fast=False) or taken
@@ -20,11 +20,11 @@ from mlflow.entities import Metric
 
 from analysis import report
 from analysis.runs import histories, load_runs
-from sweeper import store
 from sweeper.config import compose
-from sweeper.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
-from sweeper.tracking import MlflowRecorder
-from sweeper.train import train
+from tracking import store
+from tracking.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
+from tracking.recorder import MlflowRecorder
+from training.loop import train
 
 KEYS = [VAL_REL_LLOYD, TRAIN_LOSS]
 

@@ -20,13 +20,13 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME,
                                       MLFLOW_USER)
 
-from sweeper.faults import NAN_AT_STEP
-from sweeper.names import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
-                             GIT_COMMIT, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
-                             RERUN_OF, SEED, STOPPED, SUBGRIDS, SWEEP_ARTIFACT, TRIAL_COUNTS, TUNE_CHECKPOINT,
-                             VAL_REL_LLOYD)
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
+from tracking.names import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
+                            GIT_COMMIT, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
+                            RERUN_OF, SEED, STOPPED, SUBGRIDS, SWEEP_ARTIFACT, TRIAL_COUNTS, TUNE_CHECKPOINT,
+                            VAL_REL_LLOYD)
+from training.faults import NAN_AT_STEP
 
 from analysis.runs import load_runs
 from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_trials
@@ -53,7 +53,7 @@ def ray_session():
 # test-only NaN fault, set by ray_session), x 3 seeds = 12 trials; a quarter CPU each, so 8 run at once on 2 CPUs.
 MIXED = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60",
          "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: bad, lr: [0.02]}]"]
-PACKED = [*MIXED, "model.dropout=0.0", "cluster.pack=seeds"]  # dropout 0: packed equals solo (sweeper.packed)
+PACKED = [*MIXED, "model.dropout=0.0", "cluster.pack=seeds"]  # dropout 0: packed equals solo (training.packed)
 CONCURRENT = ["cluster.cpus_per_trial=0.25", "cluster.max_failures=3"]
 
 

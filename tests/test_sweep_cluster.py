@@ -20,8 +20,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
-from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME
 from sweeper.sweep import main
+from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
-from sweeper import exit_codes
 from helpers import (children, ended_runs, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials,
                      wait_for)
+from sweeper import exit_codes
+from tracking.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, FINISHED, LAST_CHECKPOINT, OUTCOME,
-                             TUNE_CHECKPOINT)
 from helpers import (children, interrupted_runs, kill_group, point_counts, start_sweep, subprocess_env, sweep_trials,
                      wait_for)
+from tracking.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, FINISHED, LAST_CHECKPOINT, OUTCOME,
+                            TUNE_CHECKPOINT)
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis import report
-from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME
-from sweeper.sweep import main
 from helpers import children, most_at_once, point_counts, sweep_trials
+from sweeper.sweep import main
+from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials, wait_for
+from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -13,12 +13,13 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_
 from omegaconf import OmegaConf
 
 from helpers import free_port
-from sweeper.config import compose, config_hash, configuration_name, flat_params
-from sweeper.names import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
-                             CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
-from sweeper.tracking import MlflowRecorder, TrackingError
 from sweeper import exit_codes
-from sweeper.train import main, train
+from sweeper.config import compose, config_hash, configuration_name, flat_params
+from sweeper.train import main
+from tracking.names import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
+                            CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
+from tracking.recorder import MlflowRecorder, TrackingError
+from training.loop import train
 
 
 @pytest.mark.slow

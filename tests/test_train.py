@@ -14,16 +14,17 @@ from mlflow.tracking import MlflowClient
 
 from helpers import subprocess_env
 from models.transformer import ClusteringTransformer
-from sweeper import checkpoint
-from sweeper.checkpoint import CheckpointError
-from sweeper.config import compose, config_hash, run_config
-from sweeper.faults import NAN_AT_STEP, nan_at_step
-from sweeper.names import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
-                             VAL_REL_LLOYD)
-from sweeper.tracking import MemoryRecorder
 from sweeper import exit_codes
-from sweeper.train import default_workdir, main, train
+from sweeper.config import compose, config_hash, run_config
+from sweeper.train import main
 from tasks.sampler import TaskSpec, validation_tasks
+from tracking.names import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
+                            VAL_REL_LLOYD)
+from tracking.recorder import MemoryRecorder
+from training import checkpoint
+from training.checkpoint import CheckpointError
+from training.faults import NAN_AT_STEP, nan_at_step
+from training.loop import default_workdir, train
 
 
 def run(overrides: list[str], workdir: Path) -> tuple[MemoryRecorder, object]:
@@ -132,8 +133,8 @@ def test_a_finished_run_is_not_continued_but_repeated(tiny, tmp_path):
 KILLED_AT_20 = textwrap.dedent("""
     import os, signal, sys
     from sweeper.config import compose
-    from sweeper.tracking import MlflowRecorder
-    from sweeper.train import default_workdir, train
+    from tracking.recorder import MlflowRecorder
+    from training.loop import default_workdir, train
 
     def on_eval(step, metrics, workdir):
         if step == 20:

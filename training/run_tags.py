@@ -17,8 +17,8 @@ from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW
 from omegaconf import DictConfig
 
 from sweeper.config import configuration_name
-from sweeper.names import CONFIGURATION, EVALUATION_LINK
-from sweeper.tracking import git_commit
+from tracking.names import CONFIGURATION, EVALUATION_LINK
+from tracking.recorder import git_commit
 
 
 def training_tags(cfg: DictConfig) -> dict[str, str]:

@@ -3,7 +3,7 @@
 A pack is, e.g., the ten seeds of one configuration, or configurations that
 differ only in loss (tau, regularizer), learning rate or task distribution
 (family, scale, ...). Each model keeps everything sweeper.train gives a solo
-run: the same loop (sweeper.train.train_models) with its own weights and
+run: the same loop (training.loop.train_models) with its own weights and
 initialisation, Adam state, ReduceLROnPlateau, task stream (its own
 generator, the same draws as alone), validation set, divergence handling,
 checkpoints and recorder (MLflow) run. Only the forward/backward pass is
@@ -30,8 +30,8 @@ from models.attention import distance_attention
 from models.embedding import embed
 from models.transformer import ClusteringTransformer, layer_equation
 from sweeper.config import config_hash
-from sweeper.tracking import Recorder
-from sweeper.train import OnRound, Trainer, TrainResult, compiled, solo_step, train_models, update
+from tracking.recorder import Recorder
+from training.loop import OnRound, Trainer, TrainResult, compiled, solo_step, train_models, update
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
 SHARED_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.gamma", "model.dropout", "model.qkv_mult",
@@ -104,7 +104,7 @@ def train_pack(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list
     """Train the models of a pack together; result i is what train(cfgs[i], recorders[i], workdirs[i]) returns.
 
     A pack of one is trained alone (exactly train()'s numbers). The loop and
-    on_eval(step, {workdir: metrics}) as sweeper.train.train_models.
+    on_eval(step, {workdir: metrics}) as training.loop.train_models.
     """
     if not len(cfgs) == len(recorders) == len(workdirs):
         raise ValueError(f"a pack needs one recorder and one workdir per configuration, got {len(cfgs)} "

@@ -17,8 +17,8 @@ from typing import Protocol
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from sweeper import store
-from sweeper.store import TrackingError
+from tracking import store
+from tracking.store import TrackingError
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
