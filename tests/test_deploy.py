@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
 
 from helpers import blocks, commands, free_port, stop_group
 from sweeper import sweep as sweep_cli
@@ -216,7 +217,10 @@ def test_mlflow_server_image_pins_the_clients_mlflow():
     lines = dockerfile_lines("Dockerfile.mlflow")
     pinned = next(l for l in lines if l.startswith("ARG MLFLOW_VERSION=")).split("=", 1)[1]
     assert pinned == version("mlflow"), "server and clients should run the same MLflow"
-    assert any('"mlflow[auth]==${MLFLOW_VERSION}"' in l and "psycopg2-binary==" in l for l in lines)
+    assert any('"mlflow[auth]==${MLFLOW_VERSION}"' in l and '"psycopg[binary]==${PSYCOPG_VERSION}"' in l for l in lines)
+    # The driver SQLAlchemy loads for the postgresql:// URIs of the manifests, at the version the tests ran with.
+    assert make_url("postgresql://user@host/db").get_dialect().driver == "psycopg"
+    assert next(l for l in lines if l.startswith("ARG PSYCOPG_VERSION=")).split("=", 1)[1] == version("psycopg")
     assert [l.split()[1] for l in lines if l.startswith("USER ")][-1] not in ("root", "0")
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     assert compose["services"]["mlflow"]["image"].endswith(f":{pinned}")
