@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from mlflow.entities import Metric
 
 from analysis import report
 from analysis.runs import histories, load_runs
+from helpers import REPO
 from sweeper.config import compose
 from tracking import store
 from tracking.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
@@ -50,6 +53,32 @@ def test_existing_experiments_are_tagged_as_model_training(sqlite_uri: str) -> N
     for name, made in (("plain", plain), ("genai", genai)):
         assert store.experiment_id(client, name) == made
         assert client.get_experiment(made).tags[EXPERIMENT_KIND] == MODEL_TRAINING, name
+
+
+OPEN_ON_GO = """
+import sys
+from tracking import store
+print("ready", flush=True)
+sys.stdin.readline()  # both processes open the store at the same moment
+print(store.experiment_id(store.connect(sys.argv[1]), "e"))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_open_a_new_sqlite_store_at_once(tmp_path: Path) -> None:
+    """Creating MLflow's schema on a new file, one of two processes failed (alembic) until connect serialised it."""
+    for attempt in range(2):
+        uri = f"sqlite:///{tmp_path}/m{attempt}.db"
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_ON_GO, uri], cwd=REPO, text=True, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, f"attempt {attempt}: a process failed to open {uri}:\n{err[-2000:]}"
+        assert [out.strip() for out, _ in outs] == ["1", "1"], "both see the one experiment"
 
 
 def test_search_reads_every_page(sqlite_uri: str) -> None:

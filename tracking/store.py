@@ -21,6 +21,7 @@ bar per long step themselves.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import logging
 import os
@@ -104,7 +105,13 @@ def connect(uri: str) -> MlflowClient:
     """A client of the store at `uri`, once probe() found it reachable; MLflow's artifact progress bars off."""
     probe(uri)
     os.environ.setdefault(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false")  # read by MLflow at every transfer
-    return MlflowClient(tracking_uri=uri)
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    # Opening a SQLite store creates or migrates MLflow's schema; two processes doing it at once on a new file
+    # (two drivers, a sweep and a report) make one of them fail. One at a time, the second finds it done.
+    with open(uri.removeprefix("sqlite:///") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return MlflowClient(tracking_uri=uri)
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
