@@ -320,23 +320,27 @@ def format_value(value: object) -> str:
 def flat_params(cfg: DictConfig) -> dict[str, str]:
     """Every resolved value that determines the run's numbers, with dotted keys: the MLflow params.
 
-    Where and how a run executes and records (tracking.*, cluster.*, the operational train.* keys)
-    and the sweep group are left out: they are no part of the configuration.
+    Where and how a run executes and records (operational_values) and the sweep group are left out:
+    they are no part of the configuration.
     """
-    tree = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS}
+    out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS})
     for key in OPERATIONAL_TRAIN_KEYS:
-        tree["train"].pop(key)
-    tree["seed"] = cfg.seed
+        out.pop(f"train.{key}")
+    return {**out, "seed": format_value(cfg.seed)}
+
+
+def operational_values(cfg: DictConfig) -> dict[str, str]:
+    """Where and how a run executes and records (tracking.*, cluster.*, train.device/resume/workdir), with
+    dotted keys: a run carries them as tags, so that with its params it holds every config value (SPEC 8)."""
+    out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")})
+    return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
-
-    def walk(prefix: str, node: object) -> None:
-        if isinstance(node, dict):
-            for key, child in node.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), child)
-        else:
-            out[prefix] = format_value(node)
-
-    walk("", tree)
+    for key, child in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        out.update(_flat(child, name) if isinstance(child, dict) else {name: format_value(child)})
     return out
 
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper import exit_codes
 from sweeper.config import (ConfigError, compose, config_hash, configuration_hash, configuration_name, flat_params,
-                            run_config, run_name, run_overrides)
+                            operational_values, run_config, run_name, run_overrides)
 from sweeper.train import main
 from tasks.sampler import FAMILIES
 from training.loop import Trainer, pick_device
@@ -100,6 +101,14 @@ def test_run_name_is_readable_and_the_configuration_seed_free():
     assert configuration_hash(compose(["train.device=cpu", "tracking.experiment=x"])) == configuration_hash(compose())
 
 
+def flat(tree: dict, prefix: str = "") -> dict:
+    """Leaves of a nested dict with dotted keys (the test's own walk)."""
+    out = {}
+    for key, value in tree.items():
+        out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
 def test_params_rebuild_the_same_configuration():
     cfg = compose(["task.init=kmeans++", "loss.tau=0.25", "model.gamma=inf", "task.equal_weights=false", "seed=1"])
     params = flat_params(cfg)
@@ -109,6 +118,11 @@ def test_params_rebuild_the_same_configuration():
     assert not {"train.workdir", "train.device", "train.resume"} & set(params)
     assert all(isinstance(v, str) for v in params.values())
     assert run_config(compose(run_overrides(params))) == run_config(cfg)
+    # ... which the run carries as tags instead: with its params, every value of the config but the sweep's.
+    tags = operational_values(cfg)
+    assert not set(tags) & set(params) and tags["train.device"] == cfg.train.device
+    leaves = {k for k in flat(OmegaConf.to_container(cfg, resolve=True)) if k.split(".")[0] != "sweep"}
+    assert set(params) | set(tags) == leaves
 
 
 def test_cli_rejects_a_bad_config_before_writing_anything(tmp_path: Path, monkeypatch, capsys):

@@ -124,6 +124,7 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
         assert f"**{run.data.params['model.embedding']}** token embedding" in tags[MLFLOW_RUN_NOTE]
         assert not [k for k in run.data.params if k.startswith(("cluster.", "tracking.", "train.workdir", "train.device",
                                                                 "train.resume"))]
+        assert tags["cluster.max_failures"] == "3" and tags["train.device"] == "auto"  # on the run as tags instead
         vals = [v for _, v in histories(client, run_id)[VAL_REL_LLOYD]]
         assert [v for _, v in histories(client, run_id)[BEST_VAL_REL_LLOYD]] == list(itertools.accumulate(vals, min))
     parent = client.get_run(runs[0].data.tags[MLFLOW_PARENT_RUN_ID])

@@ -16,17 +16,19 @@ from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW
                                       MLFLOW_USER)
 from omegaconf import DictConfig
 
-from sweeper.config import configuration_name
+from sweeper.config import configuration_name, operational_values
 from tracking.names import CONFIGURATION, EVALUATION_LINK
 from tracking.recorder import git_commit
 
 
 def training_tags(cfg: DictConfig) -> dict[str, str]:
-    """The configuration (seed-free), the run's description and where it comes from.
+    """The configuration (seed-free), the run's description, where it comes from and where and how it ran
+    (train.device, tracking.uri, cluster.*: every config value that is no param).
 
     In a sweep the driver, which opens the trials' runs, overrides the source tags with its own.
     """
-    return {CONFIGURATION: configuration_name(cfg), MLFLOW_RUN_NOTE: description(cfg), **source_tags()}
+    return {CONFIGURATION: configuration_name(cfg), MLFLOW_RUN_NOTE: description(cfg), **source_tags(),
+            **operational_values(cfg)}
 
 
 def description(cfg: DictConfig) -> str:
