@@ -333,6 +333,7 @@ def operational_values(cfg: DictConfig) -> dict[str, str]:
     """Where and how a run executes and records (tracking.*, cluster.*, train.device/resume/workdir), with
     dotted keys: a run carries them as tags, so that with its params it holds every config value (SPEC 8)."""
     out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")})
+    out["tracking.uri"] = re.sub(r"//[^/@]*@", "//", out["tracking.uri"])  # no user:password@ in a tag
     return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
 
 
