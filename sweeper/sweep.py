@@ -101,6 +101,29 @@ def trial_name(members: list[str], jobs: dict[str, dict]) -> str:
     return first if len(members) == 1 else f"{first.rsplit('/s', 1)[0]}/{len(members)}seeds"
 
 
+class TrialNames:
+    """Tune's trial_name_creator: a trial's display name from its key (trial.config["key"]).
+
+    Tune keeps the creator in every trial's saved state (cloudpickled, hex, in the driver's memory and in
+    experiment_state-*.json, rewritten as trials change). A closure over the sweep's `packs` and `jobs` made
+    each trial's state as big as the whole sweep: 1.5 MB a trial at 3,000 trials, 4.5 GB in all. The names
+    are read only when Tune creates a trial, so they are left out of that state; the sweep never restores a
+    Tune experiment from it (a restart reads MLflow).
+    """
+
+    def __init__(self, packs: dict[str, list[str]], jobs: dict[str, dict]) -> None:
+        self.names = {key: trial_name(members, jobs) for key, members in packs.items()}
+
+    def __call__(self, trial) -> str:
+        return self.names[trial.config["key"]]
+
+    def __getstate__(self) -> dict:
+        return {}  # pickled: an empty creator
+
+    def __deepcopy__(self, memo: dict) -> TrialNames:
+        return self  # Tune deep-copies its experiment spec, this creator with it: the names stay
+
+
 def reachable(address: str, timeout: float = 5.0) -> None:
     """Fail fast, naming the address, when nothing listens there (ray.init would retry for a minute)."""
     if address == "auto":
@@ -165,7 +188,9 @@ def check_shared(storage: str | None) -> None:
 
 def scheduler_of(cfg: DictConfig, plan: grid.Plan):
     if cfg.sweep.scheduler != "asha":
-        return None
+        from sweeper.fifo import LiveFifo
+
+        return LiveFifo()  # Tune's FIFO order, without its scan of every trial per step
     from ray.tune.schedulers import ASHAScheduler
 
     from sweeper.trial import STEP
@@ -279,8 +304,9 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
         param_space={"key": tune.grid_search(list(packs))},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=c.max_concurrent, scheduler=scheduler, reuse_actors=True,  # imports once per worker
-            metric=VAL_REL_LLOYD if scheduler else None, mode="min" if scheduler else None,
-            trial_name_creator=lambda trial: trial_name(packs[trial.config["key"]], jobs),
+            metric=VAL_REL_LLOYD if cfg.sweep.scheduler == "asha" else None,
+            mode="min" if cfg.sweep.scheduler == "asha" else None,
+            trial_name_creator=TrialNames(packs, jobs),
             trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer], stop=stop,
