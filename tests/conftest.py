@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,7 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> str:
+def postgres() -> str:
     """A PostgreSQL database URI: $LEANER_TEST_POSTGRES_URI when set (say the machine's own server at
     127.0.0.1:5432), else database `mlflow` of a server the pgserver wheel (a dev dependency) starts in a
     temporary folder, so no test is skipped for want of PostgreSQL."""
@@ -116,9 +117,15 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> str:
         return
     import pgserver
 
-    with pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop") as server:
-        server.psql("CREATE DATABASE mlflow;")
-        yield server.get_uri("mlflow")
+    # Not under pytest's temporary folder: another pytest session of this user that starts meanwhile makes
+    # /tmp/pytest-of-USER private again, and the server (its own system user) loses its data directory.
+    root = Path(tempfile.mkdtemp(prefix="pg-", dir="/tmp"))
+    try:
+        with pgserver.get_server(root, cleanup_mode="stop") as server:
+            server.psql("CREATE DATABASE mlflow;")
+            yield server.get_uri("mlflow")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

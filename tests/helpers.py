@@ -210,13 +210,23 @@ print(json.dumps(out))
 """
 
 
+_TRAINED: dict[str, dict[str, list[tuple[int, float]]]] = {}  # overrides (JSON) -> histories, this session
+
+
 def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, float]]]]:
     """Each configuration trained locally in a fresh process with one thread, as a trial with
-    cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count)."""
-    done = subprocess.run([sys.executable, "-c", LOCAL], cwd=REPO, input=json.dumps(runs), capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [{key: [tuple(p) for p in points] for key, points in h.items()} for h in json.loads(done.stdout)]
+    cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count).
+
+    Training is deterministic, so a configuration another test of the session trained is not trained
+    again (tests/test_sweep.py checks the smoke grid's nine models against a SQLite file and a server)."""
+    missing = [r for r in runs if json.dumps(r) not in _TRAINED]
+    if missing:
+        done = subprocess.run([sys.executable, "-c", LOCAL], cwd=REPO, input=json.dumps(missing), capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        for r, h in zip(missing, json.loads(done.stdout)):
+            _TRAINED[json.dumps(r)] = {key: [tuple(p) for p in points] for key, points in h.items()}
+    return [_TRAINED[json.dumps(r)] for r in runs]
 
 
 def check_histories(client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str],
@@ -367,9 +377,10 @@ class RayNodes:
         self.nodes[name].proc.wait()
 
     def stop(self) -> None:
+        """Every node killed as kill() does, with what is left of its session: a graceful `ray start`
+        shutdown takes the whole half minute per node on two busy cores, and no test reads what it saves."""
         for node in self.nodes.values():
-            if node.proc.poll() is None:
-                stop_group(node.proc, timeout=30)
+            kill_group(node.proc)
 
 
 def trial_spans(dashboard: str) -> dict[str, list[tuple[float, float]]]:

@@ -18,9 +18,9 @@ from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-# 2 x 2 trials, two at a time: when the first pair finishes the next starts. 300 steps: a trial runs
+# 2 x 2 trials, two at a time: when the first pair finishes the next starts. 200 steps: a trial runs
 # seconds, far longer than the moment between seeing it checkpointed in the store and the kill.
-TRAIN = ["train.steps=300", "train.eval_every=10"]
+TRAIN = ["train.steps=200", "train.eval_every=10"]
 SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]", *TRAIN]
 
 

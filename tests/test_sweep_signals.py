@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 STOP_BOUND_S = 120  # the driver must be gone this soon after the signal (it takes seconds)
+# 2 x 2 trials, two at a time, 200 steps: seconds a trial, so a signal sent at a checkpoint lands mid-trial.
 SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-         "train.steps=300", "train.eval_every=10", "cluster.cpus_per_trial=1"]
+         "train.steps=200", "train.eval_every=10", "cluster.cpus_per_trial=1"]
 PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
 
 
