@@ -1,7 +1,8 @@
 """Can the sweep driver carry the paper grid's 3,000 trials? `python -m bench scale [options] [overrides]`.
 
     python -m bench scale                          # 300, 1,000 and 3,000 trials, then 300 packs of ten
-    python -m bench scale --trials 20 --packs 0    # the tiny version the tests run
+    python -m bench scale --trials 20 --packs 0    # 20 trials only
+    python -m bench scale --trials '' --packs 3000 # the 300 packs of ten only
 
 Each size runs in a fresh process through the sweep's real machinery: the
 Tuner with its resources, the MlflowWriter callback, and one MLflow tracking
@@ -200,7 +201,8 @@ def table(rows: list[dict], store: str) -> str:
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", default="300,1000,3000", help="models per measurement, one trial each")
+    parser.add_argument("--trials", default="300,1000,3000",
+                        help="models per measurement, one trial each ('' skips them)")
     parser.add_argument("--packs", type=int, default=3000,
                         help="models of the cluster.pack=seeds measurement (ten per trial; 0 skips it)")
     parser.add_argument("--store", choices=("auto", "postgres", "sqlite"), default="auto",
@@ -211,11 +213,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if unknown:
         parser.error(f"unknown option(s) {' '.join(unknown)}; config overrides are key=value")
     try:
-        args.sizes = [int(t) for t in args.trials.split(",")]
+        args.sizes = [int(t) for t in args.trials.split(",") if t.strip()]
     except ValueError:
         parser.error(f"--trials={args.trials} is not allowed: comma-separated integers >= 1")
-    if min(args.sizes) < 1 or args.packs < 0:
-        parser.error("--trials must be integers >= 1 and --packs an integer >= 0")
+    if min(args.sizes, default=1) < 1 or args.packs < 0 or not (args.sizes or args.packs):
+        parser.error("--trials must be integers >= 1 and --packs an integer >= 0, not both empty")
     return args, overrides
 
 
