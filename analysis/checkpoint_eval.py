@@ -40,7 +40,7 @@ from models.embedding import embed
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
-from sweeper.config import ConfigError
+from config.schema import ConfigError
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking import store
 from tracking.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED

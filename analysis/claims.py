@@ -39,9 +39,9 @@ from analysis.eval_figures import task_dissimilarity
 from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD, short
-from sweeper.config import compose
+from config.compose import compose
 from sweeper.entry import command
-from sweeper.grid import expand
+from config.grid import expand
 from tasks.sampler import FAMILIES
 from tracking.names import DIVERGED, FINISHED, OUTCOME, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 

@@ -16,8 +16,9 @@ from omegaconf import OmegaConf
 from analysis.context import Context
 from analysis.checkpoint_eval import EvalSettings
 from analysis.runs import NoRuns, load_runs
-from sweeper.config import ConfigError, compose
-from sweeper.grid import expand
+from config.compose import compose
+from config.schema import ConfigError
+from config.grid import expand
 
 OWN_DEFAULTS = {
     "figures": None,          # a list of figure names; all when null

@@ -14,7 +14,7 @@ from typing import Iterable
 import pandas as pd
 from mlflow import MlflowClient
 
-from sweeper.config import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
+from config.schema import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from tracking import store
 from tracking.names import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
 

@@ -14,7 +14,8 @@ from analysis.context import Context, lloyd_reference, metric_curves, narrow, se
 from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
 from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
 from bench.common import alternate
-from sweeper.config import compose, run_overrides
+from config.compose import compose
+from config.identity import run_overrides
 from tracking import store
 from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 from training.loop import Trainer

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from bench.common import configure
-from sweeper.config import compose
+from config.compose import compose
 from sweeper.entry import command
 
 MEASURES = ("step", "pack", "sweep", "speed_memory")

@@ -32,7 +32,7 @@ from bench.pack import bench_pack
 from bench.sweep import bench_sweep
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
-from sweeper.config import compose
+from config.compose import compose
 from tasks.sampler import TaskSpec, sample_tasks
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load

@@ -91,7 +91,7 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
     """Run `models` trials of the paper grid (packed by `pack`) against the server at `uri`; the driver's figures."""
     import ray
 
-    from sweeper import grid
+    from config import grid
     from sweeper.mlflow_callback import Ledger, MlflowWriter, read_ledger
     from sweeper.sweep import jobs_of, load, packs_of, tune_fit
     from tracking import store

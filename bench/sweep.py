@@ -12,8 +12,8 @@ import torch
 from omegaconf import OmegaConf
 
 from bench.common import alternate, log, seeded, timed
-from sweeper.config import compose
-from sweeper.grid import expand
+from config.compose import compose
+from config.grid import expand
 from training.loop import Trainer, Validation, pick_device
 from training.packed import packed_step
 

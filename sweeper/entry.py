@@ -5,7 +5,7 @@
 - `--help` (or `-h`) anywhere on the line prints the usage and exits 0;
 - `--cfg job` prints the composed configuration, resolved, and exits 0;
 - Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
-  the commands compose conf/ themselves (sweeper.config.compose), so Hydra's own parser never sees them;
+  the commands compose conf/ themselves (config.compose.compose), so Hydra's own parser never sees them;
 - an error of sweeper.exit_codes.TABLE raised by main ends the command with `error: ...` on stderr
   and the table's exit code.
 
@@ -117,14 +117,15 @@ def composed_config(words: list[str]) -> str:
     """The training config composed from the `key=value` words of the line (others, like bench's, skipped)."""
     from omegaconf import OmegaConf
 
-    from sweeper.config import compose
+    from config.compose import compose
 
     return OmegaConf.to_yaml(compose([w for w in words if "=" in w and not w.startswith("-")]), resolve=True)
 
 
 def usage(main: Main, script: str, groups: bool) -> str:
     """--help: how to call the command, its module's docstring, the config groups and the exit codes."""
-    from sweeper.config import RUN_GROUPS, group_options
+    from config.compose import group_options
+    from config.schema import RUN_GROUPS
 
     module = sys.modules[main.__module__]
     name = getattr(module.__spec__, "name", main.__module__)

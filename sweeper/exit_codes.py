@@ -26,7 +26,7 @@ TABLE = (
                  "claims or benchmark were written"),
     ExitCode(FAILED, "partly done: some trials failed after their retries (start the sweep again to retry "
                      "them), or some figures of a report failed"),
-    ExitCode(CONFIG, "rejected command line or configuration, before any work", "sweeper.config.ConfigError"),
+    ExitCode(CONFIG, "rejected command line or configuration, before any work", "config.schema.ConfigError"),
     ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
     ExitCode(TRACKING, "the MLflow tracking store is unreachable or unusable (a sweep: at the start, or mid-sweep "
                        "for longer than tracking.outage_s)", "tracking.store.TrackingError"),

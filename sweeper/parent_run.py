@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
-from sweeper.grid import Plan, Trial
+from config.grid import Plan, Trial
 from tracking import store
 from tracking.names import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
                             PLAN_TRIALS_ARTIFACT, REPORT_DIR, STOPPED, SUBGRIDS, SWEEP, SWEEP_ARTIFACT, TRIAL_COUNTS)

@@ -21,7 +21,9 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 
 from sweeper import exit_codes
-from sweeper.config import ConfigError, compose, config_hash, run_overrides
+from config.compose import compose
+from config.identity import config_hash, run_overrides
+from config.schema import ConfigError
 from sweeper.entry import command
 from tracking import ui
 from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD

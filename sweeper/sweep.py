@@ -31,8 +31,10 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from sweeper import exit_codes, grid
-from sweeper.config import CONF_DIR, ConfigError, compose
+from config import grid
+from sweeper import exit_codes
+from config.compose import compose
+from config.schema import CONF_DIR, ConfigError
 from sweeper.entry import command
 from tracking import ui
 

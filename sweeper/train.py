@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from sweeper import exit_codes
-from sweeper.config import compose
+from config.compose import compose
 from sweeper.entry import command
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder

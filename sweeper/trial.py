@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ray import tune
 
-from sweeper.config import compose, config_hash
+from config.compose import compose
+from config.identity import config_hash
 from tracking.names import VAL_REL_LLOYD
 from training.packed import train_pack
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper import grid
-from sweeper.config import compose, run_overrides
+from config import grid
+from config.compose import compose
+from config.identity import run_overrides
 from sweeper.sweep import load
 from tracking.names import CONFIG_HASH, METRICS, OUTCOME, SWEEP, TRAIN_LOSS, TUNE_CHECKPOINT
 
@@ -197,7 +198,7 @@ def expected_counts(cfg) -> dict[str, int]:
 
 LOCAL = """
 import json, sys, tempfile, torch
-from sweeper.config import compose
+from config.compose import compose
 from tracking.recorder import MemoryRecorder
 from training.loop import train
 torch.set_num_threads(1)

@@ -32,7 +32,7 @@ from analysis.runs import load_runs
 from analysis.style import LLOYD
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
-from sweeper.config import compose
+from config.compose import compose
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder

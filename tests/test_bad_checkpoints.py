@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from helpers import check_histories, children, expected_counts, sweep_trials
 from sweeper import exit_codes
-from sweeper.config import compose
+from config.compose import compose
 from sweeper.train import main
 from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
 from tracking.recorder import MemoryRecorder, MlflowRecorder

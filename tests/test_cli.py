@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 
 from analysis import claims, report
 from sweeper import exit_codes, rerun, sweep, train
-from sweeper.config import ConfigError, compose
+from config.compose import compose
+from config.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]

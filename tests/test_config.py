@@ -12,8 +12,9 @@ from omegaconf import OmegaConf
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper import exit_codes
-from sweeper.config import (ConfigError, compose, config_hash, configuration_hash, configuration_name, flat_params,
-                            operational_values, run_config, run_name, run_overrides)
+from config.compose import compose
+from config.identity import config_hash, configuration_hash, configuration_name, flat_params, operational_values, run_config, run_name, run_overrides
+from config.schema import ConfigError
 from sweeper.train import main
 from tasks.sampler import FAMILIES
 from training.loop import Trainer, pick_device

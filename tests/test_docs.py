@@ -1,5 +1,5 @@
 """README.md: its commands exist with the flags they show, its runnable blocks run, and its
-configuration reference is the one sweeper/config_reference.py generates. docs/architecture.md:
+configuration reference is the one config/reference.py generates. docs/architecture.md:
 the files, modules and make targets it names exist.
 
 A ```bash block right after a line `<!-- runnable -->` is run by test_runnable_blocks, all of
@@ -24,9 +24,10 @@ import pandas as pd
 import pytest
 
 from helpers import README, blocks, commands
-from sweeper import config_reference, exit_codes
+from config import reference as config_reference
+from sweeper import exit_codes
 from sweeper import sweep as sweep_cli
-from sweeper.config import compose
+from config.compose import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -58,7 +59,7 @@ def test_config_reference_is_in_sync_with_the_config_tree(generated):
     text = README.read_text()
     body = text.split(config_reference.START, 1)[1].split(config_reference.END, 1)[0]
     assert body.strip() == generated.strip(), (
-        "README's configuration reference is stale: run `python -m sweeper.config_reference --write`")
+        "README's configuration reference is stale: run `python -m config.reference --write`")
 
 
 def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated):

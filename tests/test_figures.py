@@ -30,7 +30,9 @@ from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
 from analysis.style import LLOYD
-from sweeper.config import ConfigError, compose, config_hash, flat_params, run_name
+from config.compose import compose
+from config.identity import config_hash, flat_params, run_name
+from config.schema import ConfigError
 from tracking.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, DIVERGED, FINISHED, LAST_CHECKPOINT,
                             OUTCOME, SEED, SUBGRIDS, VAL_REL_LLOYD)
 from tracking.recorder import MlflowRecorder

@@ -15,7 +15,7 @@ import torch
 
 from models import attention, flash_dropout
 from models.attention import DistanceAttention
-from sweeper.config import compose
+from config.compose import compose
 from tracking.names import FINISHED
 from tracking.recorder import MemoryRecorder
 from training.loop import train

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from analysis.runs import typed
-from sweeper import grid
-from sweeper.config import ConfigError, compose, config_hash, run_name
+from config import grid
+from config.compose import compose
+from config.identity import config_hash, run_name
+from config.schema import ConfigError
 from sweeper.sweep import load, main
 
 REPO = Path(__file__).resolve().parent.parent

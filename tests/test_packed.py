@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from models.transformer import ClusteringTransformer
-from sweeper.config import compose, config_hash
+from config.compose import compose
+from config.identity import config_hash
 from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load
@@ -43,7 +44,7 @@ def test_packed_models_equal_solo_models(tmp_path: Path, monkeypatch: pytest.Mon
     assert [r.outcome for r in packed_results] == [FINISHED, FINISHED, FINISHED, DIVERGED]
     for i, (s, p, rs, rp) in enumerate(zip(solo, packed, solo_results, packed_results)):
         assert (rp.outcome, rp.step, rp.diverged_at) == (rs.outcome, rs.step, rs.diverged_at), i
-        # Every tag alike but the run name, which ends in the run's start time (unique names, sweeper.config.run_name).
+        # Every tag alike but the run name, which ends in the run's start time (unique names, config.identity.run_name).
         assert p.tags.pop("name").rsplit("/", 1)[0] == s.tags.pop("name").rsplit("/", 1)[0]
         assert p.tags == s.tags and p.params == s.params and p.status == s.status
         assert sorted(p.artifacts) == sorted(s.artifacts)

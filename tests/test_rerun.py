@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.config import OPERATIONAL_TRAIN_KEYS
+from config.schema import OPERATIONAL_TRAIN_KEYS
 from sweeper.rerun import main as rerun_main
 from sweeper.train import main as train_main
 from tracking.names import CONFIG_HASH, METRICS, RERUN_OF, VAL_REL_LLOYD

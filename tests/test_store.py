@@ -23,7 +23,7 @@ from mlflow.entities import Metric
 from analysis import report
 from analysis.runs import histories, load_runs
 from helpers import REPO
-from sweeper.config import compose
+from config.compose import compose
 from tracking import store
 from tracking.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder

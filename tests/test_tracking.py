@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from helpers import free_port
 from sweeper import exit_codes
-from sweeper.config import compose, config_hash, configuration_name, flat_params
+from config.compose import compose
+from config.identity import config_hash, configuration_name, flat_params
 from sweeper.train import main
 from tracking.names import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
                             CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)

@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 from helpers import subprocess_env
 from models.transformer import ClusteringTransformer
 from sweeper import exit_codes
-from sweeper.config import compose, config_hash, run_config
+from config.compose import compose
+from config.identity import config_hash, run_config
 from sweeper.train import main
 from tasks.sampler import TaskSpec, validation_tasks
 from tracking.names import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
@@ -132,7 +133,7 @@ def test_a_finished_run_is_not_continued_but_repeated(tiny, tmp_path):
 # Trains like the CLI, but SIGKILLs itself right after the checkpoint of step 20.
 KILLED_AT_20 = textwrap.dedent("""
     import os, signal, sys
-    from sweeper.config import compose
+    from config.compose import compose
     from tracking.recorder import MlflowRecorder
     from training.loop import default_workdir, train
 

@@ -13,7 +13,7 @@ BEST_VAL_REL_LLOYD = "best_val_rel_lloyd"  # lowest val_rel_lloyd so far: the on
 METRICS = (TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR, BEST_VAL_REL_LLOYD)
 
 # Tags.
-CONFIG_HASH = "config_hash"      # hash of the run configuration (sweeper.config.run_config), seed included
+CONFIG_HASH = "config_hash"      # hash of the run configuration (config.identity.run_config), seed included
 SEED = "seed"
 OUTCOME = "outcome"
 DIVERGED_AT = "diverged_at_step"
@@ -28,7 +28,7 @@ BAD_CHECKPOINT = "bad_checkpoint"    # a resume found a damaged checkpoint: whic
 # Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
 EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
-CONFIGURATION = "configuration"  # seed-free: readable name plus hash (sweeper.config.configuration_name); UI "Group by"
+CONFIGURATION = "configuration"  # seed-free: readable name plus hash (config.identity.configuration_name); UI "Group by"
 EVALUATION_LINK = "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
 DRIVER = "sweep_driver"          # on a sweep's parent run: the driver running it (sweeper.claim), while it runs
 

@@ -24,7 +24,9 @@ from tqdm import tqdm
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
-from sweeper.config import ConfigError, config_hash, flat_params, run_config, run_name, validate
+from config.compose import validate
+from config.identity import config_hash, flat_params, run_config, run_name
+from config.schema import ConfigError
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
 from tracking.names import (BAD_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
                             CURVE_ARTIFACT, DIVERGED, DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,

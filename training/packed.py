@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from models.attention import distance_attention
 from models.embedding import embed
 from models.transformer import ClusteringTransformer, layer_equation
-from sweeper.config import config_hash
+from config.identity import config_hash
 from tracking.recorder import Recorder
 from training.loop import OnRound, Trainer, TrainResult, compiled, solo_step, train_models, update
 

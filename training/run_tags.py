@@ -16,7 +16,7 @@ from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW
                                       MLFLOW_USER)
 from omegaconf import DictConfig
 
-from sweeper.config import configuration_name, operational_values
+from config.identity import configuration_name, operational_values
 from tracking.names import CONFIGURATION, EVALUATION_LINK
 from tracking.recorder import git_commit
 

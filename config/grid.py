@@ -18,7 +18,9 @@ from typing import Any, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sweeper.config import ConfigError, config_hash, format_value, run_name, validate
+from config.compose import validate
+from config.identity import config_hash, format_value, run_name
+from config.schema import ConfigError
 
 SWEEP_KEYS = ("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids")
 SCHEDULERS = ("none", "asha")

@@ -1,0 +1,109 @@
+"""What identifies a run: the values that determine its numbers, their hashes, names and flat params."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+
+from omegaconf import DictConfig, OmegaConf
+
+from config.schema import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
+
+
+def run_config(cfg: DictConfig) -> dict:
+    """Everything that determines a run's numbers: task, model, loss, optim, train, seed."""
+    out = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS}
+    for key in OPERATIONAL_TRAIN_KEYS:
+        out["train"].pop(key)
+    out["seed"] = int(cfg.seed)
+    return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Same configuration and seed, same hash (16 hex digits)."""
+    return _digest(run_config(cfg))
+
+
+def configuration_hash(cfg: DictConfig) -> str:
+    """config_hash without the seed: one value for all the seeds of a configuration (16 hex digits)."""
+    config = run_config(cfg)
+    del config["seed"]
+    return _digest(config)
+
+
+def _digest(config: dict) -> str:
+    config["train"].update(RETIRED_TRAIN_KEYS)
+    text = json.dumps(config, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def configuration_name(cfg: DictConfig) -> str:
+    """Readable and seed-free, e.g. tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-1a2b3c4d.
+
+    The paper's axes spell it; the last part, 8 digits of configuration_hash, tells apart
+    configurations that differ only elsewhere (steps, scale, ...): demo, smoke and paper runs.
+    """
+    t, m, loss, opt = cfg.task, cfg.model, cfg.loss, cfg.optim
+    return (f"tau{loss.tau:g}-{loss.regularizer}-{m.embedding}-d{t.d}-k{t.k}-n{t.n}-{t.family}"
+            f"-lr{opt.lr:g}-{configuration_hash(cfg)[:8]}")
+
+
+def run_name(cfg: DictConfig, sweep: str | None = None) -> str:
+    """SWEEP/CONFIGURATION/sSEED, unique in an experiment (a sweep trains a configuration and seed once);
+    a run outside a sweep is train/CONFIGURATION/sSEED/ followed by its start time."""
+    name = f"{configuration_name(cfg)}/s{cfg.seed}"
+    return f"{sweep}/{name}" if sweep else f"train/{name}/{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def format_value(value: object) -> str:
+    """A config value as text that a Hydra override parses back to the same value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def flat_params(cfg: DictConfig) -> dict[str, str]:
+    """Every resolved value that determines the run's numbers, with dotted keys: the MLflow params.
+
+    Where and how a run executes and records (operational_values) and the sweep group are left out:
+    they are no part of the configuration.
+    """
+    out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS})
+    for key in OPERATIONAL_TRAIN_KEYS:
+        out.pop(f"train.{key}")
+    return {**out, "seed": format_value(cfg.seed)}
+
+
+def operational_values(cfg: DictConfig) -> dict[str, str]:
+    """Where and how a run executes and records (tracking.*, cluster.*, train.device/resume/workdir), with
+    dotted keys: a run carries them as tags, so that with its params it holds every config value (SPEC 8)."""
+    out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")})
+    out["tracking.uri"] = re.sub(r"//[^/@]*@", "//", out["tracking.uri"])  # no user:password@ in a tag
+    return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, child in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        out.update(_flat(child, name) if isinstance(child, dict) else {name: format_value(child)})
+    return out
+
+
+def run_overrides(params: dict[str, str]) -> list[str]:
+    """Hydra overrides that rebuild a run's configuration from its flat params."""
+    wanted = {f"{group}." for group in RUN_GROUPS}
+    skip = {f"train.{key}" for key in (*OPERATIONAL_TRAIN_KEYS, *RETIRED_TRAIN_KEYS)}
+    keys = [k for k in params if (k == "seed" or k[: k.find(".") + 1] in wanted) and k not in skip]
+    return [f"{key}={_quote(params[key])}" for key in sorted(keys)]
+
+
+def _quote(text: str) -> str:
+    """Quote strings so URIs, 'kmeans++' and the like survive Hydra's override parser."""
+    if text == "null" or re.fullmatch(r"-?[\d.eE+-]+|true|false|-?inf|nan", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

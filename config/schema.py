@@ -1,0 +1,131 @@
+"""The configuration schema: one dataclass per conf/ group, keys and types only.
+
+Every default value lives in the YAML files under conf/; config.compose merges
+them on this schema, so an unknown key or a wrongly typed value fails there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+RESUME_MODES = ("auto", "never", "must")
+COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.loop.compiled
+PACK_MODES = ("none", "seeds")  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
+# Keys of `train` that say how and where a run executes, not what it computes:
+# they stay out of run_config and config_hash, so a resumed run (say with
+# train.resume=must) keeps its hash and finds its own checkpoint.
+OPERATIONAL_TRAIN_KEYS = ("device", "resume", "workdir")
+# train.* keys since removed from the schema, with the one value every run recorded: hashed as if still
+# there, so runs recorded before keep their config_hash (the sweep's ledger, reruns), and skipped when a
+# configuration is rebuilt from a run's params.
+RETIRED_TRAIN_KEYS = {"inject_nan_at_step": None}
+RUN_GROUPS = ("task", "model", "loss", "optim", "train")
+
+
+
+class ConfigError(ValueError):
+    """A rejected configuration; the message names key, value and what is allowed."""
+
+
+# The schema: one dataclass per config group, keys and types only. They look alike on purpose (the
+# `duplicates` tool pairs them by shape): each mirrors one conf/ group, and their defaults live in the YAML.
+@dataclass
+class TaskConfig:
+    family: str = MISSING
+    n: int = MISSING
+    d: int = MISSING
+    k: int = MISSING
+    scale: float = MISSING
+    equal_weights: bool = MISSING
+    equal_scales: bool = MISSING
+    init: str = MISSING
+
+
+@dataclass
+class ModelConfig:
+    embedding: str = MISSING
+    gamma: float = MISSING
+    dropout: float = MISSING
+    qkv_mult: int = MISSING
+
+
+@dataclass
+class LossConfig:
+    regularizer: str = MISSING
+    tau: float = MISSING
+
+
+@dataclass
+class OptimConfig:
+    lr: float = MISSING
+    lr_factor: float = MISSING
+    lr_patience: int = MISSING
+
+
+@dataclass
+class TrainConfig:
+    steps: int = MISSING
+    batch: int = MISSING
+    eval_every: int = MISSING
+    val_batches: int = MISSING
+    log_every: int = MISSING
+    threads: int = MISSING
+    compile: str = MISSING
+    device: str = MISSING
+    resume: str = MISSING
+    workdir: str = MISSING
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = MISSING
+    experiment: str = MISSING
+    outage_s: float = MISSING
+
+
+@dataclass
+class ClusterConfig:
+    address: Optional[str] = MISSING
+    cpus_per_trial: float = MISSING
+    gpus_per_trial: float = MISSING
+    max_concurrent: Optional[int] = MISSING
+    storage: Optional[str] = MISSING
+    max_failures: int = MISSING
+    dashboard_host: str = MISSING
+    pack: str = MISSING
+
+
+@dataclass
+class SweepConfig:
+    """The keys of a sweep (conf/sweep/*.yaml); config.grid checks what types cannot."""
+
+    name: str = MISSING
+    dry_run: bool = MISSING
+    scheduler: str = MISSING
+    axes: Dict[str, str] = MISSING
+    baseline: Dict[str, Any] = MISSING
+    seeds: List[Any] = MISSING
+    fixed: Dict[str, Any] = MISSING
+    subgrids: List[Any] = MISSING
+
+
+@dataclass
+class Config:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    seed: int = MISSING
+    sweep: Optional[SweepConfig] = None  # conf/sweep/; `none` (no keys) for a single run
+
+
+ConfigStore.instance().store(name="schema", node=Config)
