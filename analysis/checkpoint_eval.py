@@ -36,11 +36,11 @@ from mlflow.artifacts import download_artifacts
 from mlflow.entities import Param
 
 from analysis.aggregate import task_mean_log
+from config.schema import ConfigError
 from models.embedding import embed
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
-from config.schema import ConfigError
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking import store
 from tracking.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
@@ -57,10 +57,17 @@ METHODS = ("reembed", "naive", "attention")
 LLOYD_METHOD = "lloyd"
 # eval.checkpoint -> (the artifact a probe loads, what it holds). `last` by default: `best` is the model at
 # its lowest val_rel_lloyd, which for a run whose validation only worsens is the untrained model of step 0.
-CHECKPOINTS = {"last": (LAST_CHECKPOINT, "the final weights, the model as trained"),
-               "best": (BEST_CHECKPOINT, "the weights at the lowest val_rel_lloyd seen, step 0 included")}
-SHIFTS = {"train": {}, "unequal_weights": {"equal_weights": False}, "anisotropic": {"equal_scales": False},
-          "scale_0.05": {"scale": 0.05}, "scale_0.2": {"scale": 0.2}}
+CHECKPOINTS = {
+    "last": (LAST_CHECKPOINT, "the final weights, the model as trained"),
+    "best": (BEST_CHECKPOINT, "the weights at the lowest val_rel_lloyd seen, step 0 included"),
+}
+SHIFTS = {
+    "train": {},
+    "unequal_weights": {"equal_weights": False},
+    "anisotropic": {"equal_scales": False},
+    "scale_0.05": {"scale": 0.05},
+    "scale_0.2": {"scale": 0.2},
+}
 
 
 @dataclass(frozen=True)
@@ -69,23 +76,24 @@ class EvalSettings:
     ones). All but device, threads and max_elements are part of a cached result's key (Evaluator.key)."""
 
     seed: int = 20261129  # fixes every evaluation task stream
-    batches: int = 4      # task batches per condition and seed
-    batch: int = 32       # tasks per batch
-    steps: int = 20       # T, re-applications of the model
+    batches: int = 4  # task batches per condition and seed
+    batch: int = 32  # tasks per batch
+    steps: int = 20  # T, re-applications of the model
     inits: tuple[str, ...] = ("random", "kmeans++", "gonzalez")
     lengths: tuple[int, ...] = (128, 256, 1024, 2048)
     dissimilarity_tasks: int = 4  # tasks per family in the task-dissimilarity map (the paper: 4, and 16)
-    surface_points: int = 21   # loss-surface grid points per direction
+    surface_points: int = 21  # loss-surface grid points per direction
     surface_span: float = 1.0  # the grid covers [-span, span]^2 in units of the filter-normalised directions
-    device: str = "auto"       # auto: CUDA when present
-    threads: int = 1           # CPU threads while evaluating: the models are tiny, more threads mostly add contention
+    device: str = "auto"  # auto: CUDA when present
+    threads: int = 1  # CPU threads while evaluating: the models are tiny, more threads mostly add contention
     max_elements: int = 2**26  # tasks per forward are cut so B*n*n stays below this
-    checkpoint: str = "last"   # last | best: which of a run's checkpoints the probes load (CHECKPOINTS)
+    checkpoint: str = "last"  # last | best: which of a run's checkpoints the probes load (CHECKPOINTS)
 
     def __post_init__(self) -> None:
         if self.checkpoint not in CHECKPOINTS:
-            raise ConfigError(f"eval.checkpoint={self.checkpoint!r} is not allowed: choose one of "
-                              f"{', '.join(CHECKPOINTS)}")
+            raise ConfigError(
+                f"eval.checkpoint={self.checkpoint!r} is not allowed: choose one of {', '.join(CHECKPOINTS)}"
+            )
 
     def checkpoint_note(self) -> str:
         """Which checkpoint the probes used, in words (the report's header and every probe figure's notes)."""
@@ -100,13 +108,25 @@ class EvalSettings:
 
 def spec_of(run: pd.Series, **changes: object) -> TaskSpec:
     """The task distribution a run trained on, with some fields changed."""
-    kinds = {"family": str, "n": int, "d": int, "k": int, "scale": float, "equal_weights": bool, "equal_scales": bool,
-             "init": str}
+    kinds = {
+        "family": str,
+        "n": int,
+        "d": int,
+        "k": int,
+        "scale": float,
+        "equal_weights": bool,
+        "equal_scales": bool,
+        "init": str,
+    }
     fields = {f: run[f"task.{f}"] for f in kinds} | changes
-    return TaskSpec(**{f: kind(fields[f]) for f, kind in kinds.items()})  # plain Python values, not numpy scalars
+    return TaskSpec(
+        **{f: kind(fields[f]) for f, kind in kinds.items()}
+    )  # plain Python values, not numpy scalars
 
 
-def fresh_tasks(spec: TaskSpec, settings: EvalSettings, seed: int, stream: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def fresh_tasks(
+    spec: TaskSpec, settings: EvalSettings, seed: int, stream: str
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """settings.batches batches of fresh tasks, fixed by (settings.seed, seed, stream)."""
     key = zlib.crc32(f"{settings.seed}/{seed}/{stream}".encode())
     generator = torch.Generator().manual_seed(key)
@@ -118,26 +138,41 @@ def load_model(uri: str, run: pd.Series, device: torch.device, checkpoint: str) 
     chosen = f"{CHECKPOINT_DIR}/{CHECKPOINTS[checkpoint][0]}"
     names = {a.path for a in store.connect(uri).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
     if chosen not in names:
-        raise FileNotFoundError(f"run {run['run_id']} has no {chosen} artifact (eval.checkpoint={checkpoint}); "
-                                f"it has: {', '.join(sorted(names)) or 'no checkpoints'}")
+        raise FileNotFoundError(
+            f"run {run['run_id']} has no {chosen} artifact (eval.checkpoint={checkpoint}); "
+            f"it has: {', '.join(sorted(names)) or 'no checkpoints'}"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path = download_artifacts(run_id=run["run_id"], artifact_path=chosen, dst_path=tmp, tracking_uri=uri)
         state = torch.load(path, map_location="cpu", weights_only=True)
-    model = ClusteringTransformer(int(run["task.d"]), int(run["task.k"]), str(run["model.embedding"]),
-                                  float(run["model.gamma"]), 0.0, int(run["model.qkv_mult"]))
+    model = ClusteringTransformer(
+        int(run["task.d"]),
+        int(run["task.k"]),
+        str(run["model.embedding"]),
+        float(run["model.gamma"]),
+        0.0,
+        int(run["model.qkv_mult"]),
+    )
     model.load_state_dict(state["model"])
     return model.to(device).eval()
 
 
-def _chunks(X: torch.Tensor, C: torch.Tensor, settings: EvalSettings) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _chunks(
+    X: torch.Tensor, C: torch.Tensor, settings: EvalSettings
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Split a batch so that attention over n points stays within settings.max_elements."""
     size = max(1, settings.max_elements // (X.shape[1] ** 2))
     return list(zip(X.split(size), C.split(size)))
 
 
 @torch.no_grad()
-def trajectories(model: ClusteringTransformer | None, X: torch.Tensor, C0: torch.Tensor, steps: int,
-                 methods: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def trajectories(
+    model: ClusteringTransformer | None,
+    X: torch.Tensor,
+    C0: torch.Tensor,
+    steps: int,
+    methods: tuple[str, ...],
+) -> dict[str, torch.Tensor]:
     """Per method, the k-means objective of every task at steps 0..T: (T+1, B). Lloyd's always included."""
     d = X.shape[-1]
     out: dict[str, list[torch.Tensor]] = {}
@@ -166,7 +201,9 @@ def trajectories(model: ClusteringTransformer | None, X: torch.Tensor, C0: torch
     return {method: torch.stack(values) for method, values in out.items()}
 
 
-def curve_rows(model, tasks, steps: int, methods: tuple[str, ...], settings: EvalSettings, **condition) -> list[dict]:
+def curve_rows(
+    model, tasks, steps: int, methods: tuple[str, ...], settings: EvalSettings, **condition
+) -> list[dict]:
     """Rows (condition..., method, step, value): value = mean over all tasks of log objective at that step."""
     device = settings.torch_device()
     parts: dict[str, list[torch.Tensor]] = {}
@@ -177,8 +214,10 @@ def curve_rows(model, tasks, steps: int, methods: tuple[str, ...], settings: Eva
     rows = []
     for method, values in parts.items():
         objective = torch.cat(values, dim=1)  # (T+1, all tasks)
-        rows += [{**condition, "method": method, "step": t, "value": task_mean_log(objective[t])}
-                 for t in range(steps + 1)]
+        rows += [
+            {**condition, "method": method, "step": t, "value": task_mean_log(objective[t])}
+            for t in range(steps + 1)
+        ]
     return rows
 
 
@@ -214,7 +253,9 @@ def family_transfer(model, run: pd.Series, settings: EvalSettings) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def filter_normalized_direction(model: torch.nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def filter_normalized_direction(
+    model: torch.nn.Module, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
     """A random direction with each weight row scaled to that row's norm (Li et al., 2018); biases get none."""
     direction = {}
     for name, p in model.named_parameters():
@@ -232,7 +273,10 @@ def loss_surface(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
     device = settings.torch_device()
     generator = torch.Generator().manual_seed(zlib.crc32(f"{settings.seed}/{run[SEED]}/surface".encode()))
     u, v = filter_normalized_direction(model, generator), filter_normalized_direction(model, generator)
-    tasks = [(X.to(device), C.to(device)) for X, C in fresh_tasks(spec_of(run), settings, run[SEED], "loss_surface")]
+    tasks = [
+        (X.to(device), C.to(device))
+        for X, C in fresh_tasks(spec_of(run), settings, run[SEED], "loss_surface")
+    ]
     base = {name: p.detach().clone() for name, p in model.named_parameters()}
     grid = torch.linspace(-settings.surface_span, settings.surface_span, settings.surface_points).tolist()
     tau, regularizer = float(run["loss.tau"]), str(run["loss.regularizer"])
@@ -240,15 +284,20 @@ def loss_surface(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
     for a in grid:
         for b in grid:
             params = {name: base[name] + a * u[name] + b * v[name] for name in base}
-            losses = [smoothed_objective(X, torch.func.functional_call(model, params, (X, C)), tau, regularizer)
-                      for X, C in tasks]
+            losses = [
+                smoothed_objective(X, torch.func.functional_call(model, params, (X, C)), tau, regularizer)
+                for X, C in tasks
+            ]
             rows.append({"alpha": a, "beta": b, "value": float(torch.cat(losses).mean())})
     return pd.DataFrame(rows)
 
 
 EVALUATIONS: dict[str, Callable[[ClusteringTransformer, pd.Series, EvalSettings], pd.DataFrame]] = {
-    "multistep": multistep, "mixture_shift": mixture_shift, "length": length,
-    "family_transfer": family_transfer, "loss_surface": loss_surface,
+    "multistep": multistep,
+    "mixture_shift": mixture_shift,
+    "length": length,
+    "family_transfer": family_transfer,
+    "loss_surface": loss_surface,
 }
 
 
@@ -263,7 +312,9 @@ class Evaluator:
         cache_dir.mkdir(parents=True, exist_ok=True)
 
     def key(self, name: str, run_id: str) -> str:
-        settings = {k: v for k, v in asdict(self.settings).items() if k not in ("device", "threads", "max_elements")}
+        settings = {
+            k: v for k, v in asdict(self.settings).items() if k not in ("device", "threads", "max_elements")
+        }
         text = json.dumps([VERSION, name, run_id, settings], sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -274,8 +325,12 @@ class Evaluator:
             return pd.read_csv(local)
         if key in self.logged():
             with tempfile.TemporaryDirectory() as tmp:
-                path = download_artifacts(run_id=self.logged()[key], artifact_path=RESULT_ARTIFACT, dst_path=tmp,
-                                          tracking_uri=self.uri)
+                path = download_artifacts(
+                    run_id=self.logged()[key],
+                    artifact_path=RESULT_ARTIFACT,
+                    dst_path=tmp,
+                    tracking_uri=self.uri,
+                )
                 table = pd.read_csv(path)
         else:
             model = load_model(self.uri, run, self.settings.torch_device(), self.settings.checkpoint)
@@ -299,7 +354,12 @@ class Evaluator:
 
     def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
         exp_id = store.experiment_id(self.client, self.experiment)
-        tags = {EVAL_OF: run["run_id"], EVALUATION: name, EVAL_KEY: key, "mlflow.runName": f"{name}-{run['run_name']}"}
+        tags = {
+            EVAL_OF: run["run_id"],
+            EVALUATION: name,
+            EVAL_KEY: key,
+            "mlflow.runName": f"{name}-{run['run_name']}",
+        }
         eval_run = self.client.create_run(exp_id, tags=tags)
         rid = eval_run.info.run_id
         try:

@@ -13,16 +13,16 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from analysis.context import Context
 from analysis.checkpoint_eval import EvalSettings
+from analysis.context import Context
 from analysis.runs import NoRuns, load_runs
 from config.compose import compose
-from config.schema import ConfigError
 from config.grid import expand
+from config.schema import ConfigError
 
 OWN_DEFAULTS = {
-    "figures": None,          # a list of figure names; all when null
-    "out": "reports",         # the report goes to <out>/<experiment>/
+    "figures": None,  # a list of figure names; all when null
+    "out": "reports",  # the report goes to <out>/<experiment>/
     "select": {"sweep": None, "subgrid": None},  # only the runs of this sweep / sub-grid
     "speed_json": "reports/speed_memory.json",  # `python -m bench speed_memory --out reports/speed_memory.json`
     "eval": asdict(EvalSettings()),
@@ -38,8 +38,10 @@ def parse(argv: list[str]) -> tuple[dict, object]:
     for arg in own_args:
         key = arg.split("=", 1)[0]
         if "=" not in arg or not _known(key):
-            raise ConfigError(f"unknown argument {arg!r}: allowed keys are tracking.uri, tracking.experiment, "
-                              f"{', '.join(_allowed())}")
+            raise ConfigError(
+                f"unknown argument {arg!r}: allowed keys are tracking.uri, tracking.experiment, "
+                f"{', '.join(_allowed())}"
+            )
     own = OmegaConf.merge(OmegaConf.create(OWN_DEFAULTS), OmegaConf.from_dotlist(own_args))
     own = OmegaConf.to_container(own, resolve=True)
     tracking = compose(tracking_args).tracking
@@ -89,8 +91,10 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
         raise ConfigError(str(err)) from None
     unknown = [name for name in own["figures"] or [] if name not in figures]
     if unknown:
-        raise ConfigError(f"figures={own['figures']!r} is not allowed: {', '.join(unknown)} unknown; "
-                          f"choose from {', '.join(figures)}")
+        raise ConfigError(
+            f"figures={own['figures']!r} is not allowed: {', '.join(unknown)} unknown; "
+            f"choose from {', '.join(figures)}"
+        )
     uri, experiment = tracking.uri, tracking.experiment
     select = own["select"]
     try:
@@ -99,9 +103,11 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
         raise NoRuns(f"nothing to analyse: {err}.\n{_how_to_fill(uri, experiment)}") from None
     if runs.empty:
         chosen = ", ".join(f"{k}={v}" for k, v in select.items() if v) or "no filter"
-        raise NoRuns(f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs ({chosen}). "
-                     f"Every figure needs training runs with checkpoints and metrics (train_loss, "
-                     f"val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}")
+        raise NoRuns(
+            f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs ({chosen}). "
+            f"Every figure needs training runs with checkpoints and metrics (train_loss, "
+            f"val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}"
+        )
     speed = Path(own["speed_json"]) if own["speed_json"] else None
     out_dir = Path(own["out"]) / experiment
     ctx = Context.build(uri, experiment, runs, settings, out_dir, speed_json=speed, expected=expected_sizes())
@@ -110,5 +116,7 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
 
 def _how_to_fill(uri: str, experiment: str) -> str:
     where = f"tracking.uri={uri} tracking.experiment={experiment}"
-    return (f"Fill it with `python -m sweeper.sweep sweep=demo {where}` (or sweep=paper for the full grid), "
-            f"or point the report at another store with tracking.uri=... tracking.experiment=...")
+    return (
+        f"Fill it with `python -m sweeper.sweep sweep=demo {where}` (or sweep=paper for the full grid), "
+        f"or point the report at another store with tracking.uri=... tracking.experiment=..."
+    )

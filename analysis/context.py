@@ -24,9 +24,20 @@ from tracking.names import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
 # The trained models a probe uses when the store holds several: for each key that
 # varies among the runs, the value here if present, else the nearest one. tau 0.1 and
 # l2 because those are the models the paper probes (they beat one Lloyd step).
-REFERENCE = {"task.family": "normal", "task.equal_weights": True, "task.equal_scales": True, "task.init": "random",
-             "loss.regularizer": "l2", "loss.tau": 0.1, "task.d": 4, "task.k": 6, "task.n": 512,
-             "task.scale": 0.1, "optim.lr": 0.01, "model.embedding": "onehot"}
+REFERENCE = {
+    "task.family": "normal",
+    "task.equal_weights": True,
+    "task.equal_scales": True,
+    "task.init": "random",
+    "loss.regularizer": "l2",
+    "loss.tau": 0.1,
+    "task.d": 4,
+    "task.k": 6,
+    "task.n": 512,
+    "task.scale": 0.1,
+    "optim.lr": 0.01,
+    "model.embedding": "onehot",
+}
 
 
 @dataclass
@@ -42,11 +53,19 @@ class Context:
     _histories: pd.DataFrame | None = None
 
     @classmethod
-    def build(cls, uri: str, experiment: str, runs: pd.DataFrame, settings: EvalSettings, out_dir: Path,
-              **extra) -> "Context":
+    def build(
+        cls, uri: str, experiment: str, runs: pd.DataFrame, settings: EvalSettings, out_dir: Path, **extra
+    ) -> "Context":
         runs = runs.assign(outcome=outcome_of(runs))
-        return cls(uri, experiment, runs, Evaluator(uri, experiment, settings, out_dir / "cache"), settings, out_dir,
-                   **extra)
+        return cls(
+            uri,
+            experiment,
+            runs,
+            Evaluator(uri, experiment, settings, out_dir / "cache"),
+            settings,
+            out_dir,
+            **extra,
+        )
 
     def histories(self) -> pd.DataFrame:
         """All metric points of all runs, fetched once in bulk."""
@@ -88,7 +107,9 @@ def narrow(runs: pd.DataFrame, keep: list[str], reference: dict = REFERENCE) -> 
         target = reference.get(key)
         if target is not None and (values == target).any():
             chosen = target
-        elif target is not None and isinstance(target, (int, float)) and pd.api.types.is_numeric_dtype(values):
+        elif (
+            target is not None and isinstance(target, (int, float)) and pd.api.types.is_numeric_dtype(values)
+        ):
             chosen = values.iloc[(values - target).abs().argsort().iloc[0]]
         else:
             chosen = values.value_counts().sort_index(kind="stable").idxmax()
@@ -113,15 +134,18 @@ def _notes(runs: pd.DataFrame, panel: pd.Series, series: pd.Series) -> pd.DataFr
     return counts[["panel", "series", "diverged"]]
 
 
-def metric_curves(ctx: Context, runs: pd.DataFrame, metric: str, panel: pd.Series, series: pd.Series,
-                  x: str = "step") -> pd.DataFrame:
+def metric_curves(
+    ctx: Context, runs: pd.DataFrame, metric: str, panel: pd.Series, series: pd.Series, x: str = "step"
+) -> pd.DataFrame:
     """Median/IQR across seeds of a logged metric against step (or elapsed seconds), per panel and series.
 
     x="seconds": the curve is still aggregated per step; its x is the median
     across seeds of the seconds from the run's first logged point to that step.
     """
     points = ctx.histories()
-    points = points[(points["key"] == metric) & points["run_id"].isin(runs.loc[runs["outcome"] == FINISHED, "run_id"])]
+    points = points[
+        (points["key"] == metric) & points["run_id"].isin(runs.loc[runs["outcome"] == FINISHED, "run_id"])
+    ]
     meta = pd.DataFrame({"run_id": runs["run_id"], "panel": panel, "series": series, SEED: runs[SEED]})
     # Time zero of a run is its first logged point (the evaluation at step 0), not the MLflow run's
     # start_time: a sweep's driver may open the run after the trial has started logging.
@@ -131,7 +155,8 @@ def metric_curves(ctx: Context, runs: pd.DataFrame, metric: str, panel: pd.Serie
         raise MissingInput(f"no finished run has `{metric}` points")
     # Per seed: a repeated (config, seed), e.g. a rerun, counts once (its mean).
     per_seed = points.groupby(["panel", "series", SEED, "step"], as_index=False).agg(
-        value=("value", "mean"), seconds=("timestamp", "mean"), start=("start", "mean"))
+        value=("value", "mean"), seconds=("timestamp", "mean"), start=("start", "mean")
+    )
     curves = seed_band(per_seed, ["panel", "series"], "step", "value")
     if x == "seconds":
         per_seed["elapsed"] = (per_seed["seconds"] - per_seed["start"]) / 1000.0
@@ -147,18 +172,31 @@ def lloyd_reference(curves: pd.DataFrame, level: float = 1.0) -> pd.DataFrame:
     rows = []
     for panel, part in curves.groupby("panel", sort=False):
         for x in (part["x"].min(), part["x"].max()):
-            rows.append({"panel": panel, "series": LLOYD, "x": x, "median": level, "q25": level, "q75": level,
-                         "n_seeds": 0, "diverged": ""})
+            rows.append(
+                {
+                    "panel": panel,
+                    "series": LLOYD,
+                    "x": x,
+                    "median": level,
+                    "q25": level,
+                    "q75": level,
+                    "n_seeds": 0,
+                    "diverged": "",
+                }
+            )
     return pd.concat([curves, pd.DataFrame(rows)], ignore_index=True)
 
 
-# The task key each evaluation replaces when it draws its tasks (analysis.checkpoint_eval): runs that differ only there
-# were evaluated on the same tasks, e.g. family transfer tests models trained on every family on one set of tasks.
+# The task key each evaluation replaces when it draws its tasks (analysis.checkpoint_eval): runs that differ
+# only there
+# were evaluated on the same tasks, e.g. family transfer tests models trained on every family on one set of
+# tasks.
 REPLACED = {"multistep": "task.init", "length": "task.n", "family_transfer": "task.family"}
 
 
-def evaluation_rows(ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series,
-                    methods: tuple[str, ...]) -> pd.DataFrame:
+def evaluation_rows(
+    ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series, methods: tuple[str, ...]
+) -> pd.DataFrame:
     """Evaluate every finished run (cached): its rows labelled panel, series, seed, step, value and `unit`.
 
     panel_of(table, run) -> Series of panel names for the rows of one run's evaluation table.
@@ -168,7 +206,9 @@ def evaluation_rows(ctx: Context, runs: pd.DataFrame, name: str, panel_of, serie
     """
     finished = runs[runs["outcome"] == FINISHED]
     if finished.empty:
-        raise MissingInput(f"{name}: no finished run to evaluate ({len(runs)} runs, all diverged or unfinished)")
+        raise MissingInput(
+            f"{name}: no finished run to evaluate ({len(runs)} runs, all diverged or unfinished)"
+        )
     keys = config_keys(runs.columns)
     task_keys = [k for k in keys if k.startswith("task.") and k != REPLACED.get(name)]
     tables = []
@@ -176,14 +216,20 @@ def evaluation_rows(ctx: Context, runs: pd.DataFrame, name: str, panel_of, serie
         table = ctx.evaluator(name, run)
         conditions = [c for c in table.columns if c not in ("method", "step", "value")]
         table["panel"] = panel_of(table, run).to_numpy()
-        table = table[table["method"].isin(methods) | (table["method"] == LLOYD_METHOD)].assign(**{SEED: run[SEED]})
+        table = table[table["method"].isin(methods) | (table["method"] == LLOYD_METHOD)].assign(
+            **{SEED: run[SEED]}
+        )
         labels = pd.Series(series[index], index=table.index)
         if len(methods) > 1:
             labels = labels + " " + table["method"]
         lloyd = table["method"] == LLOYD_METHOD
         table["series"] = labels.where(~lloyd, LLOYD)
         model = "/".join(f"{k}={run[k]}" for k in keys)
-        tasks = "/".join(f"{k}={run[k]}" for k in task_keys) + "/" + table[conditions].astype(str).agg("/".join, axis=1)
+        tasks = (
+            "/".join(f"{k}={run[k]}" for k in task_keys)
+            + "/"
+            + table[conditions].astype(str).agg("/".join, axis=1)
+        )
         table["unit"] = tasks.where(lloyd, model)
         tables.append(table[["panel", "series", SEED, "step", "value", "unit"]])
     return pd.concat(tables, ignore_index=True)
@@ -199,13 +245,17 @@ def count_once(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.groupby(["panel", "series", SEED, "step", "unit"], as_index=False, sort=False)["value"].mean()
 
 
-def eval_curves(ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series,
-                methods: tuple[str, ...]) -> pd.DataFrame:
+def eval_curves(
+    ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series, methods: tuple[str, ...]
+) -> pd.DataFrame:
     """Evaluate every finished run (cached), then median/IQR across seeds per panel and series (evaluation_rows)."""
     per_seed = count_once(evaluation_rows(ctx, runs, name, panel_of, series, methods))
     curves = seed_band(per_seed, ["panel", "series"], "step", "value").rename(columns={"step": "x"})
     notes = _notes(runs, pd.Series("", index=runs.index), series).drop(columns="panel")
-    curves = curves.assign(base=curves["series"].str.split(" ").str[0]).merge(
-        notes.rename(columns={"series": "base"}), on="base", how="left").drop(columns="base")
+    curves = (
+        curves.assign(base=curves["series"].str.split(" ").str[0])
+        .merge(notes.rename(columns={"series": "base"}), on="base", how="left")
+        .drop(columns="base")
+    )
     curves["diverged"] = curves["diverged"].fillna("")
     return curves[CURVE_COLUMNS]

@@ -32,20 +32,40 @@ def multistep(ctx: Context) -> Figure:
     runs = _probe_runs(ctx, ["model.embedding"])
     series, styles = series_labels(runs, ["model.embedding"])
     methods = ("reembed", "naive", "attention")
-    data = pd.concat([eval_curves(ctx, runs, "multistep", lambda t, r, m=m: "init " + t["init"] + " | " + m,
-                                  series, (m,)) for m in methods], ignore_index=True)
+    data = pd.concat(
+        [
+            eval_curves(
+                ctx, runs, "multistep", lambda t, r, m=m: "init " + t["init"] + " | " + m, series, (m,)
+            )
+            for m in methods
+        ],
+        ignore_index=True,
+    )
     panels = [f"init {i} | {m}" for i in ctx.settings.inits for m in methods]
-    files = draw_curves(data, styles, ctx.out_dir, "multistep", xlabel="step t", ylabel=YLABEL, ncols=len(methods),
-                        panels=panels)
+    files = draw_curves(
+        data,
+        styles,
+        ctx.out_dir,
+        "multistep",
+        xlabel="step t",
+        ylabel=YLABEL,
+        ncols=len(methods),
+        panels=panels,
+    )
     return Figure("multistep", data, list(runs["run_id"]), files, notes=_which(ctx, runs))
 
 
 def mixture_shift(ctx: Context) -> Figure:
     """Trained on equal isotropic normal mixtures; tested on shifted mixtures, T steps, against Lloyd's."""
-    pool = ctx.runs[(ctx.runs["task.family"] == "normal") & ctx.runs["task.equal_weights"].astype(bool)
-                    & ctx.runs["task.equal_scales"].astype(bool)]
+    pool = ctx.runs[
+        (ctx.runs["task.family"] == "normal")
+        & ctx.runs["task.equal_weights"].astype(bool)
+        & ctx.runs["task.equal_scales"].astype(bool)
+    ]
     if pool.empty:
-        raise MissingInput("mixture_shift: needs models trained on equal, isotropic normal mixtures; none found")
+        raise MissingInput(
+            "mixture_shift: needs models trained on equal, isotropic normal mixtures; none found"
+        )
     runs = _probe_runs(ctx, ["model.embedding"], pool)
     series, styles = series_labels(runs, ["model.embedding"])
     data = eval_curves(ctx, runs, "mixture_shift", lambda t, r: "test: " + t["shift"], series, ("reembed",))
@@ -71,18 +91,40 @@ def family_transfer(ctx: Context) -> Figure:
     of = {f: runs["task.family"] == f for f in trained}
     status = {f: divergence_note((of[f] & (runs["outcome"] == DIVERGED)).sum(), of[f].sum()) for f in trained}
     title = lambda f: f"train {f}" + (f" ({status[f]})" if status[f] else "")  # noqa: E731
-    data = eval_curves(ctx, runs, "family_transfer", lambda t, r: title(r["task.family"]) + " | test " + t["test_family"],
-                       series, ("reembed",))
+    data = eval_curves(
+        ctx,
+        runs,
+        "family_transfer",
+        lambda t, r: title(r["task.family"]) + " | test " + t["test_family"],
+        series,
+        ("reembed",),
+    )
     panels = [f"{title(f)} | test {g}" for f in trained for g in FAMILIES]
     panels = [p for p in panels if p in set(data["panel"])]
-    files = draw_curves(data, styles, ctx.out_dir, "family_transfer", xlabel="step t", ylabel=YLABEL,
-                        ncols=len(FAMILIES), panels=panels)
+    files = draw_curves(
+        data,
+        styles,
+        ctx.out_dir,
+        "family_transfer",
+        xlabel="step t",
+        ylabel=YLABEL,
+        ncols=len(FAMILIES),
+        panels=panels,
+    )
     notes = _which(ctx, runs)
     if len(trained) < len(FAMILIES):
-        notes.append(f"trained on {', '.join(trained)} only: the full 5 x 5 grid needs the `family` sub-grid; "
-                     f"{ctx.coverage('family')}")
-    return Figure("family_transfer", data, list(runs["run_id"]), files, tables={"table1": table1(data, ctx.settings.steps)},
-                  notes=notes)
+        notes.append(
+            f"trained on {', '.join(trained)} only: the full 5 x 5 grid needs the `family` sub-grid; "
+            f"{ctx.coverage('family')}"
+        )
+    return Figure(
+        "family_transfer",
+        data,
+        list(runs["run_id"]),
+        files,
+        tables={"table1": table1(data, ctx.settings.steps)},
+        notes=notes,
+    )
 
 
 def table1(data: pd.DataFrame, steps: int) -> pd.DataFrame:
@@ -99,8 +141,11 @@ def table1(data: pd.DataFrame, steps: int) -> pd.DataFrame:
         rows.append(row)
     table = pd.DataFrame(rows)
     table["_lloyd_last"] = table["method"] == LLOYD  # Lloyd's row first within each train/test pair
-    return table.sort_values(["train", "test", "_lloyd_last"], ascending=[True, True, False], kind="stable").drop(
-        columns="_lloyd_last").reset_index(drop=True)
+    return (
+        table.sort_values(["train", "test", "_lloyd_last"], ascending=[True, True, False], kind="stable")
+        .drop(columns="_lloyd_last")
+        .reset_index(drop=True)
+    )
 
 
 def task_dissimilarity(ctx: Context) -> Figure:
@@ -109,24 +154,53 @@ def task_dissimilarity(ctx: Context) -> Figure:
     per_family = ctx.settings.dissimilarity_tasks
     names, samples = [], []
     for family in FAMILIES:
-        generator = torch.Generator().manual_seed(zlib.crc32(f"{ctx.settings.seed}/dissimilarity/{family}".encode()))
+        generator = torch.Generator().manual_seed(
+            zlib.crc32(f"{ctx.settings.seed}/dissimilarity/{family}".encode())
+        )
         X, C0 = sample_tasks(TaskSpec(**{**spec.__dict__, "family": family}), per_family, generator)
         for i in range(per_family):
             names.append(f"{family} {i}")
-            samples.append(sq_distances(X[i:i + 1], C0[i:i + 1]).flatten().double().numpy())
+            samples.append(sq_distances(X[i : i + 1], C0[i : i + 1]).flatten().double().numpy())
     m = len(samples)
     matrix = np.zeros((m, m))
     for i in range(m):
         for j in range(i + 1, m):
             matrix[i, j] = matrix[j, i] = wasserstein_distance(samples[i], samples[j])
     families = [n.split(" ")[0] for n in names]
-    data = pd.DataFrame([{"task_i": names[i], "family_i": families[i], "task_j": names[j], "family_j": families[j],
-                          "distance": matrix[i, j]} for i in range(m) for j in range(m)])
-    blocks = data.groupby(["family_i", "family_j"])["distance"].mean().unstack().loc[list(FAMILIES), list(FAMILIES)]
-    files = draw_heatmap(matrix, names, ctx.out_dir, "task_dissimilarity",
-                         f"tasks n={spec.n}, d={spec.d}, k={spec.k}, scale={spec.scale:g}; grouped by family")
-    return Figure("task_dissimilarity", data, [], files, tables={"family_blocks": blocks.reset_index()},
-                  notes=[f"{per_family} tasks per family, n={spec.n}, d={spec.d}, k={spec.k}"])
+    data = pd.DataFrame(
+        [
+            {
+                "task_i": names[i],
+                "family_i": families[i],
+                "task_j": names[j],
+                "family_j": families[j],
+                "distance": matrix[i, j],
+            }
+            for i in range(m)
+            for j in range(m)
+        ]
+    )
+    blocks = (
+        data.groupby(["family_i", "family_j"])["distance"]
+        .mean()
+        .unstack()
+        .loc[list(FAMILIES), list(FAMILIES)]
+    )
+    files = draw_heatmap(
+        matrix,
+        names,
+        ctx.out_dir,
+        "task_dissimilarity",
+        f"tasks n={spec.n}, d={spec.d}, k={spec.k}, scale={spec.scale:g}; grouped by family",
+    )
+    return Figure(
+        "task_dissimilarity",
+        data,
+        [],
+        files,
+        tables={"family_blocks": blocks.reset_index()},
+        notes=[f"{per_family} tasks per family, n={spec.n}, d={spec.d}, k={spec.k}"],
+    )
 
 
 def _dissimilarity_spec(ctx: Context) -> TaskSpec:
@@ -136,7 +210,9 @@ def _dissimilarity_spec(ctx: Context) -> TaskSpec:
     if runs.empty:
         return TaskSpec()
     run = narrow(runs, keep=[]).iloc[0]
-    return TaskSpec(n=int(run["task.n"]), d=int(run["task.d"]), k=int(run["task.k"]), scale=float(run["task.scale"]))
+    return TaskSpec(
+        n=int(run["task.n"]), d=int(run["task.d"]), k=int(run["task.k"]), scale=float(run["task.scale"])
+    )
 
 
 def loss_surface(ctx: Context) -> Figure:

@@ -56,8 +56,18 @@ def grid(n_panels: int, ncols: int | None = None, size: float = 3.2) -> tuple[pl
     return fig, axes.flat
 
 
-def draw_curves(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name: str, *, xlabel: str, ylabel: str,
-                ncols: int | None = None, logy: bool = False, panels: list[str] | None = None) -> list[Path]:
+def draw_curves(
+    data: pd.DataFrame,
+    styles: dict[str, dict],
+    out_dir: Path,
+    name: str,
+    *,
+    xlabel: str,
+    ylabel: str,
+    ncols: int | None = None,
+    logy: bool = False,
+    panels: list[str] | None = None,
+) -> list[Path]:
     """One panel per data.panel; in each, one median line and IQR band per series (Lloyd's black, on top)."""
     panels = panels or list(dict.fromkeys(data["panel"]))
     fig, axes = grid(len(panels), ncols)
@@ -70,15 +80,33 @@ def draw_curves(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name
             curve = part[part["series"] == series].sort_values("x")
             style = {"color": LLOYD_COLOR, "linestyle": "-"} if series == LLOYD else styles.get(series, {})
             note = curve["diverged"].iloc[0] if "diverged" in curve and curve["diverged"].iloc[0] else ""
-            ax.plot(curve["x"], curve["median"], label=f"{series} ({note})" if note else series, lw=1.4, **style)
-            ax.fill_between(curve["x"], curve["q25"], curve["q75"], alpha=0.2, color=style.get("color", LLOYD_COLOR),
-                            linewidth=0)
+            ax.plot(
+                curve["x"], curve["median"], label=f"{series} ({note})" if note else series, lw=1.4, **style
+            )
+            ax.fill_between(
+                curve["x"],
+                curve["q25"],
+                curve["q75"],
+                alpha=0.2,
+                color=style.get("color", LLOYD_COLOR),
+                linewidth=0,
+            )
         label_axes(ax, panel, xlabel, ylabel, logy)
     return save(legend(fig, axes[: len(panels)]), out_dir, name)
 
 
-def draw_points(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name: str, *, xlabel: str, ylabel: str,
-                ncols: int | None = None, logy: bool = False, panels: list[str] | None = None) -> list[Path]:
+def draw_points(
+    data: pd.DataFrame,
+    styles: dict[str, dict],
+    out_dir: Path,
+    name: str,
+    *,
+    xlabel: str,
+    ylabel: str,
+    ncols: int | None = None,
+    logy: bool = False,
+    panels: list[str] | None = None,
+) -> list[Path]:
     """Per panel, each series' median at every x with IQR error bars, joined by its line; Lloyd's level black.
 
     The x values (numbers or names) sit evenly spaced in sorted order, so lr 0.001..1 or k 6..25 read
@@ -97,15 +125,31 @@ def draw_points(data: pd.DataFrame, styles: dict[str, dict], out_dir: Path, name
             points = part[part["series"] == series].sort_values("x")
             at = points["x"].map(position) + DODGE * (j - (len(named) - 1) / 2)
             errors = [points["median"] - points["q25"], points["q75"] - points["median"]]
-            ax.errorbar(at, points["median"], yerr=errors, marker="o", ms=3, capsize=2, lw=1.2, label=series,
-                        **styles[series])
+            ax.errorbar(
+                at,
+                points["median"],
+                yerr=errors,
+                marker="o",
+                ms=3,
+                capsize=2,
+                lw=1.2,
+                label=series,
+                **styles[series],
+            )
             hit = points["diverged"].fillna("") != ""
-            ax.plot(at[hit], [0.97] * int(hit.sum()), "x", color=styles[series].get("color"),
-                    transform=ax.get_xaxis_transform())
+            ax.plot(
+                at[hit],
+                [0.97] * int(hit.sum()),
+                "x",
+                color=styles[series].get("color"),
+                transform=ax.get_xaxis_transform(),
+            )
         for level in part.loc[part["series"] == LLOYD, "median"].unique():
             ax.axhline(level, color=LLOYD_COLOR, lw=1.2, label=LLOYD)
         names = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
-        ax.set_xticks(range(len(values)), names, rotation=30 if any(isinstance(v, str) for v in values) else 0)
+        ax.set_xticks(
+            range(len(values)), names, rotation=30 if any(isinstance(v, str) for v in values) else 0
+        )
         label_axes(ax, panel, xlabel, ylabel, logy)
     return save(legend(fig, axes[: len(panels)]), out_dir, name)
 
@@ -128,8 +172,15 @@ def legend(fig: plt.Figure, axes) -> plt.Figure:
     legend_rows = math.ceil(len(handles) / 6)
     top = 1 - 0.3 * legend_rows / fig.get_figheight()  # inches of legend -> fraction of the figure
     fig.tight_layout(rect=(0, 0, 1, top))
-    fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=min(len(handles), 6), fontsize=8,
-               bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="upper center",
+        ncol=min(len(handles), 6),
+        fontsize=8,
+        bbox_to_anchor=(0.5, 1.0),
+        frameon=False,
+    )
     return fig
 
 

@@ -33,8 +33,10 @@ from tracking.names import REPORT_DIR, SWEEP
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:
     """A DataFrame as a GitHub Markdown table."""
+
     def cell(v: object) -> str:
         return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
     head = "| " + " | ".join(map(str, table.columns)) + " |"
     rule = "|" + "---|" * len(table.columns)
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
@@ -52,23 +54,41 @@ def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> st
     """The index entry of one figure: the image, which runs made it, its notes and tables; or why it is missing."""
     if isinstance(result, str):
         return f"## {name}\n\n**Not drawn.** {result}\n"
-    lines = [f"## {name}", "", f"![{name}]({name}.png)", "",
-             f"Files: [{name}.png]({name}.png), [{name}.pdf]({name}.pdf), plotted data [{name}.csv]({name}.csv) "
-             f"({seconds:.1f} s)."]
+    lines = [
+        f"## {name}",
+        "",
+        f"![{name}]({name}.png)",
+        "",
+        f"Files: [{name}.png]({name}.png), [{name}.pdf]({name}.pdf), plotted data [{name}.csv]({name}.csv) "
+        f"({seconds:.1f} s).",
+    ]
     used = ctx.runs[ctx.runs["run_id"].isin(result.run_ids)]
     if len(used):
         outcome = used["outcome"].value_counts().to_dict()
-        lines += ["", f"Runs used: {len(used)} ({', '.join(f'{v} {k}' for k, v in outcome.items())}); "
-                      f"{len(used[config_keys(used.columns)].drop_duplicates())} configurations, "
-                      f"seeds {sorted(used['seed'].unique().tolist())}.",
-                  "", "<details><summary>run ids and names</summary>", "",
-                  *[f"- `{r.run_id}` {r.run_name}" for r in used.itertuples()], "", "</details>"]
+        lines += [
+            "",
+            f"Runs used: {len(used)} ({', '.join(f'{v} {k}' for k, v in outcome.items())}); "
+            f"{len(used[config_keys(used.columns)].drop_duplicates())} configurations, "
+            f"seeds {sorted(used['seed'].unique().tolist())}.",
+            "",
+            "<details><summary>run ids and names</summary>",
+            "",
+            *[f"- `{r.run_id}` {r.run_name}" for r in used.itertuples()],
+            "",
+            "</details>",
+        ]
     else:
         lines += ["", "Runs used: none (not from training runs)."]
     lines += [""] + [f"- {note}" for note in result.notes]
     for table_name, table in result.tables.items():
-        lines += ["", f"### {table_name}", "", f"[{table_name}.csv]({table_name}.csv), [{table_name}.md]({table_name}.md)",
-                  "", markdown(table)]
+        lines += [
+            "",
+            f"### {table_name}",
+            "",
+            f"[{table_name}.csv]({table_name}.csv), [{table_name}.md]({table_name}.md)",
+            "",
+            markdown(table),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -88,14 +108,22 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int]:
             failed += 1
             result = f"Failed: {type(err).__name__}: {err}\n\n```\n{traceback.format_exc(limit=4)}```"
         sections.append(section(name, ctx, result, time.perf_counter() - start))
-    head = [f"# Report: experiment `{ctx.experiment}`", "",
-            f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
-            f"({', '.join(f'{v} {k}' for k, v in ctx.runs['outcome'].value_counts().to_dict().items())}). "
-            "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the median "
-            "across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and counted.", "",
-            f"Checkpoints: {ctx.settings.checkpoint_note()}.", "",
-            "Contents: " + ", ".join(f"[{n}](#{n})" for n in names), ""]
-    if set(names) == set(FIGURES):  # the full report also checks the paper's claims (from the cached evaluations)
+    head = [
+        f"# Report: experiment `{ctx.experiment}`",
+        "",
+        f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
+        f"({', '.join(f'{v} {k}' for k, v in ctx.runs['outcome'].value_counts().to_dict().items())}). "
+        "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the median "
+        "across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and counted.",
+        "",
+        f"Checkpoints: {ctx.settings.checkpoint_note()}.",
+        "",
+        "Contents: " + ", ".join(f"[{n}](#{n})" for n in names),
+        "",
+    ]
+    if set(names) == set(
+        FIGURES
+    ):  # the full report also checks the paper's claims (from the cached evaluations)
         sections.append(claims_section(ctx))
     index = ctx.out_dir / "index.md"
     index.write_text("\n".join(head) + "\n" + "\n".join(sections))
@@ -108,8 +136,10 @@ def claims_section(ctx: Context) -> str:
     write_csv(claims, ctx.out_dir)
     table = markdown(claims_table(claims)[["status", "name", "numbers", "paper"]])
     (ctx.out_dir / "claims.md").write_text(table + "\n")
-    return ("## claims\n\nThe paper's claims (SPEC 7.1) against this store (`python -m analysis.claims`), each judged "
-            "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n")
+    return (
+        "## claims\n\nThe paper's claims (SPEC 7.1) against this store (`python -m analysis.claims`), each judged "
+        "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n"
+    )
 
 
 def written_since(folder: Path, before: dict[Path, int]) -> list[Path]:
@@ -135,8 +165,10 @@ def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
         return None
     attach_report(client, parent, files)
     address = ui.run_page(ctx.uri, experiment_id, parent)
-    return (f"report attached to the parent run of sweep {sweeps[0]} (artifacts {REPORT_DIR}/); "
-            f"{ui.how_to_open(ctx.uri, address)}")
+    return (
+        f"report attached to the parent run of sweep {sweeps[0]} (artifacts {REPORT_DIR}/); "
+        f"{ui.how_to_open(ctx.uri, address)}"
+    )
 
 
 @command("leaner-report", show_config=job_config)

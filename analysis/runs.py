@@ -16,7 +16,17 @@ from mlflow import MlflowClient
 
 from config.schema import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from tracking import store
-from tracking.names import CONFIG_HASH, DIVERGED, DIVERGED_AT, FINISHED, METRICS, OUTCOME, SEED, SUBGRIDS, SWEEP
+from tracking.names import (
+    CONFIG_HASH,
+    DIVERGED,
+    DIVERGED_AT,
+    FINISHED,
+    METRICS,
+    OUTCOME,
+    SEED,
+    SUBGRIDS,
+    SWEEP,
+)
 
 TAGS = (CONFIG_HASH, SEED, OUTCOME, DIVERGED_AT, SUBGRIDS, SWEEP)
 RUN_COLUMNS = ["run_id", "run_name", "status", "start_time", "end_time", "experiment_id", *TAGS, *METRICS]
@@ -49,24 +59,35 @@ def typed(text: str | None) -> object:
 def experiment_id(client: MlflowClient, experiment: str) -> str:
     found = store.find_experiment(client, experiment)
     if found is None:
-        raise NoRuns(f"experiment {experiment!r} does not exist in {client.tracking_uri}; "
-                     f"experiments there: {', '.join(store.experiment_names(client)) or 'none'}")
+        raise NoRuns(
+            f"experiment {experiment!r} does not exist in {client.tracking_uri}; "
+            f"experiments there: {', '.join(store.experiment_names(client)) or 'none'}"
+        )
     return found
 
 
-def load_runs(uri: str, experiment: str, sweep: str | None = None, subgrid: str | None = None,
-              where: dict[str, object] | None = None) -> pd.DataFrame:
+def load_runs(
+    uri: str,
+    experiment: str,
+    sweep: str | None = None,
+    subgrid: str | None = None,
+    where: dict[str, object] | None = None,
+) -> pd.DataFrame:
     """One row per run of `experiment`, optionally only those of one sweep, sub-grid or config values.
 
     `where` maps dotted config keys to a value or a list of allowed values,
     e.g. {"task.d": 32, "model.embedding": ["onehot", "binary"]}.
     """
     client = store.connect(uri)
-    filters = [f"tags.{SWEEP} LIKE '%{sweep}%'"] if sweep else []  # a list (runs adopted by sweeps): exact below
+    filters = (
+        [f"tags.{SWEEP} LIKE '%{sweep}%'"] if sweep else []
+    )  # a list (runs adopted by sweeps): exact below
     if subgrid:
         filters.append(f"tags.{SUBGRIDS} LIKE '%{subgrid}%'")  # exact match below
     found = store.search(client, [experiment_id(client, experiment)], " and ".join(filters))
-    rows = [_row(run) for run in found if CONFIG_HASH in run.data.tags]  # a sweep's parent run has no configuration
+    rows = [
+        _row(run) for run in found if CONFIG_HASH in run.data.tags
+    ]  # a sweep's parent run has no configuration
     runs = pd.DataFrame(rows, columns=None if rows else RUN_COLUMNS)
     if runs.empty:
         return runs
@@ -76,7 +97,9 @@ def load_runs(uri: str, experiment: str, sweep: str | None = None, subgrid: str 
         runs = runs[runs[SUBGRIDS].fillna("").map(lambda s: subgrid in s.split(","))]
     for key, wanted in (where or {}).items():
         if key not in runs:
-            raise KeyError(f"config key {key!r} is not a param of these runs; they have: {', '.join(config_keys(runs))}")
+            raise KeyError(
+                f"config key {key!r} is not a param of these runs; they have: {', '.join(config_keys(runs))}"
+            )
         allowed = wanted if isinstance(wanted, (list, tuple, set)) else [wanted]
         runs = runs[runs[key].isin(allowed)]
     return runs.sort_values(["start_time", "run_id"]).reset_index(drop=True)
@@ -84,8 +107,14 @@ def load_runs(uri: str, experiment: str, sweep: str | None = None, subgrid: str 
 
 def _row(run) -> dict:
     info, data = run.info, run.data
-    row = {"run_id": info.run_id, "run_name": info.run_name, "status": info.status,
-           "start_time": info.start_time, "end_time": info.end_time, "experiment_id": info.experiment_id}
+    row = {
+        "run_id": info.run_id,
+        "run_name": info.run_name,
+        "status": info.status,
+        "start_time": info.start_time,
+        "end_time": info.end_time,
+        "experiment_id": info.experiment_id,
+    }
     row.update({tag: data.tags.get(tag) for tag in TAGS})
     row.update({key: typed(value) for key, value in data.params.items()})
     row.update({key: data.metrics.get(key) for key in METRICS})  # the latest value of each metric
@@ -106,5 +135,7 @@ def histories(uri: str, runs: pd.DataFrame, keys: Iterable[str], fast: bool = Tr
     fast=False reads through MLflow's public API only (tracking.store.histories).
     """
     points = store.histories(store.connect(uri), list(runs.get("run_id", [])), list(keys), fast)
-    points = points.sort_values(["run_id", "key", "step", "timestamp", "value"])  # ties: whatever the read path
+    points = points.sort_values(
+        ["run_id", "key", "step", "timestamp", "value"]
+    )  # ties: whatever the read path
     return points.drop_duplicates(["run_id", "key", "step"], keep="last").reset_index(drop=True)

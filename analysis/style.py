@@ -17,15 +17,28 @@ EMBEDDING_COLORS = {"onehot": "tab:blue", "binary": "tab:orange", "none": "tab:g
 REGULARIZER_STYLES = {"l2": "-", "ne": "--"}
 # Axis values that are neither embeddings nor regularizers (lr, n, d, k, family, ...) cycle through these.
 CYCLE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
-AXIS_NAMES = {"loss.tau": "tau", "optim.lr": "lr", "task.n": "n", "task.d": "d", "task.k": "k", "task.family": "family",
-              "task.init": "init", "model.embedding": "emb", "loss.regularizer": "reg"}
+AXIS_NAMES = {
+    "loss.tau": "tau",
+    "optim.lr": "lr",
+    "task.n": "n",
+    "task.d": "d",
+    "task.k": "k",
+    "task.family": "family",
+    "task.init": "init",
+    "model.embedding": "emb",
+    "loss.regularizer": "reg",
+}
 
 
 def short(key: str, value: object) -> str:
     """'model.embedding', 'binary' -> 'BN'; 'task.d', 32 -> 'd=32'."""
     if key in SHORT:
         return SHORT[key].get(str(value), str(value))
-    return f"{AXIS_NAMES.get(key, key)}={value:g}" if isinstance(value, float) else f"{AXIS_NAMES.get(key, key)}={value}"
+    return (
+        f"{AXIS_NAMES.get(key, key)}={value:g}"
+        if isinstance(value, float)
+        else f"{AXIS_NAMES.get(key, key)}={value}"
+    )
 
 
 def label(config: dict) -> str:

@@ -22,14 +22,25 @@ from training.loop import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
 # Sub-grid (SPEC 6) -> the config key it varies: one ablation figure each, `ablation_<sub-grid>`.
-ABLATIONS = {"lr": "optim.lr", "points": "task.n", "dim": "task.d", "clusters": "task.k", "family": "task.family"}
+ABLATIONS = {
+    "lr": "optim.lr",
+    "points": "task.n",
+    "dim": "task.d",
+    "clusters": "task.k",
+    "family": "task.family",
+}
 FACETS = ["task.d", "loss.tau"]  # an ablation's panels: one per (d, tau) its runs have
-SERIES = ["model.embedding", "loss.regularizer"]  # convergence's and the ablations' series: colour, line style
+SERIES = [
+    "model.embedding",
+    "loss.regularizer",
+]  # convergence's and the ablations' series: colour, line style
 STEP_ROUNDS = 5  # time_to_quality: timed training steps per series
 
 
 def _panel(runs: pd.DataFrame, keys: list[str], prefix: str = "") -> pd.Series:
-    return pd.Series([prefix + ", ".join(short(k, r[k]) for k in keys) for _, r in runs.iterrows()], index=runs.index)
+    return pd.Series(
+        [prefix + ", ".join(short(k, r[k]) for k in keys) for _, r in runs.iterrows()], index=runs.index
+    )
 
 
 def convergence(ctx: Context) -> Figure:
@@ -43,8 +54,9 @@ def convergence(ctx: Context) -> Figure:
         parts.append(lloyd_reference(curves) if metric == VAL_REL_LLOYD else curves)
     data = pd.concat(parts, ignore_index=True)
     n_cols = data.loc[data["panel"].str.startswith(TRAIN_LOSS), "panel"].nunique()
-    files = draw_curves(data, styles, ctx.out_dir, "convergence", xlabel="step", ylabel="value (log)", logy=True,
-                        ncols=n_cols)
+    files = draw_curves(
+        data, styles, ctx.out_dir, "convergence", xlabel="step", ylabel="value (log)", logy=True, ncols=n_cols
+    )
     notes = [f"tau sub-grid: {ctx.coverage('tau')}"]
     return Figure("convergence", data, list(runs["run_id"]), files, notes=notes)
 
@@ -56,8 +68,9 @@ def final_values(runs: pd.DataFrame, axis: str, panel: pd.Series, series: pd.Ser
     counts once (its mean). Each point's `diverged` counts its diverged runs, and a point whose runs all
     diverged keeps its row (no median) so the count is not lost.
     """
-    frame = pd.DataFrame({"panel": panel, "series": series, "x": runs[axis], SEED: runs[SEED],
-                          "value": runs[VAL_REL_LLOYD]})
+    frame = pd.DataFrame(
+        {"panel": panel, "series": series, "x": runs[axis], SEED: runs[SEED], "value": runs[VAL_REL_LLOYD]}
+    )
     finished = frame[runs["outcome"] == FINISHED]
     per_seed = finished.groupby(["panel", "series", "x", SEED], as_index=False)["value"].mean()
     band = seed_band(per_seed, ["panel", "series"], "x", "value")
@@ -65,7 +78,9 @@ def final_values(runs: pd.DataFrame, axis: str, panel: pd.Series, series: pd.Ser
     counts["diverged"] = [divergence_note(d, n) for d, n in zip(counts["n_diverged"], counts["n_runs"])]
     points = band.merge(counts, on=["panel", "series", "x"], how="right")
     points["n_seeds"] = points["n_seeds"].fillna(0).astype(int)
-    return points.loc[(points["n_seeds"] > 0) | (points["diverged"] != ""), CURVE_COLUMNS].reset_index(drop=True)
+    return points.loc[(points["n_seeds"] > 0) | (points["diverged"] != ""), CURVE_COLUMNS].reset_index(
+        drop=True
+    )
 
 
 def _facets(runs: pd.DataFrame, axis: str) -> list[str]:
@@ -77,9 +92,12 @@ def _facets(runs: pd.DataFrame, axis: str) -> list[str]:
 def _ablation_runs(ctx: Context, subgrid: str) -> pd.DataFrame:
     runs = ctx.tagged(subgrid)
     if runs.empty:
-        raise MissingInput(f"needs the `{subgrid}` sub-grid (runs tagged {SUBGRIDS}={subgrid}); "
-                           f"{ctx.coverage(subgrid)}")
-    return runs.sort_values(_facets(runs, ABLATIONS[subgrid]) + [ABLATIONS[subgrid]], kind="stable")  # panel order
+        raise MissingInput(
+            f"needs the `{subgrid}` sub-grid (runs tagged {SUBGRIDS}={subgrid}); {ctx.coverage(subgrid)}"
+        )
+    return runs.sort_values(
+        _facets(runs, ABLATIONS[subgrid]) + [ABLATIONS[subgrid]], kind="stable"
+    )  # panel order
 
 
 def ablation(ctx: Context, subgrid: str) -> Figure:
@@ -94,12 +112,23 @@ def ablation(ctx: Context, subgrid: str) -> Figure:
     panel = _panel(runs, _facets(runs, axis))
     data = lloyd_reference(final_values(runs, axis, panel, series))
     name = f"ablation_{subgrid}"
-    files = draw_points(data, styles, ctx.out_dir, name, xlabel=AXIS_NAMES[axis], ylabel=f"final {VAL_REL_LLOYD}",
-                        logy=True, ncols=runs["loss.tau"].nunique(), panels=list(dict.fromkeys(panel)))
-    notes = [f"`{subgrid}` sub-grid: {ctx.coverage(subgrid)}",
-             f"each point: the median across seeds of the runs' final {VAL_REL_LLOYD}, bars the inter-quartile range; "
-             "below Lloyd's line (1) beats one Lloyd step; an x at a panel's top: some runs of that series diverged "
-             f"there (left out; counted in the `diverged` column of {name}.csv)"]
+    files = draw_points(
+        data,
+        styles,
+        ctx.out_dir,
+        name,
+        xlabel=AXIS_NAMES[axis],
+        ylabel=f"final {VAL_REL_LLOYD}",
+        logy=True,
+        ncols=runs["loss.tau"].nunique(),
+        panels=list(dict.fromkeys(panel)),
+    )
+    notes = [
+        f"`{subgrid}` sub-grid: {ctx.coverage(subgrid)}",
+        f"each point: the median across seeds of the runs' final {VAL_REL_LLOYD}, bars the inter-quartile range; "
+        "below Lloyd's line (1) beats one Lloyd step; an x at a panel's top: some runs of that series diverged "
+        f"there (left out; counted in the `diverged` column of {name}.csv)",
+    ]
     return Figure(name, data, list(runs["run_id"]), files, notes=notes)
 
 
@@ -109,10 +138,24 @@ def lr_curves(ctx: Context) -> Figure:
     series, styles = series_labels(runs, SERIES)
     panel = _panel(runs, _facets(runs, "optim.lr") + ["optim.lr"])
     data = lloyd_reference(metric_curves(ctx, runs, VAL_REL_LLOYD, panel, series))
-    files = draw_curves(data, styles, ctx.out_dir, "ablation_lr_curves", xlabel="step", ylabel=VAL_REL_LLOYD,
-                        logy=True, ncols=runs["optim.lr"].nunique(), panels=list(dict.fromkeys(panel)))
-    return Figure("ablation_lr_curves", data, list(runs["run_id"]), files,
-                  notes=[f"`lr` sub-grid: {ctx.coverage('lr')}"])
+    files = draw_curves(
+        data,
+        styles,
+        ctx.out_dir,
+        "ablation_lr_curves",
+        xlabel="step",
+        ylabel=VAL_REL_LLOYD,
+        logy=True,
+        ncols=runs["optim.lr"].nunique(),
+        panels=list(dict.fromkeys(panel)),
+    )
+    return Figure(
+        "ablation_lr_curves",
+        data,
+        list(runs["run_id"]),
+        files,
+        notes=[f"`lr` sub-grid: {ctx.coverage('lr')}"],
+    )
 
 
 def time_to_quality(ctx: Context) -> Figure:
@@ -122,10 +165,13 @@ def time_to_quality(ctx: Context) -> Figure:
     wall-clock, which also counts validation, checkpointing and the other models of a pack.
     """
     pool = ctx.subgrid("compute")
-    runs = narrow(pool[pool["model.embedding"].isin(["onehot", "binary"])],
-                  keep=["model.embedding", "task.d", "task.k"])
+    runs = narrow(
+        pool[pool["model.embedding"].isin(["onehot", "binary"])], keep=["model.embedding", "task.d", "task.k"]
+    )
     if runs.empty:
-        raise MissingInput("time_to_quality: needs onehot and binary runs (the `compute` sub-grid); none found")
+        raise MissingInput(
+            "time_to_quality: needs onehot and binary runs (the `compute` sub-grid); none found"
+        )
     runs = runs.sort_values(["task.d", "task.k"], kind="stable")  # panel order
     series, styles = series_labels(runs, ["model.embedding"])
     panel = _panel(runs, ["task.d", "task.k"])
@@ -133,14 +179,26 @@ def time_to_quality(ctx: Context) -> Figure:
     curves = metric_curves(ctx, runs, VAL_REL_LLOYD, panel, series).merge(seconds, on=["panel", "series"])
     curves["x"] = curves["x"] * curves.pop("seconds_per_step")
     data = lloyd_reference(curves[CURVE_COLUMNS])
-    files = draw_curves(data, styles, ctx.out_dir, "time_to_quality", xlabel="step x seconds per step",
-                        ylabel=VAL_REL_LLOYD, logy=True, panels=list(dict.fromkeys(panel)))
+    files = draw_curves(
+        data,
+        styles,
+        ctx.out_dir,
+        "time_to_quality",
+        xlabel="step x seconds per step",
+        ylabel=VAL_REL_LLOYD,
+        logy=True,
+        panels=list(dict.fromkeys(panel)),
+    )
     device, threads = ctx.settings.torch_device(), int(runs["train.threads"].iloc[0])
-    notes = [f"compute sub-grid: {ctx.coverage('compute')}",
-             f"seconds per step (table step_seconds): measured for this figure on {device} with the runs' "
-             f"train.threads={threads}, the median of {STEP_ROUNDS} training steps (after one warm-up step) of a fresh "
-             "model at each series' configuration, the series of a panel timed alternately"]
-    return Figure("time_to_quality", data, list(runs["run_id"]), files, tables={"step_seconds": seconds}, notes=notes)
+    notes = [
+        f"compute sub-grid: {ctx.coverage('compute')}",
+        f"seconds per step (table step_seconds): measured for this figure on {device} with the runs' "
+        f"train.threads={threads}, the median of {STEP_ROUNDS} training steps (after one warm-up step) of a fresh "
+        "model at each series' configuration, the series of a panel timed alternately",
+    ]
+    return Figure(
+        "time_to_quality", data, list(runs["run_id"]), files, tables={"step_seconds": seconds}, notes=notes
+    )
 
 
 def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.Series) -> pd.DataFrame:
@@ -156,12 +214,16 @@ def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.
         for name, part in firsts.groupby("panel", sort=False):
             steps = {}
             for run in part.itertuples():
-                cfg = compose(run_overrides(client.get_run(run.run_id).data.params) + [f"train.device={device}"])
+                cfg = compose(
+                    run_overrides(client.get_run(run.run_id).data.params) + [f"train.device={device}"]
+                )
                 torch.set_num_threads(cfg.train.threads)
                 steps[run.series] = Trainer(cfg, device).step
             times = alternate(steps, STEP_ROUNDS, device)
-            rows += [{"panel": name, "series": label, "seconds_per_step": statistics.median(t)}
-                     for label, t in times.items()]
+            rows += [
+                {"panel": name, "series": label, "seconds_per_step": statistics.median(t)}
+                for label, t in times.items()
+            ]
     finally:
         torch.set_num_threads(threads)
     return pd.DataFrame(rows)
@@ -171,20 +233,51 @@ def speed_memory(ctx: Context) -> Figure:
     """Forward/backward time and peak memory, binary vs onehot, from `python -m bench speed_memory` JSON."""
     path = ctx.speed_json
     if path is None or not path.exists():
-        raise MissingInput(f"speed_memory: needs the benchmark's JSON ({path}); write it with "
-                           f"`python -m bench speed_memory --out {path}`")
+        raise MissingInput(
+            f"speed_memory: needs the benchmark's JSON ({path}); write it with "
+            f"`python -m bench speed_memory --out {path}`"
+        )
     rows = json.loads(path.read_text()).get("rows", [])
-    records = [{"embedding": e, "d": r["d"], "k": r["k"], **r[e]} for r in rows for e in EMBEDDING_COLORS
-               if isinstance(r.get(e), dict)]
+    records = [
+        {"embedding": e, "d": r["d"], "k": r["k"], **r[e]}
+        for r in rows
+        for e in EMBEDDING_COLORS
+        if isinstance(r.get(e), dict)
+    ]
     if not records:
-        raise MissingInput(f"speed_memory: {path} holds no benchmark rows (expected rows of d, k, onehot, binary)")
+        raise MissingInput(
+            f"speed_memory: {path} holds no benchmark rows (expected rows of d, k, onehot, binary)"
+        )
     frame = pd.DataFrame(records)
-    data = pd.DataFrame([{"panel": f"{measure} | d={r.d}", "series": short("model.embedding", r.embedding), "x": r.k,
-                          "median": getattr(r, measure), "q25": getattr(r, measure), "q75": getattr(r, measure),
-                          "n_seeds": 1, "diverged": ""}
-                         for measure in MEASURES for r in frame.itertuples()], columns=CURVE_COLUMNS)
+    data = pd.DataFrame(
+        [
+            {
+                "panel": f"{measure} | d={r.d}",
+                "series": short("model.embedding", r.embedding),
+                "x": r.k,
+                "median": getattr(r, measure),
+                "q25": getattr(r, measure),
+                "q75": getattr(r, measure),
+                "n_seeds": 1,
+                "diverged": "",
+            }
+            for measure in MEASURES
+            for r in frame.itertuples()
+        ],
+        columns=CURVE_COLUMNS,
+    )
     styles = {short("model.embedding", e): {"color": c} for e, c in EMBEDDING_COLORS.items()}
-    files = draw_curves(data, styles, ctx.out_dir, "speed_memory", xlabel="k", ylabel="seconds or bytes", logy=True,
-                        ncols=frame["d"].nunique())
+    files = draw_curves(
+        data,
+        styles,
+        ctx.out_dir,
+        "speed_memory",
+        xlabel="k",
+        ylabel="seconds or bytes",
+        logy=True,
+        ncols=frame["d"].nunique(),
+    )
     ratios = pd.DataFrame(rows).drop(columns=[e for e in EMBEDDING_COLORS if e in rows[0]])
-    return Figure("speed_memory", data, [], files, tables={"speed_memory_ratios": ratios}, notes=[f"from {path}"])
+    return Figure(
+        "speed_memory", data, [], files, tables={"speed_memory_ratios": ratios}, notes=[f"from {path}"]
+    )

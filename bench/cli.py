@@ -31,11 +31,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=MEASURES + PROBES)
     parser.add_argument("--repeats", type=int, default=5, help="measured rounds per variant (default 5)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's, all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: PyTorch's, all cores)"
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds (speed_memory)")
     parser.add_argument("--packs", type=str, default="1,2,5,10,30", help="pack sizes for `pack`")
-    parser.add_argument("--sweep-pack", type=int, default=10,
-                        help="`sweep`: also time packs of this many seeds per shape (0 or 1: solo only)")
+    parser.add_argument(
+        "--sweep-pack",
+        type=int,
+        default=10,
+        help="`sweep`: also time packs of this many seeds per shape (0 or 1: solo only)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
     args, overrides = parser.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]

@@ -49,8 +49,9 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def alternate(variants: dict[str, Callable[[], object]], repeats: int, device: torch.device,
-              warmup: int = 1) -> dict[str, list[float]]:
+def alternate(
+    variants: dict[str, Callable[[], object]], repeats: int, device: torch.device, warmup: int = 1
+) -> dict[str, list[float]]:
     """Seconds per call of each variant, measured round robin so load drifts hit all alike."""
     for fn in variants.values():
         for _ in range(warmup):
@@ -78,7 +79,9 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
         fn()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "timeline.json"
@@ -114,8 +117,12 @@ def attention_flops(n_q: int, n_k: int, d_emb: int, qkv_mult: int) -> int:
 def forward_flops(n: int, d: int, k: int, embedding: str, qkv_mult: int = 1) -> int:
     """Matmul FLOPs of the model's forward pass plus the loss's distances, one task."""
     e = embedding_dim(d, k, embedding)
-    layer = (attention_flops(n, k, e, qkv_mult) + attention_flops(n, n, e, qkv_mult)
-             + attention_flops(k, n, e, qkv_mult) + attention_flops(k, k, e, qkv_mult))
+    layer = (
+        attention_flops(n, k, e, qkv_mult)
+        + attention_flops(n, n, e, qkv_mult)
+        + attention_flops(k, n, e, qkv_mult)
+        + attention_flops(k, k, e, qkv_mult)
+    )
     return layer + 2 * n * k * d
 
 
@@ -133,9 +140,14 @@ def configure(threads: int | None) -> None:
 
 def figures(times: list[float], flops: int, models: int, peak: int, matmul_rate: float) -> dict:
     seconds = statistics.median(times)
-    return {"seconds_per_step": seconds, "seconds_per_step_min": min(times),
-            "model_steps_per_second": models / seconds, "peak_memory_bytes": peak,
-            "flop_rate": models * flops / seconds, "flop_fraction": models * flops / seconds / matmul_rate}
+    return {
+        "seconds_per_step": seconds,
+        "seconds_per_step_min": min(times),
+        "model_steps_per_second": models / seconds,
+        "peak_memory_bytes": peak,
+        "flop_rate": models * flops / seconds,
+        "flop_fraction": models * flops / seconds / matmul_rate,
+    }
 
 
 def memory_measure(device: torch.device) -> str:
@@ -146,8 +158,18 @@ def memory_measure(device: torch.device) -> str:
 
 def describe(cfg: DictConfig) -> dict:
     t, m = cfg.task, cfg.model
-    return {"n": t.n, "d": t.d, "k": t.k, "family": t.family, "batch": cfg.train.batch, "embedding": m.embedding,
-            "dropout": m.dropout, "qkv_mult": m.qkv_mult, "tau": cfg.loss.tau, "regularizer": cfg.loss.regularizer}
+    return {
+        "n": t.n,
+        "d": t.d,
+        "k": t.k,
+        "family": t.family,
+        "batch": cfg.train.batch,
+        "embedding": m.embedding,
+        "dropout": m.dropout,
+        "qkv_mult": m.qkv_mult,
+        "tau": cfg.loss.tau,
+        "regularizer": cfg.loss.regularizer,
+    }
 
 
 def seeded(cfg: DictConfig, seed: int) -> DictConfig:

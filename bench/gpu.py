@@ -30,9 +30,9 @@ import torch
 from bench.common import log
 from bench.pack import bench_pack
 from bench.sweep import bench_sweep
+from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
-from config.compose import compose
 from tasks.sampler import TaskSpec, sample_tasks
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load
@@ -43,8 +43,14 @@ TOLERANCE = 1e-5
 SHAPES = ((4, 6), (32, 10), (32, 25))
 PACKS = (1, 10, 30, 100)
 # A small run that still takes every path: evaluation, the LR schedule, checkpoints.
-SMALL_RUN = ["task.n=64", "train.batch=8", "train.steps=40", "train.eval_every=10", "train.val_batches=2",
-             "model.dropout=0.0"]
+SMALL_RUN = [
+    "task.n=64",
+    "train.batch=8",
+    "train.steps=40",
+    "train.eval_every=10",
+    "train.val_batches=2",
+    "model.dropout=0.0",
+]
 
 
 class Crash(RuntimeError):
@@ -62,13 +68,16 @@ def check_exact(device: torch.device, tiny: bool) -> dict:
     shapes = SHAPES[:1] if tiny else SHAPES
     errors = {}
     for d, k in shapes:
-        X, C = sample_tasks(TaskSpec(n=64 if tiny else 512, d=d, k=k), 4 if tiny else 32,
-                            torch.Generator().manual_seed(0))
+        X, C = sample_tasks(
+            TaskSpec(n=64 if tiny else 512, d=d, k=k), 4 if tiny else 32, torch.Generator().manual_seed(0)
+        )
         X, C = X.to(device, torch.float64), C.to(device, torch.float64)
         for embedding in ("onehot", "binary"):
             model = ExactLloydTransformer(d, k, embedding).to(device, torch.float64)
             with torch.no_grad():
-                errors[f"d={d} k={k} {embedding}"] = max_relative_error(model(X, C, steps=1), lloyd_step(X, C))
+                errors[f"d={d} k={k} {embedding}"] = max_relative_error(
+                    model(X, C, steps=1), lloyd_step(X, C)
+                )
     worst = max(errors.values())
     return {"ok": worst <= TOLERANCE, "max_relative_error": worst, "tolerance": TOLERANCE, "cases": errors}
 
@@ -79,16 +88,26 @@ def _final_models(workdirs: list[Path]) -> list[dict[str, torch.Tensor]]:
 
 def check_packed(device: torch.device, tiny: bool, root: Path) -> dict:
     """Three seeds trained in one pack against the same three trained alone: final weights within 1e-5."""
-    cfgs = [compose(SMALL_RUN + [f"train.device={device}", f"seed={seed}"] + (["task.n=16"] if tiny else []))
-            for seed in (153476998, 235510766, 205084180)]
+    cfgs = [
+        compose(SMALL_RUN + [f"train.device={device}", f"seed={seed}"] + (["task.n=16"] if tiny else []))
+        for seed in (153476998, 235510766, 205084180)
+    ]
     solo_dirs = [root / f"solo{i}" for i in range(len(cfgs))]
     for cfg, workdir in zip(cfgs, solo_dirs):
         train(cfg, MemoryRecorder(), workdir)
     pack_dirs = [root / f"pack{i}" for i in range(len(cfgs))]
     train_pack(cfgs, [MemoryRecorder() for _ in cfgs], pack_dirs)
-    worst = max(max_relative_error(p[name], s[name]) for s, p in
-                zip(_final_models(solo_dirs), _final_models(pack_dirs)) for name in s)
-    return {"ok": worst <= TOLERANCE, "max_relative_error": worst, "tolerance": TOLERANCE, "models": len(cfgs)}
+    worst = max(
+        max_relative_error(p[name], s[name])
+        for s, p in zip(_final_models(solo_dirs), _final_models(pack_dirs))
+        for name in s
+    )
+    return {
+        "ok": worst <= TOLERANCE,
+        "max_relative_error": worst,
+        "tolerance": TOLERANCE,
+        "models": len(cfgs),
+    }
 
 
 def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
@@ -119,10 +138,17 @@ def measure_steps(device: torch.device, tiny: bool) -> list[dict]:
     rows = []
     for d, k in shapes:
         for embedding in ("onehot", "binary"):
-            overrides = [f"task.d={d}", f"task.k={k}", f"model.embedding={embedding}", f"train.device={device}"]
+            overrides = [
+                f"task.d={d}",
+                f"task.k={k}",
+                f"model.embedding={embedding}",
+                f"train.device={device}",
+            ]
             cfg = compose(overrides + (["task.n=16", "train.batch=4"] if tiny else []))
             result = bench_pack(cfg, list(packs), 1 if tiny else 3)
-            rows.append({"d": d, "k": k, "embedding": embedding, "solo": result["solo"], "packs": result["packs"]})
+            rows.append(
+                {"d": d, "k": k, "embedding": embedding, "solo": result["solo"], "packs": result["packs"]}
+            )
     return rows
 
 
@@ -131,9 +157,13 @@ def measure_compile(device: torch.device, tiny: bool) -> dict:
     mode = "cudagraphs" if device.type == "cuda" else "aot_eager"
     out = {"mode": mode}
     for name, setting in (("off", "off"), (mode, mode)):
-        cfg = compose([f"train.device={device}", "task.d=32", "task.k=10", f"train.compile={setting}"]
-                      + (["task.n=16", "train.batch=4", "task.d=4", "task.k=6"] if tiny else []))
-        result = bench_pack(cfg, [1], 1 if tiny else 5)  # its solo entry times Trainer.step, compiled as configured
+        cfg = compose(
+            [f"train.device={device}", "task.d=32", "task.k=10", f"train.compile={setting}"]
+            + (["task.n=16", "train.batch=4", "task.d=4", "task.k=6"] if tiny else [])
+        )
+        result = bench_pack(
+            cfg, [1], 1 if tiny else 5
+        )  # its solo entry times Trainer.step, compiled as configured
         out[name] = result["solo"]["seconds_per_step"]
     out["speedup"] = out["off"] / out[mode]
     return out
@@ -149,8 +179,14 @@ def project_grid(tiny: bool) -> dict:
 def run_checks(tiny: bool) -> dict:
     device = pick_device("auto")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    report: dict = {"command": "gpu_check", "device": str(device), "device_name": name, "tiny": tiny,
-                    "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+    report: dict = {
+        "command": "gpu_check",
+        "device": str(device),
+        "device_name": name,
+        "tiny": tiny,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         checks: dict[str, Callable[[], object]] = {
             "exact": lambda: check_exact(device, tiny),
@@ -175,18 +211,26 @@ def run_checks(tiny: bool) -> dict:
 
 def table(report: dict) -> str:
     """The report as lines a person reads."""
-    lines = [f"gpu_check on {report['device_name']} ({report['device']}), torch {report['torch']}, {report['date']}"]
+    lines = [
+        f"gpu_check on {report['device_name']} ({report['device']}), torch {report['torch']}, {report['date']}"
+    ]
     for key in ("exact", "packed", "resume"):
         entry = report[key]
-        lines.append(f"{key:<10} {'PASS' if entry.get('ok') else 'FAIL'}  "
-                     + ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("ok", "cases")))
+        lines.append(
+            f"{key:<10} {'PASS' if entry.get('ok') else 'FAIL'}  "
+            + ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("ok", "cases"))
+        )
     steps = report["steps"]
     if isinstance(steps, list):
         for row in steps:
-            packs = ", ".join(f"pack {p['pack']}: {p['model_steps_per_second']:.0f}/s ({p['speedup_vs_solo']:.1f}x)"
-                              for p in row["packs"])
-            lines.append(f"steps      d={row['d']} k={row['k']} {row['embedding']}: solo "
-                         f"{row['solo']['model_steps_per_second']:.0f} model-steps/s; {packs}")
+            packs = ", ".join(
+                f"pack {p['pack']}: {p['model_steps_per_second']:.0f}/s ({p['speedup_vs_solo']:.1f}x)"
+                for p in row["packs"]
+            )
+            lines.append(
+                f"steps      d={row['d']} k={row['k']} {row['embedding']}: solo "
+                f"{row['solo']['model_steps_per_second']:.0f} model-steps/s; {packs}"
+            )
     else:
         lines.append(f"steps      {steps}")
     lines.append(f"compile    {report['compile']}")
@@ -211,4 +255,3 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     return 0 if all(report[key].get("ok") for key in ("exact", "packed", "resume")) else 1
-

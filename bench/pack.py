@@ -25,12 +25,28 @@ def bench_pack(cfg: DictConfig, sizes: list[int], repeats: int) -> dict:
     rows = []
     for P in sizes:
         seconds = statistics.median(times[f"pack{P}"])
-        rows.append({"pack": P, "seconds_per_step": seconds, "model_steps_per_second": P / seconds,
-                     "speedup_vs_solo": statistics.median(P * s / p for s, p in zip(times["solo"], times[f"pack{P}"])),
-                     "flop_rate": P * flops / seconds,
-                     "peak_memory_bytes": peak_memory_bytes(lambda ts=packs[P]: packed_step(ts), device)})
-    return {"command": "pack", "config": describe(cfg), "device": str(device), "threads": torch.get_num_threads(),
-            "memory_measure": memory_measure(device),
-            "solo": {"seconds_per_step": solo_seconds, "model_steps_per_second": 1 / solo_seconds,
-                     "peak_memory_bytes": peak_memory_bytes(solo.step, device)},
-            "packs": rows}
+        rows.append(
+            {
+                "pack": P,
+                "seconds_per_step": seconds,
+                "model_steps_per_second": P / seconds,
+                "speedup_vs_solo": statistics.median(
+                    P * s / p for s, p in zip(times["solo"], times[f"pack{P}"])
+                ),
+                "flop_rate": P * flops / seconds,
+                "peak_memory_bytes": peak_memory_bytes(lambda ts=packs[P]: packed_step(ts), device),
+            }
+        )
+    return {
+        "command": "pack",
+        "config": describe(cfg),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "memory_measure": memory_measure(device),
+        "solo": {
+            "seconds_per_step": solo_seconds,
+            "model_steps_per_second": 1 / solo_seconds,
+            "peak_memory_bytes": peak_memory_bytes(solo.step, device),
+        },
+        "packs": rows,
+    }

@@ -40,9 +40,9 @@ import psutil
 from tracking.names import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
 
 REPO = Path(__file__).resolve().parent.parent
-REPORTS = 2        # evaluation intervals each trial reports before its outcome
-EVAL_EVERY = 50    # the paper's train.eval_every and train.log_every: 5 train_loss points and
-LOG_EVERY = 10     # one point of each evaluation metric per interval, as a real trial sends
+REPORTS = 2  # evaluation intervals each trial reports before its outcome
+EVAL_EVERY = 50  # the paper's train.eval_every and train.log_every: 5 train_loss points and
+LOG_EVERY = 10  # one point of each evaluation metric per interval, as a real trial sends
 CONFIGURATIONS = 300  # the paper grid: 300 configurations x 10 seeds
 PACK = 10
 
@@ -69,7 +69,9 @@ def noop_trial(config: dict, *, jobs: dict, packs: dict, base: list) -> None:
             for key in members:
                 payload[key]["start"] = {"name": jobs[key]["name"], "params": {"probe": "1"}, "tags": {}}
         (work / "state").write_text(str(i))  # a checkpoint per report, as training writes one per evaluation
-        tune.report({STEP: i * EVAL_EVERY, PAYLOAD: payload}, checkpoint=tune.Checkpoint.from_directory(str(work)))
+        tune.report(
+            {STEP: i * EVAL_EVERY, PAYLOAD: payload}, checkpoint=tune.Checkpoint.from_directory(str(work))
+        )
     outcome = {key: {"tags": {OUTCOME: FINISHED}, "status": "FINISHED"} for key in members}
     tune.report({STEP: REPORTS * EVAL_EVERY, PAYLOAD: outcome})
 
@@ -97,12 +99,21 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
     from tracking import store
 
     tmp = tempfile.mkdtemp(prefix="scale-probe-")
-    # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds of the first models/10 configurations.
+    # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds of the first models/10
+    # configurations.
     seeds = range(PACK) if pack == "seeds" else range(-(-models // CONFIGURATIONS))
     name = f"scale-{models}-{pack}-{os.getpid()}"
-    cfg, plan = load(["sweep=paper", f"sweep.seeds=[{', '.join(map(str, seeds))}]", f"tracking.uri={uri}",
-                      f"cluster.storage={tmp}/ray", f"cluster.pack={pack}", *overrides])
-    chosen = plan.configurations[:-(-models // PACK)] if pack == "seeds" else plan.configurations
+    cfg, plan = load(
+        [
+            "sweep=paper",
+            f"sweep.seeds=[{', '.join(map(str, seeds))}]",
+            f"tracking.uri={uri}",
+            f"cluster.storage={tmp}/ray",
+            f"cluster.pack={pack}",
+            *overrides,
+        ]
+    )
+    chosen = plan.configurations[: -(-models // PACK)] if pack == "seeds" else plan.configurations
     trials = [t for t in grid.trials(cfg, plan) if t.configuration in chosen][:models]
     client = store.connect(uri)
     experiment = store.experiment_id(client, name)
@@ -121,11 +132,22 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
     ray.shutdown()
     cpu = (end_cpu.user - start_cpu.user) + (end_cpu.system - start_cpu.system)
     stored = len(read_ledger(client, experiment, name).done & set(jobs))
-    return {"models": len(trials), "trials": len(packs), "pack": pack, "errors": errors, "runs_stored": stored,
-            "lost": len(trials) - stored, "wall_s": round(wall, 1), "s_per_trial": round(wall / len(packs), 4),
-            "cpu_s_per_trial": round(cpu / len(packs), 4), "driver_rss_start_mib": round(start_rss / 2**20),
-            "driver_rss_peak_mib": round(rss.peak / 2**20), "points_written": writer.points_written,
-            "points_per_s": round(writer.points_written / wall, 1), "cpus_per_trial": cfg.cluster.cpus_per_trial}
+    return {
+        "models": len(trials),
+        "trials": len(packs),
+        "pack": pack,
+        "errors": errors,
+        "runs_stored": stored,
+        "lost": len(trials) - stored,
+        "wall_s": round(wall, 1),
+        "s_per_trial": round(wall / len(packs), 4),
+        "cpu_s_per_trial": round(cpu / len(packs), 4),
+        "driver_rss_start_mib": round(start_rss / 2**20),
+        "driver_rss_peak_mib": round(rss.peak / 2**20),
+        "points_written": writer.points_written,
+        "points_per_s": round(writer.points_written / wall, 1),
+        "cpus_per_trial": cfg.cluster.cpus_per_trial,
+    }
 
 
 def postgres_uri(root: Path) -> str | None:
@@ -144,15 +166,33 @@ def tracking_server(root: Path, store: str) -> Iterator[tuple[str, str]]:
     """An `mlflow server` on a free port over PostgreSQL (store auto or postgres, when possible) or SQLite."""
     backend = postgres_uri(root) if store != "sqlite" else None
     if backend is None and store == "postgres":
-        raise SystemExit("error: --store=postgres needs the pgserver wheel (pip install pgserver 'psycopg[binary]')")
+        raise SystemExit(
+            "error: --store=postgres needs the pgserver wheel (pip install pgserver 'psycopg[binary]')"
+        )
     backend = backend or f"sqlite:///{root}/mlflow.db"
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     log = (root / "mlflow-server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-                             "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            backend,
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )  # no job runner
     try:
         wait_healthy(uri, proc, root / "mlflow-server.log")
         yield uri, backend.split(":", 1)[0]
@@ -179,34 +219,54 @@ def wait_healthy(uri: str, proc: subprocess.Popen, log: Path, seconds: float = 1
                 return
         except OSError:
             time.sleep(0.5)
-    raise RuntimeError(f"mlflow server at {uri} did not answer within {seconds} s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(
+        f"mlflow server at {uri} did not answer within {seconds} s:\n{log.read_text()[-3000:]}"
+    )
 
 
 def table(rows: list[dict], store: str) -> str:
     """One line per size; ratios to the first size of the same packing."""
-    head = (f"{'models':>6} {'trials':>6} {'pack':>5} {'s/trial':>8} {'cpu s/trial':>11} {'peak MiB':>8} "
-            f"{'points/s':>8} {'runs':>5} {'lost':>4} | ratios to the smallest: s/trial, cpu, MiB, points/s")
-    lines = [f"scale probe, MLflow server on {store}, {REPORTS} reports of {len(interval_points(EVAL_EVERY))} "
-             f"points per model", head]
+    head = (
+        f"{'models':>6} {'trials':>6} {'pack':>5} {'s/trial':>8} {'cpu s/trial':>11} {'peak MiB':>8} "
+        f"{'points/s':>8} {'runs':>5} {'lost':>4} | ratios to the smallest: s/trial, cpu, MiB, points/s"
+    )
+    lines = [
+        f"scale probe, MLflow server on {store}, {REPORTS} reports of {len(interval_points(EVAL_EVERY))} "
+        f"points per model",
+        head,
+    ]
     first: dict[str, dict] = {}
     for r in rows:
         base = first.setdefault(r["pack"], r)
-        ratios = [r[k] / base[k] if base[k] else float("nan")
-                  for k in ("s_per_trial", "cpu_s_per_trial", "driver_rss_peak_mib", "points_per_s")]
-        lines.append(f"{r['models']:>6} {r['trials']:>6} {r['pack']:>5} {r['s_per_trial']:>8.3f} "
-                     f"{r['cpu_s_per_trial']:>11.3f} {r['driver_rss_peak_mib']:>8} {r['points_per_s']:>8.0f} "
-                     f"{r['runs_stored']:>5} {r['lost']:>4} | " + ", ".join(f"{x:.2f}x" for x in ratios))
+        ratios = [
+            r[k] / base[k] if base[k] else float("nan")
+            for k in ("s_per_trial", "cpu_s_per_trial", "driver_rss_peak_mib", "points_per_s")
+        ]
+        lines.append(
+            f"{r['models']:>6} {r['trials']:>6} {r['pack']:>5} {r['s_per_trial']:>8.3f} "
+            f"{r['cpu_s_per_trial']:>11.3f} {r['driver_rss_peak_mib']:>8} {r['points_per_s']:>8.0f} "
+            f"{r['runs_stored']:>5} {r['lost']:>4} | " + ", ".join(f"{x:.2f}x" for x in ratios)
+        )
     return "\n".join(lines)
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", default="300,1000,3000",
-                        help="models per measurement, one trial each ('' skips them)")
-    parser.add_argument("--packs", type=int, default=3000,
-                        help="models of the cluster.pack=seeds measurement (ten per trial; 0 skips it)")
-    parser.add_argument("--store", choices=("auto", "postgres", "sqlite"), default="auto",
-                        help="the tracking server's database (auto: PostgreSQL when pgserver is importable)")
+    parser.add_argument(
+        "--trials", default="300,1000,3000", help="models per measurement, one trial each ('' skips them)"
+    )
+    parser.add_argument(
+        "--packs",
+        type=int,
+        default=3000,
+        help="models of the cluster.pack=seeds measurement (ten per trial; 0 skips it)",
+    )
+    parser.add_argument(
+        "--store",
+        choices=("auto", "postgres", "sqlite"),
+        default="auto",
+        help="the tracking server's database (auto: PostgreSQL when pgserver is importable)",
+    )
     parser.add_argument("--one", nargs=3, metavar=("MODELS", "PACK", "URI"), help=argparse.SUPPRESS)
     args, overrides = parser.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]
@@ -229,12 +289,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runs = [(n, "none") for n in args.sizes] + ([(args.packs, "seeds")] if args.packs else [])
     rows = []
-    with tempfile.TemporaryDirectory(prefix="scale-probe-") as tmp, tracking_server(Path(tmp), args.store) as (uri,
-                                                                                                            store):
+    with (
+        tempfile.TemporaryDirectory(prefix="scale-probe-") as tmp,
+        tracking_server(Path(tmp), args.store) as (uri, store),
+    ):
         for models, pack in runs:
             print(f"scale: {models} models, cluster.pack={pack}", file=sys.stderr, flush=True)
-            done = subprocess.run([sys.executable, "-m", "bench", "scale", "--one", str(models), pack, uri,
-                                   *overrides], cwd=REPO, capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "bench", "scale", "--one", str(models), pack, uri, *overrides],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1

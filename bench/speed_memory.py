@@ -34,8 +34,10 @@ def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool) -> dict:
         for k in ks:
             X, C = sample_tasks(TaskSpec(n=n, d=d, k=k), batch, torch.Generator().manual_seed(cfg.seed))
             X, C = X.to(device), C.to(device)
-            models = {e: ClusteringTransformer(d, k, e, cfg.model.gamma, cfg.model.dropout).to(device)
-                      for e in ("onehot", "binary")}
+            models = {
+                e: ClusteringTransformer(d, k, e, cfg.model.gamma, cfg.model.dropout).to(device)
+                for e in ("onehot", "binary")
+            }
             variants = {}
             for e, model in models.items():
                 variants[f"{e}_forward"] = lambda m=model: m(X, C)
@@ -47,14 +49,26 @@ def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool) -> dict:
                 forward = statistics.median(times[f"{e}_forward"])
                 # backward alone: the timed call ran forward + backward
                 backward = max(statistics.median(times[f"{e}_backward"]) - forward, 0.0)
-                row[e] = {"d_emb": embedding_dim(d, k, e), "forward_seconds": forward, "backward_seconds": backward,
-                          "peak_memory_bytes": peak_memory_bytes(lambda m=model: _backward(m, X, C, cfg), device)}
+                row[e] = {
+                    "d_emb": embedding_dim(d, k, e),
+                    "forward_seconds": forward,
+                    "backward_seconds": backward,
+                    "peak_memory_bytes": peak_memory_bytes(lambda m=model: _backward(m, X, C, cfg), device),
+                }
             for what in ("forward_seconds", "backward_seconds", "peak_memory_bytes"):
                 row[f"onehot_over_binary_{what}"] = row["onehot"][what] / max(row["binary"][what], 1e-12)
             rows.append(row)
-    return {"command": "speed_memory", "device": str(device), "threads": torch.get_num_threads(), "n": n,
-            "batch": batch, "quick": quick, "memory_measure": memory_measure(device) + ", forward and backward",
-            "rows": rows, "binary_advantage_grows_with_k": _grows_with_k(rows, ks)}
+    return {
+        "command": "speed_memory",
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "n": n,
+        "batch": batch,
+        "quick": quick,
+        "memory_measure": memory_measure(device) + ", forward and backward",
+        "rows": rows,
+        "binary_advantage_grows_with_k": _grows_with_k(rows, ks),
+    }
 
 
 def _backward(model: torch.nn.Module, X: torch.Tensor, C: torch.Tensor, cfg: DictConfig) -> None:

@@ -8,8 +8,18 @@ import statistics
 import torch
 from omegaconf import DictConfig
 
-from bench.common import (MATMUL_SIZE, alternate, describe, figures, log, matmul_flop_rate, memory_measure,
-                          paired_ratio, peak_memory_bytes, step_flops)
+from bench.common import (
+    MATMUL_SIZE,
+    alternate,
+    describe,
+    figures,
+    log,
+    matmul_flop_rate,
+    memory_measure,
+    paired_ratio,
+    peak_memory_bytes,
+    step_flops,
+)
 from models.reference import ReferenceTransformer, reference_step
 from training.loop import Trainer, pick_device, task_spec
 
@@ -31,9 +41,16 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
     times = alternate({"fused": trainer.step, "reference": reference, "matmul": matmul}, repeats, device)
     rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times["matmul"])
     flops = step_flops(cfg)
-    out = {"command": "step", "config": describe(cfg), "device": str(device), "threads": torch.get_num_threads(),
-           "dtype": "float32", "flops_per_step": flops, "matmul_flop_rate": rate,
-           "memory_measure": memory_measure(device)}
+    out = {
+        "command": "step",
+        "config": describe(cfg),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "dtype": "float32",
+        "flops_per_step": flops,
+        "matmul_flop_rate": rate,
+        "memory_measure": memory_measure(device),
+    }
     out.update(figures(times["fused"], flops, 1, peak_memory_bytes(trainer.step, device), rate))
     out["reference"] = figures(times["reference"], flops, 1, peak_memory_bytes(reference, device), rate)
     out["speedup"] = paired_ratio(times["reference"], times["fused"])

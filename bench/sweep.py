@@ -18,7 +18,11 @@ from training.loop import Trainer, Validation, pick_device
 from training.packed import packed_step
 
 GRID_STEPS = 10_000
-GRID_SHAPE_KEYS = ("task.d", "task.k", "model.embedding")  # what a step's cost depends on within the paper grid
+GRID_SHAPE_KEYS = (
+    "task.d",
+    "task.k",
+    "model.embedding",
+)  # what a step's cost depends on within the paper grid
 
 
 def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
@@ -31,13 +35,17 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
     """
     base = compose(overrides + ["sweep=paper"])
     plan = expand(base.sweep)
-    shapes = Counter(tuple(c.overrides.get(key, OmegaConf.select(base, key)) for key in GRID_SHAPE_KEYS)
-                     for c in plan.configurations)
+    shapes = Counter(
+        tuple(c.overrides.get(key, OmegaConf.select(base, key)) for key in GRID_SHAPE_KEYS)
+        for c in plan.configurations
+    )
     device = pick_device(base.train.device)
     rows, solo_total, packed_total = [], 0.0, 0.0
     for i, (shape, count) in enumerate(sorted(shapes.items())):
         cfg = compose(overrides + [f"{key}={value}" for key, value in zip(GRID_SHAPE_KEYS, shape)])
-        log(f"sweep: shape {i + 1}/{len(shapes)} d={shape[0]} k={shape[1]} {shape[2]} ({count} configurations)")
+        log(
+            f"sweep: shape {i + 1}/{len(shapes)} d={shape[0]} k={shape[1]} {shape[2]} ({count} configurations)"
+        )
         solo = Trainer(cfg, device)
         variants = {"solo": solo.step}
         if pack > 1:
@@ -45,17 +53,34 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
             variants["packed"] = lambda: packed_step(trainers)
         times = alternate(variants, repeats, device)
         validation = Validation(cfg, device)
-        evaluation = timed(lambda: validation(solo.model), device) / cfg.train.eval_every  # amortised per step
+        evaluation = (
+            timed(lambda: validation(solo.model), device) / cfg.train.eval_every
+        )  # amortised per step
         per_model = statistics.median(times["solo"]) + evaluation
         per_model_packed = statistics.median(times["packed"]) / pack + evaluation if pack > 1 else per_model
         jobs = count * len(plan.seeds)
         solo_total += jobs * GRID_STEPS * per_model
         packed_total += jobs * GRID_STEPS * per_model_packed
-        rows.append({"d": shape[0], "k": shape[1], "embedding": shape[2], "configurations": count,
-                     "seconds_per_step_solo": per_model, "seconds_per_model_step_packed": per_model_packed})
-    return {"command": "sweep", "device": str(device), "threads": torch.get_num_threads(), "pack": pack,
-            "configurations": len(plan.configurations), "seeds": len(plan.seeds), "steps": GRID_STEPS,
-            "projected_hours_solo": solo_total / 3600,
-            "projected_hours_packed": packed_total / 3600 if pack > 1 else None,
-            "note": "one job at a time on this machine; per-step times include the amortised evaluation",
-            "shapes": rows}
+        rows.append(
+            {
+                "d": shape[0],
+                "k": shape[1],
+                "embedding": shape[2],
+                "configurations": count,
+                "seconds_per_step_solo": per_model,
+                "seconds_per_model_step_packed": per_model_packed,
+            }
+        )
+    return {
+        "command": "sweep",
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "pack": pack,
+        "configurations": len(plan.configurations),
+        "seeds": len(plan.seeds),
+        "steps": GRID_STEPS,
+        "projected_hours_solo": solo_total / 3600,
+        "projected_hours_packed": packed_total / 3600 if pack > 1 else None,
+        "note": "one job at a time on this machine; per-step times include the amortised evaluation",
+        "shapes": rows,
+    }

@@ -46,8 +46,10 @@ def _no_sweep_to_none(cfg: DictConfig) -> None:
         return
     given = [key for key in sweep if not OmegaConf.is_missing(sweep, key)]
     if given:
-        raise ConfigError(f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME "
-                          f"({', '.join(o for o in group_options('sweep') if o != 'none')})")
+        raise ConfigError(
+            f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME "
+            f"({', '.join(o for o in group_options('sweep') if o != 'none')})"
+        )
     cfg.sweep = None
 
 
@@ -67,7 +69,11 @@ def _explain(err: BaseException) -> str:
         if isinstance(cause, (ConfigKeyError, AttributeError)):
             parent = key.rsplit(".", 1)[0] if "." in key else ""
             return f"unknown key {key!r}: allowed keys are {', '.join(_keys_of(parent))}"
-        kind = type(cause.child_node).__name__.removesuffix("Node").lower() if cause.child_node is not None else ""
+        kind = (
+            type(cause.child_node).__name__.removesuffix("Node").lower()
+            if cause.child_node is not None
+            else ""
+        )
         expected = _TYPE_WORDS.get(kind, str(cause.msg).splitlines()[0])
         return f"{key}={cause.value!r} is not allowed: {expected}"
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
@@ -122,19 +128,35 @@ def validate(cfg: DictConfig) -> None:
     _at_least("optim.lr_patience", opt.lr_patience, 0)
     for key in ("steps", "batch", "eval_every", "val_batches", "log_every", "threads"):
         _at_least(f"train.{key}", t[key], 1)
-    _require(re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device) is not None, "train.device", t.device,
-             "auto, cpu, cuda, cuda:N or mps")
+    _require(
+        re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device) is not None,
+        "train.device",
+        t.device,
+        "auto, cpu, cuda, cuda:N or mps",
+    )
     _one_of("train.resume", t.resume, RESUME_MODES)
     _one_of("train.compile", t.compile, COMPILE_MODES)
-    _require(t.compile != "cudagraphs" or t.device not in ("cpu", "mps"), "train.compile", t.compile,
-             f"cudagraphs needs a CUDA device (train.device={t.device}): use inductor or off")
+    _require(
+        t.compile != "cudagraphs" or t.device not in ("cpu", "mps"),
+        "train.compile",
+        t.compile,
+        f"cudagraphs needs a CUDA device (train.device={t.device}): use inductor or off",
+    )
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
-    _require(bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db")
-    _require(bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name")
+    _require(
+        bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db"
+    )
+    _require(
+        bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name"
+    )
     _positive("tracking.outage_s", cfg.tracking.outage_s)
     _positive("cluster.cpus_per_trial", c.cpus_per_trial)
     _require(c.gpus_per_trial >= 0, "cluster.gpus_per_trial", c.gpus_per_trial, "a number >= 0")
-    _require(c.max_concurrent is None or c.max_concurrent >= 1, "cluster.max_concurrent", c.max_concurrent,
-             "null (no limit) or an integer >= 1")
+    _require(
+        c.max_concurrent is None or c.max_concurrent >= 1,
+        "cluster.max_concurrent",
+        c.max_concurrent,
+        "null (no limit) or an integer >= 1",
+    )
     _at_least("cluster.max_failures", c.max_failures, -1)
     _one_of("cluster.pack", c.pack, PACK_MODES)

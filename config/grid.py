@@ -108,14 +108,24 @@ def _points(name: str, sub: dict, axes: dict[str, str]) -> tuple[Subgrid, list[d
     for axis, values in sub.items():
         keys = _axis_keys(name, axes, axis)
         if not isinstance(values, list) or not values:
-            _fail(name, f"sub-grid {label!r}, axis {axis!r}", f"needs a non-empty list of values, got {values!r}")
+            _fail(
+                name,
+                f"sub-grid {label!r}, axis {axis!r}",
+                f"needs a non-empty list of values, got {values!r}",
+            )
         column = []
         for value in values:
             value = list(value) if isinstance(value, (list, tuple)) else [value]
             if len(value) != len(keys):
-                _fail(name, f"sub-grid {label!r}, axis {axis!r}", f"value {value!r} needs {len(keys)} entries")
+                _fail(
+                    name, f"sub-grid {label!r}, axis {axis!r}", f"value {value!r} needs {len(keys)} entries"
+                )
             if any(isinstance(v, (dict, list)) for v in value):
-                _fail(name, f"sub-grid {label!r}, axis {axis!r}", f"value {value!r}: values are numbers or names")
+                _fail(
+                    name,
+                    f"sub-grid {label!r}, axis {axis!r}",
+                    f"value {value!r}: values are numbers or names",
+                )
             column.append(dict(zip(keys, value)))
         columns.append(column)
         counts.append((axis, len(values)))
@@ -135,7 +145,11 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
     if unknown:
         _fail(name, f"key {unknown[0]!r}", f"unknown key; allowed keys: {', '.join(SWEEP_KEYS)}")
     if spec.get("scheduler", "none") not in SCHEDULERS:
-        _fail(name, "sweep.scheduler", f"{spec['scheduler']!r} is not allowed: choose one of {', '.join(SCHEDULERS)}")
+        _fail(
+            name,
+            "sweep.scheduler",
+            f"{spec['scheduler']!r} is not allowed: choose one of {', '.join(SCHEDULERS)}",
+        )
     axes = spec.get("axes") or {}
     baseline = {}
     for axis, value in (spec.get("baseline") or {}).items():
@@ -155,7 +169,11 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
             if grid.name not in names:
                 names.append(grid.name)
     if not union:
-        _fail(name, "sweep.subgrids", "the grid is empty: name at least one sub-grid with at least one value per axis")
+        _fail(
+            name,
+            "sweep.subgrids",
+            "the grid is empty: name at least one sub-grid with at least one value per axis",
+        )
     configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
     return Plan(name, tuple(subgrids), configurations, seeds)
 
@@ -163,19 +181,31 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
 def _refuse_overwritten(name: str, spec: dict, axes: dict[str, str], command_line: frozenset[str]) -> None:
     """A command-line override the grid would silently overwrite in every trial is rejected instead."""
     if "seed" in command_line:
-        _fail(name, "sweep.seeds", "seed on the command line would be overwritten: each trial takes its seed "
-              "from sweep.seeds; set sweep.seeds=[...] instead")
+        _fail(
+            name,
+            "sweep.seeds",
+            "seed on the command line would be overwritten: each trial takes its seed "
+            "from sweep.seeds; set sweep.seeds=[...] instead",
+        )
     for sub in spec.get("subgrids") or []:
         for axis in (a for a in sub if a != "name"):
             for key in set(_axis_keys(name, axes, axis)) & command_line:
-                _fail(name, f"sub-grid {sub.get('name')!r}", f"{key} on the command line would be overwritten: "
-                      f"this sub-grid sweeps it (axis {axis!r}); change the sweep instead "
-                      "(sweep.baseline, sweep.subgrids)")
+                _fail(
+                    name,
+                    f"sub-grid {sub.get('name')!r}",
+                    f"{key} on the command line would be overwritten: "
+                    f"this sub-grid sweeps it (axis {axis!r}); change the sweep instead "
+                    "(sweep.baseline, sweep.subgrids)",
+                )
     for axis, value in (spec.get("baseline") or {}).items():
         (key,) = _axis_keys(name, axes, axis)
         if key in command_line:
-            _fail(name, "sweep.baseline", f"{key} on the command line would be overwritten: every sub-grid "
-                  f"holds it at the baseline {axis}={format_value(value)}; set sweep.baseline.{axis}=... instead")
+            _fail(
+                name,
+                "sweep.baseline",
+                f"{key} on the command line would be overwritten: every sub-grid "
+                f"holds it at the baseline {axis}={format_value(value)}; set sweep.baseline.{axis}=... instead",
+            )
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -210,8 +240,10 @@ def _configured(base: DictConfig, plan: Plan) -> Iterator[tuple[Configuration, D
     defaults = {key: OmegaConf.select(work, key, default=absent) for key in keys}
     unknown = sorted(key for key, value in defaults.items() if value is absent)
     if unknown:
-        raise ConfigError(f"sweep {plan.name!r}: {unknown[0]!r} is not a config key (python -m sweeper.train "
-                          "--help lists them)")
+        raise ConfigError(
+            f"sweep {plan.name!r}: {unknown[0]!r} is not a config key (python -m sweeper.train "
+            "--help lists them)"
+        )
     for configuration in plan.configurations:
         try:
             for key in keys:
@@ -222,8 +254,10 @@ def _configured(base: DictConfig, plan: Plan) -> Iterator[tuple[Configuration, D
 
 
 def _reject(plan: Plan, configuration: Configuration, why: str) -> None:
-    raise ConfigError(f"sweep {plan.name!r}, sub-grid {','.join(configuration.subgrids)!r}: {why} "
-                      f"(configuration {' '.join(configuration.override_strings())})")
+    raise ConfigError(
+        f"sweep {plan.name!r}, sub-grid {','.join(configuration.subgrids)!r}: {why} "
+        f"(configuration {' '.join(configuration.override_strings())})"
+    )
 
 
 def check(base: DictConfig, plan: Plan) -> None:

@@ -46,8 +46,10 @@ def configuration_name(cfg: DictConfig) -> str:
     configurations that differ only elsewhere (steps, scale, ...): demo, smoke and paper runs.
     """
     t, m, loss, opt = cfg.task, cfg.model, cfg.loss, cfg.optim
-    return (f"tau{loss.tau:g}-{loss.regularizer}-{m.embedding}-d{t.d}-k{t.k}-n{t.n}-{t.family}"
-            f"-lr{opt.lr:g}-{configuration_hash(cfg)[:8]}")
+    return (
+        f"tau{loss.tau:g}-{loss.regularizer}-{m.embedding}-d{t.d}-k{t.k}-n{t.n}-{t.family}"
+        f"-lr{opt.lr:g}-{configuration_hash(cfg)[:8]}"
+    )
 
 
 def run_name(cfg: DictConfig, sweep: str | None = None) -> str:
@@ -81,7 +83,9 @@ def flat_params(cfg: DictConfig) -> dict[str, str]:
 def operational_values(cfg: DictConfig) -> dict[str, str]:
     """Where and how a run executes and records (tracking.*, cluster.*, train.device/resume/workdir), with
     dotted keys: a run carries them as tags, so that with its params it holds every config value (SPEC 8)."""
-    out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")})
+    out = _flat(
+        {group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")}
+    )
     out["tracking.uri"] = re.sub(r"//[^/@]*@", "//", out["tracking.uri"])  # no user:password@ in a tag
     return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
 

@@ -16,7 +16,10 @@ from omegaconf import MISSING
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
 COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.loop.compiled
-PACK_MODES = ("none", "seeds")  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
+PACK_MODES = (
+    "none",
+    "seeds",
+)  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
 # Keys of `train` that say how and where a run executes, not what it computes:
 # they stay out of run_config and config_hash, so a resumed run (say with
 # train.resume=must) keeps its hash and finds its own checkpoint.
@@ -26,7 +29,6 @@ OPERATIONAL_TRAIN_KEYS = ("device", "resume", "workdir")
 # configuration is rebuilt from a run's params.
 RETIRED_TRAIN_KEYS = {"inject_nan_at_step": None}
 RUN_GROUPS = ("task", "model", "loss", "optim", "train")
-
 
 
 class ConfigError(ValueError):

@@ -19,7 +19,9 @@ from torch import nn
 from models.flash_dropout import flash_dropout_attention, flash_dropout_usable
 
 
-def distance_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int, dropout: float = 0.0) -> torch.Tensor:
+def distance_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int, dropout: float = 0.0
+) -> torch.Tensor:
     """Softmax distance attention through a fused dot-product kernel."""
     if math.isinf(gamma):
         return hardmax_attention(q, k, v)

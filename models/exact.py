@@ -42,7 +42,9 @@ class ExactLloydTransformer(nn.Module):
     def __init__(self, d: int, k: int, embedding: str = "binary") -> None:
         super().__init__()
         if embedding not in ("binary", "onehot"):
-            raise ValueError(f"embedding={embedding!r} is not allowed: the exact construction needs 'binary' or 'onehot'")
+            raise ValueError(
+                f"embedding={embedding!r} is not allowed: the exact construction needs 'binary' or 'onehot'"
+            )
         self.d, self.k, self.embedding = d, k, embedding
         d_emb = embedding_dim(d, k, embedding)
         self.layer = ClusteringLayer(d_emb, gamma=math.inf, dropout=0.0)

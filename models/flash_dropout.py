@@ -36,8 +36,12 @@ from typing import Callable
 import torch
 
 log = logging.getLogger(__name__)
-PRIVATE_OPS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward")
-# float32 values and gradients of order 1: rounding is ~1e-6, a kernel computing something else is off by far more.
+PRIVATE_OPS = (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+)
+# float32 values and gradients of order 1: rounding is ~1e-6, a kernel computing something else is off by far
+# more.
 SELF_CHECK_TOL = 1e-4
 _usable: bool | None = None  # flash_dropout_usable()'s answer, once decided in this process
 
@@ -63,7 +67,9 @@ def dropped_positions(total: int, p: float) -> torch.Tensor:
     return positions[positions < total]
 
 
-def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+def _csr(
+    rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]
+) -> torch.Tensor:
     """The sparse matrix with `values` at (rows, cols), rows sorted, in CSR form.
 
     CSR products (sparse @ dense, and dense @ dense sampled at the pattern) are
@@ -125,7 +131,9 @@ class FlashDropout(torch.autograd.Function):
         return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None, None
 
 
-def flash_dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, p: float) -> torch.Tensor:
+def flash_dropout_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, p: float
+) -> torch.Tensor:
     """softmax(scale q k^T) with dropout p, times v; q, k, v of equal width, any batch dims, CPU."""
     batch = q.shape[:-2]
     L, S = q.shape[-2], k.shape[-2]
@@ -163,12 +171,18 @@ def _decide() -> bool:
         why = f"its private aten ops are missing or fail ({type(err).__name__}: {first_line})"
     else:
         if error <= SELF_CHECK_TOL:
-            log.info(f"attention dropout: the fused CPU flash path, because its private aten ops exist in torch "
-                     f"{torch.__version__} and its self-check is within {SELF_CHECK_TOL:g} of dense attention")
+            log.info(
+                f"attention dropout: the fused CPU flash path, because its private aten ops exist in torch "
+                f"{torch.__version__} and its self-check is within {SELF_CHECK_TOL:g} of dense attention"
+            )
             return True
-        why = f"its self-check is off dense attention by {error:.3g} > {SELF_CHECK_TOL:g}"  # NaN lands here too
-    log.warning(f"attention dropout: public scaled_dot_product_attention (on CPU its slower math path), not the "
-                f"fused CPU flash path, because in torch {torch.__version__} {why}")
+        why = (
+            f"its self-check is off dense attention by {error:.3g} > {SELF_CHECK_TOL:g}"  # NaN lands here too
+        )
+    log.warning(
+        f"attention dropout: public scaled_dot_product_attention (on CPU its slower math path), not the "
+        f"fused CPU flash path, because in torch {torch.__version__} {why}"
+    )
     return False
 
 

@@ -15,7 +15,9 @@ REGULARIZERS = ("l2", "ne")
 
 def sq_distances(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """r (B, n, k): squared distances of points to centers."""
-    return (X.pow(2).sum(-1, keepdim=True) - 2 * X @ C.transpose(-1, -2) + C.pow(2).sum(-1).unsqueeze(-2)).clamp(min=0)
+    return (
+        X.pow(2).sum(-1, keepdim=True) - 2 * X @ C.transpose(-1, -2) + C.pow(2).sum(-1).unsqueeze(-2)
+    ).clamp(min=0)
 
 
 def kmeans_objective(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -48,7 +50,9 @@ def regularized_weights(r: torch.Tensor, tau: float, regularizer: str) -> torch.
         return torch.softmax(-r / tau, dim=-1)
     if regularizer == "l2":
         return sparsemax(-r / tau, dim=-1)
-    raise ValueError(f"loss.regularizer={regularizer!r} is not allowed: choose one of {', '.join(REGULARIZERS)}")
+    raise ValueError(
+        f"loss.regularizer={regularizer!r} is not allowed: choose one of {', '.join(REGULARIZERS)}"
+    )
 
 
 def smoothed_objective(X: torch.Tensor, C: torch.Tensor, tau: float, regularizer: str) -> torch.Tensor:

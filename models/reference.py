@@ -23,8 +23,13 @@ from models.transformer import ClusteringLayer, ClusteringTransformer
 from tasks.init import choose_centers
 from tasks.sampler import TaskSpec, to_unit_cube
 
-COMPONENTS = {"normal": D.Normal, "cauchy": D.Cauchy, "gumbel": D.Gumbel, "laplace": D.Laplace,
-              "lognormal": D.LogNormal}
+COMPONENTS = {
+    "normal": D.Normal,
+    "cauchy": D.Cauchy,
+    "gumbel": D.Gumbel,
+    "laplace": D.Laplace,
+    "lognormal": D.LogNormal,
+}
 
 
 class BaselineAttention(nn.Module):
@@ -47,13 +52,22 @@ class BaselineAttention(nn.Module):
 class ReferenceTransformer(nn.Module):
     """Same parameters (names, shapes) and function as ClusteringTransformer."""
 
-    def __init__(self, d: int, k: int, embedding: str = "onehot", gamma: float = 1.0,
-                 dropout: float = 0.01, qkv_mult: int = 1) -> None:
+    def __init__(
+        self,
+        d: int,
+        k: int,
+        embedding: str = "onehot",
+        gamma: float = 1.0,
+        dropout: float = 0.01,
+        qkv_mult: int = 1,
+    ) -> None:
         super().__init__()
         self.d, self.k, self.embedding = d, k, embedding
         codes = center_codes(k, embedding)
         self.register_buffer("codes", codes, persistent=False)
-        self.layer = ClusteringLayer(d + codes.shape[1], gamma, dropout, qkv_mult, attention=BaselineAttention)
+        self.layer = ClusteringLayer(
+            d + codes.shape[1], gamma, dropout, qkv_mult, attention=BaselineAttention
+        )
 
     def forward(self, X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
         B, n, _ = X.shape
@@ -88,7 +102,9 @@ def sample_task(spec: TaskSpec, generator: torch.Generator) -> tuple[torch.Tenso
     return X, choose_centers(X.unsqueeze(0), spec.k, spec.init, generator)[0]
 
 
-def sample_tasks_loop(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tasks_loop(
+    spec: TaskSpec, batch: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of tasks drawn one at a time; same distribution as tasks.sampler.sample_tasks."""
     X, C0 = zip(*(sample_task(spec, generator) for _ in range(batch)))
     return torch.stack(X), torch.stack(C0)
@@ -100,8 +116,16 @@ def smoothed_objective_plain(X: torch.Tensor, C: torch.Tensor, tau: float, regul
     return (regularized_weights(r, tau, regularizer) * r).sum((-2, -1))
 
 
-def reference_step(model: ReferenceTransformer, optimizer: torch.optim.Optimizer, spec: TaskSpec, batch: int,
-                  generator: torch.Generator, tau: float, regularizer: str, device: torch.device) -> float:
+def reference_step(
+    model: ReferenceTransformer,
+    optimizer: torch.optim.Optimizer,
+    spec: TaskSpec,
+    batch: int,
+    generator: torch.Generator,
+    tau: float,
+    regularizer: str,
+    device: torch.device,
+) -> float:
     """One optimisation step, the straightforward way; returns the loss."""
     X, C0 = sample_tasks_loop(spec, batch, generator)
     X, C0 = X.to(device), C0.to(device)

@@ -16,7 +16,6 @@ from torch import nn
 from models.attention import DistanceAttention
 from models.embedding import embed, embedding_dim
 
-
 Attend = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]  # (module name, queries, keys) -> output
 
 
@@ -31,10 +30,18 @@ def layer_equation(attend: Attend, X: torch.Tensor, C: torch.Tensor) -> tuple[to
 class ClusteringLayer(nn.Module):
     """The four attention modules of one layer, acting on tokens (`attention`: the module class)."""
 
-    def __init__(self, d_emb: int, gamma: float = 1.0, dropout: float = 0.0, qkv_mult: int = 1,
-                 attention: type[nn.Module] = DistanceAttention) -> None:
+    def __init__(
+        self,
+        d_emb: int,
+        gamma: float = 1.0,
+        dropout: float = 0.0,
+        qkv_mult: int = 1,
+        attention: type[nn.Module] = DistanceAttention,
+    ) -> None:
         super().__init__()
-        self.cax, self.sax, self.cac, self.sac = (attention(d_emb, gamma, dropout, qkv_mult) for _ in range(4))
+        self.cax, self.sax, self.cac, self.sac = (
+            attention(d_emb, gamma, dropout, qkv_mult) for _ in range(4)
+        )
 
     def forward(self, X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return layer_equation(lambda name, queries, keys: getattr(self, name)(queries, keys), X, C)
@@ -43,8 +50,15 @@ class ClusteringLayer(nn.Module):
 class ClusteringTransformer(nn.Module):
     """Embed points and centers, apply one layer, read the new centers."""
 
-    def __init__(self, d: int, k: int, embedding: str = "onehot", gamma: float = 1.0,
-                 dropout: float = 0.01, qkv_mult: int = 1) -> None:
+    def __init__(
+        self,
+        d: int,
+        k: int,
+        embedding: str = "onehot",
+        gamma: float = 1.0,
+        dropout: float = 0.01,
+        qkv_mult: int = 1,
+    ) -> None:
         super().__init__()
         _check_hyperparameters(gamma, dropout, qkv_mult)
         self.d, self.k, self.embedding = d, k, embedding

@@ -25,8 +25,8 @@ from mlflow.tracking import MlflowClient
 
 from tracking.names import DRIVER
 
-SETTLE_S = 1.0   # longer than one tag write and read: the last of simultaneous claims is seen by all
-BEAT_S = 60.0    # heartbeat period
+SETTLE_S = 1.0  # longer than one tag write and read: the last of simultaneous claims is seen by all
+BEAT_S = 60.0  # heartbeat period
 STALE_S = 600.0  # a claim from another host silent this long belongs to a dead driver
 
 
@@ -51,8 +51,10 @@ def alive(claim: dict) -> bool:
 
 def describe(claim: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(claim["started"]))
-    return (f"host {claim['host']}, pid {claim['pid']}, started {started} "
-            f"(last heard {time.time() - claim['beat']:.0f} s ago)")
+    return (
+        f"host {claim['host']}, pid {claim['pid']}, started {started} "
+        f"(last heard {time.time() - claim['beat']:.0f} s ago)"
+    )
 
 
 class Claim:
@@ -80,8 +82,10 @@ class Claim:
             time.sleep(SETTLE_S)
             holder = self._holder()
         if holder is not None:
-            raise SweepClaimed(f"sweep {self.sweep} is being run by another driver ({describe(holder)}); "
-                               "stop that one first, or let it finish: this driver started nothing")
+            raise SweepClaimed(
+                f"sweep {self.sweep} is being run by another driver ({describe(holder)}); "
+                "stop that one first, or let it finish: this driver started nothing"
+            )
         threading.Thread(target=self._beat, daemon=True).start()
 
     def _beat(self) -> None:

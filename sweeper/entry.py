@@ -23,19 +23,30 @@ from sweeper import exit_codes
 
 Main = Callable[[list[str]], int]
 
-# Hydra's command-line flags (`python app.py --help` of any Hydra app) -> why this project has no use for them.
+# Hydra's command-line flags (`python app.py --help` of any Hydra app) -> why this project has no use for
+# them.
 _SEE_HELP = "--help lists the config groups and --cfg job prints the composed configuration"
 HYDRA_FLAGS = {
     "-m": "sweeps are `leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
     "--multirun": "sweeps are `leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
-    "-i": _SEE_HELP, "--info": _SEE_HELP, "--hydra-help": _SEE_HELP, "--version": _SEE_HELP,
+    "-i": _SEE_HELP,
+    "--info": _SEE_HELP,
+    "--hydra-help": _SEE_HELP,
+    "--version": _SEE_HELP,
     "--resolve": "--cfg job prints the config resolved",
-    "-p": "only --cfg job", "--package": "only --cfg job", "-r": "no Hydra reruns", "--run": "no Hydra run mode",
+    "-p": "only --cfg job",
+    "--package": "only --cfg job",
+    "-r": "no Hydra reruns",
+    "--run": "no Hydra run mode",
     "--experimental-rerun": "no Hydra reruns; `leaner-rerun RUN_ID` re-runs an MLflow run",
-    "-cp": "the config tree is conf/, shipped with the package", "--config-path": "the config tree is conf/",
-    "-cn": "the config is conf/config.yaml", "--config-name": "the config is conf/config.yaml",
-    "-cd": "the config tree is conf/", "--config-dir": "the config tree is conf/",
-    "-sc": "no shell completion", "--shell-completion": "no shell completion",
+    "-cp": "the config tree is conf/, shipped with the package",
+    "--config-path": "the config tree is conf/",
+    "-cn": "the config is conf/config.yaml",
+    "--config-name": "the config is conf/config.yaml",
+    "-cd": "the config tree is conf/",
+    "--config-dir": "the config tree is conf/",
+    "-sc": "no shell completion",
+    "--shell-completion": "no shell completion",
 }
 HELP_FLAGS = ("-h", "--help")
 
@@ -48,8 +59,12 @@ class Answered(Exception):
         self.text, self.code = text, code
 
 
-def command(script: str, *, own_options: bool = False, show_config: Callable[[list[str]], str] | None = None,
-            ) -> Callable[[Main], Callable[[list[str] | None], int]]:
+def command(
+    script: str,
+    *,
+    own_options: bool = False,
+    show_config: Callable[[list[str]], str] | None = None,
+) -> Callable[[Main], Callable[[list[str] | None], int]]:
     """Decorate a command's main; `script` is its console-script name (pyproject.toml's [project.scripts]).
 
     `show_config(words)` gives `--cfg job`'s text from the line's other words; by default, the training
@@ -66,7 +81,9 @@ def command(script: str, *, own_options: bool = False, show_config: Callable[[li
             except Answered as answer:
                 print(answer.text, file=sys.stdout if answer.code == 0 else sys.stderr)
                 return answer.code
-            except SystemExit as exit_:  # argparse's --help and usage errors (bench, rerun): a code, as main's
+            except (
+                SystemExit
+            ) as exit_:  # argparse's --help and usage errors (bench, rerun): a code, as main's
                 if exit_.code is None or isinstance(exit_.code, int):
                     return exit_.code or 0
                 raise
@@ -83,8 +100,9 @@ def command(script: str, *, own_options: bool = False, show_config: Callable[[li
     return wrap
 
 
-def _answer_flags(words: list[str], main: Main, script: str, own_options: bool,
-                  show_config: Callable[[list[str]], str]) -> list[str]:
+def _answer_flags(
+    words: list[str], main: Main, script: str, own_options: bool, show_config: Callable[[list[str]], str]
+) -> list[str]:
     """The words main gets; raises Answered for --help, --cfg job and unsupported flags."""
     if not own_options and any(w in HELP_FLAGS for w in words):
         raise Answered(usage(main, script, groups=show_config is composed_config), 0)
@@ -96,16 +114,23 @@ def _answer_flags(words: list[str], main: Main, script: str, own_options: bool,
             value = inline or (words[i + 1] if i + 1 < len(words) else "")
             i += 1 if inline else 2
             if value != "job":
-                raise Answered(f"error: not supported: {flag} {value}".rstrip() + ": only --cfg job "
-                               "(the composed configuration)", exit_codes.CONFIG)
+                raise Answered(
+                    f"error: not supported: {flag} {value}".rstrip() + ": only --cfg job "
+                    "(the composed configuration)",
+                    exit_codes.CONFIG,
+                )
             show = True
             continue
         if flag in HYDRA_FLAGS:
-            raise Answered(f"error: not supported: {flag} (a flag of Hydra's own command line): "
-                           f"{HYDRA_FLAGS[flag]}", exit_codes.CONFIG)
+            raise Answered(
+                f"error: not supported: {flag} (a flag of Hydra's own command line): {HYDRA_FLAGS[flag]}",
+                exit_codes.CONFIG,
+            )
         if word.startswith("-") and not own_options:
-            raise Answered(f"error: not supported: {word}: the arguments are key=value overrides; "
-                           f"{_SEE_HELP}", exit_codes.CONFIG)
+            raise Answered(
+                f"error: not supported: {word}: the arguments are key=value overrides; {_SEE_HELP}",
+                exit_codes.CONFIG,
+            )
         rest.append(word)
         i += 1
     if show:
@@ -129,11 +154,19 @@ def usage(main: Main, script: str, groups: bool) -> str:
 
     module = sys.modules[main.__module__]
     name = getattr(module.__spec__, "name", main.__module__)
-    lines = [f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {name} ...)", "",
-             (module.__doc__ or "").strip(), ""]
+    lines = [
+        f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {name} ...)",
+        "",
+        (module.__doc__ or "").strip(),
+        "",
+    ]
     if groups:
-        lines.append("Config groups (group=option picks a file of conf/<group>/; any key is set as group.key=value):")
-        lines += [f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")]
+        lines.append(
+            "Config groups (group=option picks a file of conf/<group>/; any key is set as group.key=value):"
+        )
+        lines += [
+            f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")
+        ]
         lines.append("")
     lines += ["--cfg job prints the composed configuration, resolved.", "", "Exit codes:"]
     lines += [f"  {row.code}  {row.meaning}" for row in exit_codes.TABLE]

@@ -22,21 +22,41 @@ OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, CLAIMED = 
 SIGINT_STOP, SIGTERM_STOP = 130, 143  # 128 + the signal's number, as shells report it
 
 TABLE = (
-    ExitCode(OK, "done: the run finished, every trial of a sweep ended (finished or diverged), the report, "
-                 "claims or benchmark were written"),
-    ExitCode(FAILED, "partly done: some trials failed after their retries (start the sweep again to retry "
-                     "them), or some figures of a report failed"),
+    ExitCode(
+        OK,
+        "done: the run finished, every trial of a sweep ended (finished or diverged), the report, "
+        "claims or benchmark were written",
+    ),
+    ExitCode(
+        FAILED,
+        "partly done: some trials failed after their retries (start the sweep again to retry "
+        "them), or some figures of a report failed",
+    ),
     ExitCode(CONFIG, "rejected command line or configuration, before any work", "config.schema.ConfigError"),
     ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
-    ExitCode(TRACKING, "the MLflow tracking store is unreachable or unusable (a sweep: at the start, or mid-sweep "
-                       "for longer than tracking.outage_s)", "tracking.store.TrackingError"),
+    ExitCode(
+        TRACKING,
+        "the MLflow tracking store is unreachable or unusable (a sweep: at the start, or mid-sweep "
+        "for longer than tracking.outage_s)",
+        "tracking.store.TrackingError",
+    ),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),
-    ExitCode(CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.sweep.ClusterError"),
-    ExitCode(NO_RUNS, "nothing to analyse: no training runs in the chosen experiment (report, claims)",
-             "analysis.runs.NoRuns"),
-    ExitCode(CLAIMED, "another driver runs this sweep (sweep; the message names it)", "sweeper.claim.SweepClaimed"),
-    ExitCode(SIGINT_STOP, "stopped by SIGINT (Ctrl-C): running trials keep their last checkpoint; the same command "
-                          "resumes them (sweep)"),
+    ExitCode(
+        CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.sweep.ClusterError"
+    ),
+    ExitCode(
+        NO_RUNS,
+        "nothing to analyse: no training runs in the chosen experiment (report, claims)",
+        "analysis.runs.NoRuns",
+    ),
+    ExitCode(
+        CLAIMED, "another driver runs this sweep (sweep; the message names it)", "sweeper.claim.SweepClaimed"
+    ),
+    ExitCode(
+        SIGINT_STOP,
+        "stopped by SIGINT (Ctrl-C): running trials keep their last checkpoint; the same command "
+        "resumes them (sweep)",
+    ),
     ExitCode(SIGTERM_STOP, "stopped by SIGTERM (e.g. a pod eviction), as for SIGINT (sweep)"),
 )
 

@@ -29,13 +29,23 @@ from ray import tune
 from sweeper import parent_run
 from sweeper.trial import PAYLOAD
 from tracking import store
-from tracking.names import (CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP,
-                            TUNE_CHECKPOINT)
+from tracking.names import (
+    CONFIG_HASH,
+    DIVERGED,
+    FINISHED,
+    OUTCOME,
+    PACK,
+    SEED,
+    STOPPED,
+    SUBGRIDS,
+    SWEEP,
+    TUNE_CHECKPOINT,
+)
 from training.run_tags import source_tags  # the driver's: it launched the sweep
 
 DONE = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good (a diverged one is not retried)
 STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", STOPPED: "KILLED"}  # MLflow run status per outcome
-BATCH = 1000                 # MLflow's limit of metrics per log_batch
+BATCH = 1000  # MLflow's limit of metrics per log_batch
 
 
 @dataclass
@@ -43,10 +53,10 @@ class Ledger:
     """What the tracking store already holds for a sweep."""
 
     parent_id: str | None = None
-    done: set[str] = field(default_factory=set)                 # config_hash of trials with an outcome
-    unfinished: dict[str, str] = field(default_factory=dict)    # config_hash -> run id to continue
-    resume_from: dict[str, str] = field(default_factory=dict)   # config_hash -> Tune checkpoint path
-    finished: dict[str, list] = field(default_factory=dict)     # config_hash -> its runs with an outcome
+    done: set[str] = field(default_factory=set)  # config_hash of trials with an outcome
+    unfinished: dict[str, str] = field(default_factory=dict)  # config_hash -> run id to continue
+    resume_from: dict[str, str] = field(default_factory=dict)  # config_hash -> Tune checkpoint path
+    finished: dict[str, list] = field(default_factory=dict)  # config_hash -> its runs with an outcome
 
 
 def read_ledger(client: MlflowClient, experiment: str, sweep: str) -> Ledger:
@@ -79,8 +89,10 @@ def adopt(client: MlflowClient, ledger: Ledger, sweep: str, subgrids: dict[str, 
     changed = 0
     for key, names in subgrids.items():
         for run in ledger.finished.get(key, []):
-            tags = {SWEEP: _extended(run.data.tags.get(SWEEP), [sweep]),
-                    SUBGRIDS: _extended(run.data.tags.get(SUBGRIDS), names)}
+            tags = {
+                SWEEP: _extended(run.data.tags.get(SWEEP), [sweep]),
+                SUBGRIDS: _extended(run.data.tags.get(SUBGRIDS), names),
+            }
             tags = {k: v for k, v in tags.items() if v != run.data.tags.get(k)}
             if tags:
                 client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -114,26 +126,41 @@ class MlflowWriter(tune.Callback):
     everything else is keyed by model (config_hash), as the ledger is.
     """
 
-    def __init__(self, uri: str, experiment: str, sweep: str, parent_id: str, jobs: dict[str, dict],
-                 packs: dict[str, list[str]], ledger: Ledger) -> None:
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        sweep: str,
+        parent_id: str,
+        jobs: dict[str, dict],
+        packs: dict[str, list[str]],
+        ledger: Ledger,
+    ) -> None:
         self.client = store.connect(uri)
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
         self.jobs, self.packs, self.unfinished = jobs, packs, dict(ledger.unfinished)
         # model -> the checkpoint it would resume from; a checkpoint is deleted once no model holds it
         self.held = {k: tune.Checkpoint(p) for k, p in ledger.resume_from.items() if k in jobs}
-        self.runs: dict[str, str] = {}                  # model -> run id, opened in this session
-        self.logged: dict[str, dict[str, int]] = {}     # run id -> metric -> last stored step
-        self.outcomes: dict[str, str] = {}              # model -> outcome, once it ended
+        self.runs: dict[str, str] = {}  # model -> run id, opened in this session
+        self.logged: dict[str, dict[str, int]] = {}  # run id -> metric -> last stored step
+        self.outcomes: dict[str, str] = {}  # model -> outcome, once it ended
         self.points_written = 0
-        self.retries = 0                                # trials Tune restarted after a failure
+        self.retries = 0  # trials Tune restarted after a failure
 
     def _run(self, key: str, start: dict | None) -> str:
         """The model's run: opened once per session, continuing an unfinished one when there is one."""
         if key in self.runs:
             return self.runs[key]
         job = self.jobs[key]
-        tags = {SWEEP: self.sweep, SUBGRIDS: ",".join(job["subgrids"]), CONFIG_HASH: key, SEED: str(job["seed"]),
-                MLFLOW_PARENT_RUN_ID: self.parent_id, **(start or {}).get("tags", {}), **source_tags()}
+        tags = {
+            SWEEP: self.sweep,
+            SUBGRIDS: ",".join(job["subgrids"]),
+            CONFIG_HASH: key,
+            SEED: str(job["seed"]),
+            MLFLOW_PARENT_RUN_ID: self.parent_id,
+            **(start or {}).get("tags", {}),
+            **source_tags(),
+        }
         if job.get("pack"):
             tags[PACK] = job["pack"]
         tags = {k: str(v) for k, v in tags.items()}
@@ -147,8 +174,11 @@ class MlflowWriter(tune.Callback):
             run = self.client.get_run(run_id)
             self.logged[run_id] = store.last_steps(self.client, run)
             params = {k: v for k, v in params.items() if k not in run.data.params}
-        self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()],
-                              tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
         self.runs[key] = run_id
         return run_id
 
@@ -169,7 +199,7 @@ class MlflowWriter(tune.Callback):
                 logged[name] = step
         tags = [RunTag(k, str(v)) for k, v in payload.get("tags", {}).items()]
         for i in range(0, max(len(points), 1), BATCH):
-            self.client.log_batch(run_id, metrics=points[i:i + BATCH], tags=tags if i == 0 else [])
+            self.client.log_batch(run_id, metrics=points[i : i + BATCH], tags=tags if i == 0 else [])
         self.points_written += len(points)
         self._artifacts(run_id, payload.get("artifacts", []))
         if "status" in payload:  # training ended: the outcome tag came with this payload's tags
@@ -214,7 +244,9 @@ class MlflowWriter(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         for key in self.packs[trial.config["key"]]:
-            if key in self.runs and key not in self.outcomes:  # ended without training ending: a scheduler stop
+            if (
+                key in self.runs and key not in self.outcomes
+            ):  # ended without training ending: a scheduler stop
                 self.client.log_batch(self.runs[key], tags=[RunTag(OUTCOME, STOPPED)])
                 self.client.set_terminated(self.runs[key], STATUS[STOPPED])
                 self.outcomes[key] = STOPPED

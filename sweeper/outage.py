@@ -33,8 +33,8 @@ from sweeper.trial import PAYLOAD
 from tracking.names import CONFIG_HASH
 from tracking.store import TrackingError, probe
 
-BUFFER = 10_000     # events (a trial's report, checkpoint, end) waiting for the store at most
-MAX_WAIT_S = 10.0   # longest pause between two tries of a write during an outage
+BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most
+MAX_WAIT_S = 10.0  # longest pause between two tries of a write during an outage
 
 
 class TrackingOutage(TrackingError):
@@ -44,7 +44,9 @@ class TrackingOutage(TrackingError):
 class PatientClient:
     """Forwards to an MlflowClient; each call waits out an outage of the server (see the module docstring)."""
 
-    def __init__(self, client: MlflowClient, uri: str, outage_s: float, waiting: Callable[[], int] = lambda: 0):
+    def __init__(
+        self, client: MlflowClient, uri: str, outage_s: float, waiting: Callable[[], int] = lambda: 0
+    ):
         self.client, self.uri, self.outage_s, self.waiting = client, uri, outage_s, waiting
         self.down_since: float | None = None
         self.outages = 0
@@ -72,7 +74,9 @@ class PatientClient:
         while True:
             try:
                 result = attempt()
-            except Exception as err:  # MLflow wraps a refused connection in MlflowException after its own retries
+            except (
+                Exception
+            ) as err:  # MLflow wraps a refused connection in MlflowException after its own retries
                 if self._answers():
                     raise
                 self._down(err)
@@ -86,20 +90,26 @@ class PatientClient:
         now = time.monotonic()
         if self.down_since is None:
             self.down_since, self.outages = now, self.outages + 1
-            print(f"tracking: MLflow server {self.uri} unreachable ({type(err).__name__}); trials keep training, "
-                  f"{self.waiting()} writes wait and are retried for up to tracking.outage_s={self.outage_s:g} s",
-                  flush=True)
+            print(
+                f"tracking: MLflow server {self.uri} unreachable ({type(err).__name__}); trials keep training, "
+                f"{self.waiting()} writes wait and are retried for up to tracking.outage_s={self.outage_s:g} s",
+                flush=True,
+            )
         elif now - self.down_since > self.outage_s:
             raise TrackingOutage(
                 f"MLflow server {self.uri} unreachable for {now - self.down_since:.0f} s (tracking.outage_s="
                 f"{self.outage_s:g}): the sweep driver stops. What was written before the outage is stored; once "
                 "the server is back, start the same command again: finished trials are skipped, the others "
-                "resume from their last recorded checkpoint") from None
+                "resume from their last recorded checkpoint"
+            ) from None
 
     def _up(self) -> None:
         if self.down_since is not None:
-            print(f"tracking: MLflow server {self.uri} back after {time.monotonic() - self.down_since:.0f} s; "
-                  f"writing the {self.waiting()} waiting writes", flush=True)
+            print(
+                f"tracking: MLflow server {self.uri} back after {time.monotonic() - self.down_since:.0f} s; "
+                f"writing the {self.waiting()} waiting writes",
+                flush=True,
+            )
             self.down_since = None
 
     def create_run(self, experiment_id: str, run_name: str | None = None, tags: dict | None = None):
@@ -109,18 +119,23 @@ class PatientClient:
         def attempt():
             nonlocal tried
             if tried and CONFIG_HASH in (tags or {}):
-                query = (f"tags.{CONFIG_HASH} = '{tags[CONFIG_HASH]}' and "
-                         f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{tags[MLFLOW_PARENT_RUN_ID]}'")
+                query = (
+                    f"tags.{CONFIG_HASH} = '{tags[CONFIG_HASH]}' and "
+                    f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{tags[MLFLOW_PARENT_RUN_ID]}'"
+                )
                 found = self.client.search_runs([experiment_id], query, max_results=1)
                 if found:
                     return found[0]
             tried = True
             return self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+
         return self.call(attempt)
 
     def delete_tag(self, run_id: str, key: str) -> None:
         """Delete once: a retry finds the tag already gone when a lost reply had deleted it."""
-        self.call(lambda: key in self.client.get_run(run_id).data.tags and self.client.delete_tag(run_id, key))
+        self.call(
+            lambda: key in self.client.get_run(run_id).data.tags and self.client.delete_tag(run_id, key)
+        )
 
 
 class Buffered(tune.Callback):

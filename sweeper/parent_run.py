@@ -23,8 +23,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from config.grid import Plan, Trial
 from tracking import store
-from tracking.names import (COMMAND, CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, PENDING, PLAN_ARTIFACT, PLAN_TAGS,
-                            PLAN_TRIALS_ARTIFACT, REPORT_DIR, STOPPED, SUBGRIDS, SWEEP, SWEEP_ARTIFACT, TRIAL_COUNTS)
+from tracking.names import (
+    COMMAND,
+    CONFIG_HASH,
+    DIVERGED,
+    FINISHED,
+    OUTCOME,
+    PENDING,
+    PLAN_ARTIFACT,
+    PLAN_TAGS,
+    PLAN_TRIALS_ARTIFACT,
+    REPORT_DIR,
+    STOPPED,
+    SUBGRIDS,
+    SWEEP,
+    SWEEP_ARTIFACT,
+    TRIAL_COUNTS,
+)
 from training.run_tags import source_tags
 
 ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good
@@ -48,14 +63,19 @@ def find_or_create(client: MlflowClient, experiment_id: str, sweep: str, found: 
     return oldest_id
 
 
-def open_parent(client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial],
-                argv: list[str]) -> None:
+def open_parent(
+    client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial], argv: list[str]
+) -> None:
     """Mark the sweep's parent run running and record the plan and the command line on it."""
     client.update_run(parent_id, status="RUNNING")
     command = shlex.join(["python", "-m", "sweeper.sweep", *argv])
     sizes = (len(plan.configurations), len(plan.seeds), plan.trial_count)
-    tags = {COMMAND: command, MLFLOW_RUN_NOTE: describe(plan, command), **dict(zip(PLAN_TAGS, map(str, sizes))),
-            **source_tags()}
+    tags = {
+        COMMAND: command,
+        MLFLOW_RUN_NOTE: describe(plan, command),
+        **dict(zip(PLAN_TAGS, map(str, sizes))),
+        **source_tags(),
+    }
     client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -71,11 +91,13 @@ def open_parent(client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Pla
 def describe(plan: Plan, command: str) -> str:
     """The parent run's description (Markdown on its run page)."""
     subgrids = ", ".join(f"`{g.name}` ({g.size})" for g in plan.subgrids)
-    return (f"Sweep **{plan.name}**: {plan.summary()}; sub-grids {subgrids}. Started with `{command}`.\n\n"
-            f"Its trials are the child runs: group them by the `configuration` tag to see each configuration's "
-            f"seeds together. Metrics {', '.join(f'`{m}`' for m in TRIAL_COUNTS.values())} count the trials as "
-            f"they end. Artifacts: `{PLAN_ARTIFACT}`, `{PLAN_TRIALS_ARTIFACT}`, `{SWEEP_ARTIFACT}`, and `{REPORT_DIR}/` "
-            f"once `python -m analysis.report select.sweep={plan.name}` has run.")
+    return (
+        f"Sweep **{plan.name}**: {plan.summary()}; sub-grids {subgrids}. Started with `{command}`.\n\n"
+        f"Its trials are the child runs: group them by the `configuration` tag to see each configuration's "
+        f"seeds together. Metrics {', '.join(f'`{m}`' for m in TRIAL_COUNTS.values())} count the trials as "
+        f"they end. Artifacts: `{PLAN_ARTIFACT}`, `{PLAN_TRIALS_ARTIFACT}`, `{SWEEP_ARTIFACT}`, and `{REPORT_DIR}/` "
+        f"once `python -m analysis.report select.sweep={plan.name}` has run."
+    )
 
 
 def earlier_outcomes(client: MlflowClient, experiment_id: str, keys: set[str]) -> Counter:

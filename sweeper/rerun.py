@@ -20,10 +20,10 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from sweeper import exit_codes
 from config.compose import compose
 from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
+from sweeper import exit_codes
 from sweeper.entry import command
 from tracking import ui
 from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
@@ -40,12 +40,16 @@ def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainRes
     except MlflowException:
         raise TrackingError(f"run {run_id} is not in the tracking store {uri}") from None
     experiment = client.get_experiment(original.info.experiment_id).name
-    cfg = compose(run_overrides(original.data.params) +
-                  [f"tracking.uri='{uri}'", f"tracking.experiment='{experiment}'", "train.resume=never"])
+    cfg = compose(
+        run_overrides(original.data.params)
+        + [f"tracking.uri='{uri}'", f"tracking.experiment='{experiment}'", "train.resume=never"]
+    )
     recorded = original.data.tags.get(CONFIG_HASH)
     if recorded and recorded != config_hash(cfg):
-        raise ConfigError(f"run {run_id} has {CONFIG_HASH}={recorded} but its params rebuild "
-                          f"{config_hash(cfg)}: the config schema changed since it ran")
+        raise ConfigError(
+            f"run {run_id} has {CONFIG_HASH}={recorded} but its params rebuild "
+            f"{config_hash(cfg)}: the config schema changed since it ran"
+        )
     recorder = MlflowRecorder(uri, experiment, tags={RERUN_OF: run_id})
     with tempfile.TemporaryDirectory(prefix="rerun-") as workdir:
         result = train(cfg, recorder, Path(workdir))
@@ -56,8 +60,12 @@ def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainRes
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="leaner-rerun", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_id")
-    parser.add_argument("tracking", nargs="?", metavar="tracking.uri=URI",
-                        help="the store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    parser.add_argument(
+        "tracking",
+        nargs="?",
+        metavar="tracking.uri=URI",
+        help="the store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    )
     args = parser.parse_args(argv)
     if args.tracking and not args.tracking.startswith("tracking.uri="):
         raise ConfigError(f"unknown argument {args.tracking!r}: the one override is tracking.uri=URI")
@@ -71,8 +79,10 @@ def main(argv: list[str]) -> int:
     if before is not None and after is not None:
         print("equal" if before == after else f"differ by {abs(after - before):.3g}")
     if PACK in tags:
-        print(f"the original trained in pack {tags[PACK]} (cluster.pack=seeds): trained alone it matches to about "
-              "1e-5 with model.dropout=0, and only in distribution with dropout > 0")
+        print(
+            f"the original trained in pack {tags[PACK]} (cluster.pack=seeds): trained alone it matches to about "
+            "1e-5 with model.dropout=0, and only in distribution with dropout > 0"
+        )
     return exit_codes.DIVERGED if result.outcome == DIVERGED else exit_codes.OK
 
 

@@ -25,7 +25,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class Halt(Stopper):
     def __init__(self, buffered) -> None:
-        self.buffered = buffered          # sweeper.outage.Buffered: its error stops the sweep too
+        self.buffered = buffered  # sweeper.outage.Buffered: its error stops the sweep too
         self.signal: int | None = None
 
     def __getstate__(self) -> dict:
@@ -39,8 +39,11 @@ class Halt(Stopper):
 
     def _caught(self, signum: int, frame) -> None:
         self.signal = signum
-        print(f"sweep: {signal.Signals(signum).name} received: stopping the trials at their last checkpoint "
-              "(another signal kills the driver now)", flush=True)
+        print(
+            f"sweep: {signal.Signals(signum).name} received: stopping the trials at their last checkpoint "
+            "(another signal kills the driver now)",
+            flush=True,
+        )
         signal.signal(signum, signal.SIG_DFL)
 
     @contextlib.contextmanager
@@ -67,7 +70,10 @@ def stopped(sweep: str, overrides: list[str], writer, applied: bool, signum: int
         writer.client.set_terminated(writer.parent_id, "KILLED")
     command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *overrides])
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
-    print(f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(writer.outcomes)} trials ended here, "
-          f"{len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same command:\n"
-          f"  {command}", flush=True)
+    print(
+        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(writer.outcomes)} trials ended here, "
+        f"{len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same command:\n"
+        f"  {command}",
+        flush=True,
+    )
     return 128 + signum

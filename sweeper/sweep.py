@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig
 
 from config import grid
-from sweeper import exit_codes
 from config.compose import compose
 from config.schema import CONF_DIR, ConfigError
+from sweeper import exit_codes
 from sweeper.entry import command
 from tracking import ui
 
@@ -70,14 +70,24 @@ def _key(override: str) -> str:
 def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
     """The command line's overrides a trial composes with: not the sweep's, not the keys the grid sets."""
     gridded = {key for c in plan.configurations for key in c.overrides} | {"seed"}
-    return [o for o in overrides
-            if _key(o) != "sweep" and not _key(o).startswith("sweep.") and _key(o) not in gridded]
+    return [
+        o
+        for o in overrides
+        if _key(o) != "sweep" and not _key(o).startswith("sweep.") and _key(o) not in gridded
+    ]
 
 
 def jobs_of(trials: list[grid.Trial]) -> dict[str, dict]:
     """What each model needs, keyed by config_hash: plain data, shipped once to every worker."""
-    return {t.key: {"overrides": t.configuration.override_strings(), "seed": t.seed, "name": t.name,
-                    "subgrids": list(t.configuration.subgrids)} for t in trials}
+    return {
+        t.key: {
+            "overrides": t.configuration.override_strings(),
+            "seed": t.seed,
+            "name": t.name,
+            "subgrids": list(t.configuration.subgrids),
+        }
+        for t in trials
+    }
 
 
 def packs_of(trials: list[grid.Trial], pending: set[str], mode: str) -> dict[str, list[str]]:
@@ -92,8 +102,10 @@ def packs_of(trials: list[grid.Trial], pending: set[str], mode: str) -> dict[str
     groups: dict[tuple[str, ...], list[str]] = {}
     for t in trials:
         groups.setdefault(tuple(t.configuration.override_strings()), []).append(t.key)
-    packs = {"pack-" + hashlib.sha256(" ".join(keys).encode()).hexdigest()[:12]: [k for k in keys if k in pending]
-             for keys in groups.values()}
+    packs = {
+        "pack-" + hashlib.sha256(" ".join(keys).encode()).hexdigest()[:12]: [k for k in keys if k in pending]
+        for keys in groups.values()
+    }
     return {key: members for key, members in packs.items() if members}
 
 
@@ -135,9 +147,11 @@ def reachable(address: str, timeout: float = 5.0) -> None:
     try:
         socket.create_connection((parts.hostname, port), timeout=timeout).close()
     except OSError as err:
-        raise ClusterError(f"Ray cluster cluster.address={address} is unreachable ({err}); start one with "
-                           "`ray start --head`, fix the address, or leave cluster.address unset for a local "
-                           "instance") from None
+        raise ClusterError(
+            f"Ray cluster cluster.address={address} is unreachable ({err}); start one with "
+            "`ray start --head`, fix the address, or leave cluster.address unset for a local "
+            "instance"
+        ) from None
 
 
 def connect(cluster: DictConfig) -> None:
@@ -152,8 +166,9 @@ def connect(cluster: DictConfig) -> None:
     try:
         ray.init(address=cluster.address)
     except ConnectionError as err:
-        raise ClusterError(f"cannot join the Ray cluster at cluster.address={cluster.address}: "
-                           f"{str(err).splitlines()[0]}") from None
+        raise ClusterError(
+            f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"
+        ) from None
 
 
 def storage_path(cluster: DictConfig) -> str | None:
@@ -171,21 +186,29 @@ def check_shared(storage: str | None) -> None:
     if len(nodes) < 2 or (storage and "://" in storage):
         return
     if storage is None:
-        raise ClusterError(f"the Ray cluster has {len(nodes)} nodes: set cluster.storage to shared storage "
-                           "(a path mounted alike on every node, or s3://, gs://) so trials resume anywhere")
+        raise ClusterError(
+            f"the Ray cluster has {len(nodes)} nodes: set cluster.storage to shared storage "
+            "(a path mounted alike on every node, or s3://, gs://) so trials resume anywhere"
+        )
     marker = Path(storage) / f".shared-{uuid.uuid4().hex}"
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("")
     sees = ray.remote(num_cpus=0)(os.path.exists)
     try:
-        refs = [sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(str(marker)) for n in nodes]
+        refs = [
+            sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                str(marker)
+            )
+            for n in nodes
+        ]
         blind = [n["NodeManagerAddress"] for n, ok in zip(nodes, ray.get(refs, timeout=120)) if not ok]
     finally:
         marker.unlink()
     if blind:
-        raise ClusterError(f"cluster.storage={storage} is not shared storage: nodes {', '.join(blind)} do not "
-                           "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs://")
+        raise ClusterError(
+            f"cluster.storage={storage} is not shared storage: nodes {', '.join(blind)} do not "
+            "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs://"
+        )
 
 
 def scheduler_of(cfg: DictConfig, plan: grid.Plan):
@@ -200,8 +223,10 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
     # The trials' own values: a sweep's `fixed` keys and axes override the base configuration's.
     steps = max(c.overrides.get("train.steps", cfg.train.steps) for c in plan.configurations)
     every = max(c.overrides.get("train.eval_every", cfg.train.eval_every) for c in plan.configurations)
-    # Decisions from ten evaluations on: early validation ratios say little. max_t lies past the last evaluation:
-    # a trial ends when its training does (its last report carries the outcomes), never by ASHA at its last step,
+    # Decisions from ten evaluations on: early validation ratios say little. max_t lies past the last
+    # evaluation:
+    # a trial ends when its training does (its last report carries the outcomes), never by ASHA at its last
+    # step,
     # which would race that report.
     return ASHAScheduler(time_attr=STEP, max_t=steps + every, grace_period=min(10 * every, steps))
 
@@ -214,8 +239,10 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
     if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
-        raise ConfigError(f"cluster.address={cluster.address} runs the sweep driver, the MLflow writer, on the "
-                          f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)")
+        raise ConfigError(
+            f"cluster.address={cluster.address} runs the sweep driver, the MLflow writer, on the "
+            f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)"
+        )
     trials = grid.trials(cfg, plan)
     client = store.connect(uri)  # probes the store first
     experiment = store.experiment_id(client, cfg.tracking.experiment)
@@ -226,7 +253,9 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
     if all(t.key in ledger.done for t in trials):
         print(f"{len(trials)} of {len(trials)} trials already in MLflow; 0 to run")
         return 0
-    claim = Claim(client, parent_run.find_or_create(client, experiment, plan.name, ledger.parent_id), plan.name)
+    claim = Claim(
+        client, parent_run.find_or_create(client, experiment, plan.name, ledger.parent_id), plan.name
+    )
     claim.take()  # before the ledger is read again: no other driver writes to this sweep from here on
     try:
         return drive(cfg, plan, overrides, trials, experiment, client)
@@ -234,8 +263,9 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
         claim.release()
 
 
-def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[grid.Trial], experiment: str,
-          client) -> int:
+def drive(
+    cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[grid.Trial], experiment: str, client
+) -> int:
     """Run what is left of the sweep, this driver holding its claim."""
     from sweeper import parent_run
     from sweeper.mlflow_callback import MlflowWriter, ParentProgress, read_ledger
@@ -264,7 +294,8 @@ def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[g
     writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, packs, ledger)
     buffered = Buffered(writer)
     writer.client = PatientClient(writer.client, uri, cfg.tracking.outage_s, waiting=buffered.events.qsize)
-    # The parent run's trial counts, kept current by the same thread, after the writer has recorded each event.
+    # The parent run's trial counts, kept current by the same thread, after the writer has recorded each
+    # event.
     earlier = parent_run.earlier_outcomes(client, experiment, {t.key for t in trials})
     buffered.followers.append(ParentProgress(writer, len(trials), earlier))
     halt = Halt(buffered)
@@ -278,15 +309,26 @@ def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[g
     complete = errors == 0 and len(writer.outcomes) == len(pending)
     writer.finish_parent(complete)
     counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
-    print(f"sweep {plan.name}: {len(writer.outcomes)} of {len(pending)} trials ended {counts}; {writer.retries} "
-          f"retries; {errors} failed after retries{' (start the same command again to retry them)' if errors else ''}"
-          f"; {writer.points_written} metric points written")
+    print(
+        f"sweep {plan.name}: {len(writer.outcomes)} of {len(pending)} trials ended {counts}; {writer.retries} "
+        f"retries; {errors} failed after retries{' (start the same command again to retry them)' if errors else ''}"
+        f"; {writer.points_written} metric points written"
+    )
     print(where_to_look(uri, cfg.tracking.experiment, experiment))
     return 0 if complete else EXIT_FAILED
 
 
-def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[str, dict],
-             packs: dict[str, list[str]], storage: str | None, writer, trainable=None, stop=None) -> int:
+def tune_fit(
+    cfg: DictConfig,
+    plan: grid.Plan,
+    overrides: list[str],
+    jobs: dict[str, dict],
+    packs: dict[str, list[str]],
+    storage: str | None,
+    writer,
+    trainable=None,
+    stop=None,
+) -> int:
     """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries.
 
     writer: the Tune callback that records the trials; stop: a Tune stopper (sweeper.sweep.Halt) or None.
@@ -297,29 +339,40 @@ def tune_fit(cfg: DictConfig, plan: grid.Plan, overrides: list[str], jobs: dict[
     from tracking.names import VAL_REL_LLOYD
 
     c = cfg.cluster
-    trainable = tune.with_parameters(trainable or run_trial, jobs=jobs, packs=packs,
-                                     base=trial_overrides(overrides, plan))
+    trainable = tune.with_parameters(
+        trainable or run_trial, jobs=jobs, packs=packs, base=trial_overrides(overrides, plan)
+    )
     trainable = tune.with_resources(trainable, {"cpu": c.cpus_per_trial, "gpu": c.gpus_per_trial})
     scheduler = scheduler_of(cfg, plan)
     tuner = tune.Tuner(
         trainable,
         param_space={"key": tune.grid_search(list(packs))},
         tune_config=tune.TuneConfig(
-            max_concurrent_trials=c.max_concurrent, scheduler=scheduler, reuse_actors=True,  # imports once per worker
+            max_concurrent_trials=c.max_concurrent,
+            scheduler=scheduler,
+            reuse_actors=True,  # imports once per worker
             metric=VAL_REL_LLOYD if cfg.sweep.scheduler == "asha" else None,
             mode="min" if cfg.sweep.scheduler == "asha" else None,
             trial_name_creator=TrialNames(packs, jobs),
-            trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}"),
+            trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}",
+        ),
         run_config=tune.RunConfig(
-            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage, callbacks=[writer], stop=stop,
+            name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=storage,
+            callbacks=[writer],
+            stop=stop,
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=None)))  # MlflowWriter prunes them
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+        ),
+    )  # MlflowWriter prunes them
     results = tuner.fit()
     return len(results.errors)
 
 
 def where_to_look(uri: str, experiment: str, experiment_id: str) -> str:
-    return f"MLflow: experiment {experiment} in {uri}; {ui.how_to_open(uri, ui.runs_table(uri, experiment_id))}"
+    return (
+        f"MLflow: experiment {experiment} in {uri}; {ui.how_to_open(uri, ui.runs_table(uri, experiment_id))}"
+    )
 
 
 @command("leaner-sweep")
@@ -327,8 +380,10 @@ def main(argv: list[str]) -> int:
     cfg, plan = load(argv)
     print(plan.table())
     if cfg.cluster.pack == "seeds":
-        print(f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
-              f"{len(plan.seeds)} seeds of one configuration together")
+        print(
+            f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
+            f"{len(plan.seeds)} seeds of one configuration together"
+        )
     print(plan.summary(), flush=True)  # the plan's last line (SPEC section 8)
     if cfg.sweep.dry_run:
         return 0

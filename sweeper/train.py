@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from sweeper import exit_codes
 from config.compose import compose
+from sweeper import exit_codes
 from sweeper.entry import command
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder
@@ -25,11 +25,15 @@ def main(argv: list[str]) -> int:
     result = train(cfg, recorder, default_workdir(cfg))
     where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"
     if result.outcome == DIVERGED:
-        print(f"diverged: non-finite loss or parameters at step {result.diverged_at}; {where} marked FAILED",
-              file=sys.stderr)
+        print(
+            f"diverged: non-finite loss or parameters at step {result.diverged_at}; {where} marked FAILED",
+            file=sys.stderr,
+        )
         return exit_codes.DIVERGED
-    print(f"finished {result.step} steps: {VAL_REL_LLOYD} {result.metrics[VAL_REL_LLOYD]:.6f}, "
-          f"{VAL_KMEANS} {result.metrics[VAL_KMEANS]:.6f}, best {VAL_REL_LLOYD} {result.best_val:.6f}; {where}")
+    print(
+        f"finished {result.step} steps: {VAL_REL_LLOYD} {result.metrics[VAL_REL_LLOYD]:.6f}, "
+        f"{VAL_KMEANS} {result.metrics[VAL_KMEANS]:.6f}, best {VAL_REL_LLOYD} {result.best_val:.6f}; {where}"
+    )
     return 0
 
 

@@ -28,7 +28,7 @@ from tracking.names import VAL_REL_LLOYD
 from training.packed import train_pack
 
 PAYLOAD = "mlflow"  # result key the driver pops: member key -> what it recorded since the last report
-STEP = "step"       # result key: the training step reported (ASHA's time axis)
+STEP = "step"  # result key: the training step reported (ASHA's time axis)
 
 
 class TuneRecorder:
@@ -41,8 +41,11 @@ class TuneRecorder:
         payload, self.payload = self.payload, {}
         return payload
 
-    def start(self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None) -> str:
-        # The driver owns the MLflow run (it reuses an unfinished one on restart), so the id here is a stand-in.
+    def start(
+        self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None
+    ) -> str:
+        # The driver owns the MLflow run (it reuses an unfinished one on restart), so the id here is a
+        # stand-in.
         self.payload["start"] = {"name": name, "params": params, "tags": tags}
         return run_id or "tune-trial"
 
@@ -57,7 +60,8 @@ class TuneRecorder:
         self.payload.setdefault("tags", {}).update(tags)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        # Bytes, not a path: the driver may be on another node. Artifacts are small (config, two checkpoints, a PNG).
+        # Bytes, not a path: the driver may be on another node. Artifacts are small (config, two checkpoints,
+        # a PNG).
         self.payload.setdefault("artifacts", []).append([artifact_path, path.name, path.read_bytes()])
 
     def finish(self, status: str) -> None:
@@ -81,7 +85,9 @@ class Reporter:
             value = metrics.get(VAL_REL_LLOYD, math.inf)
             self.latest[key] = value if math.isfinite(value) else math.inf  # NaN breaks schedulers
         payload = {key: rec.take() for key, rec in self.recorders.items()}
-        shown = {VAL_REL_LLOYD: statistics.median(self.latest.values())} if self.latest else {}  # a pack's median
+        shown = (
+            {VAL_REL_LLOYD: statistics.median(self.latest.values())} if self.latest else {}
+        )  # a pack's median
         ckpt = tune.Checkpoint.from_directory(str(self.work)) if checkpoint else None
         tune.report({STEP: step, **shown, PAYLOAD: payload}, checkpoint=ckpt)
 
@@ -109,7 +115,9 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
                     if (Path(found) / key).is_dir():  # absent: that model starts over
                         shutil.copytree(Path(found) / key, work / key)
             print(f"trial: resuming from checkpoint {checkpoint.path}")
-        except OSError as err:  # gone (pruned, or storage not shared): start over; the writer drops replayed points
+        except (
+            OSError
+        ) as err:  # gone (pruned, or storage not shared): start over; the writer drops replayed points
             print(f"trial: cannot restore checkpoint {checkpoint.path} ({err}); starting from step 0")
             for key in keys:
                 shutil.rmtree(work / key, ignore_errors=True)
@@ -123,13 +131,23 @@ def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]
         job = jobs[key]
         cfgs.append(compose([*base, *job["overrides"], f"seed={job['seed']}"]))
         if config_hash(cfgs[-1]) != key:  # the driver's view and the trial's must be one configuration
-            raise RuntimeError(f"trial member {key} composed to {config_hash(cfgs[-1])}: base overrides {base}")
+            raise RuntimeError(
+                f"trial member {key} composed to {config_hash(cfgs[-1])}: base overrides {base}"
+            )
     reporter = Reporter(members, Path(tune.get_context().get_trial_dir()) / "work")
     restore(reporter.work, {key: jobs[key].get("resume_from") for key in members})
     recorders = [reporter.recorders[key] for key in members]
     workdirs = [reporter.workdir(key) for key in members]
     by_dir = dict(zip(workdirs, members))
     # A pack of one trains alone: exactly the numbers of `python -m sweeper.train`.
-    results = train_pack(cfgs, recorders, workdirs, on_eval=lambda step, evaluated: reporter.report(
-        step, {by_dir[workdir]: metrics for workdir, metrics in evaluated.items()}))
-    reporter.report(max(r.step for r in results), {}, checkpoint=False)  # the members' outcomes, artifacts, status
+    results = train_pack(
+        cfgs,
+        recorders,
+        workdirs,
+        on_eval=lambda step, evaluated: reporter.report(
+            step, {by_dir[workdir]: metrics for workdir, metrics in evaluated.items()}
+        ),
+    )
+    reporter.report(
+        max(r.step for r in results), {}, checkpoint=False
+    )  # the members' outcomes, artifacts, status

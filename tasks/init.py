@@ -46,7 +46,9 @@ def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.G
             degenerate = weights.sum(-1, keepdim=True) <= 0
             weights = torch.where(degenerate, (~taken).to(weights.dtype), weights)
             # On the generator's device (the task stream's); double keeps tiny weights.
-            nxt = torch.multinomial(weights.to(generator.device, torch.float64), 1, generator=generator).to(X.device)
+            nxt = torch.multinomial(weights.to(generator.device, torch.float64), 1, generator=generator).to(
+                X.device
+            )
         chosen.append(nxt)
         taken.scatter_(1, nxt, True)
         nearest = torch.minimum(nearest, _sq_dist_to(X, nxt))

@@ -55,7 +55,11 @@ def validate_task_spec(spec: TaskSpec) -> None:
         raise _bad("k", spec.k, "an integer >= 2")
     if not _is_int(spec.n) or spec.n < spec.k:
         raise _bad("n", spec.n, f"an integer >= k (k={spec.k})")
-    if isinstance(spec.scale, bool) or not isinstance(spec.scale, (int, float)) or not (math.isfinite(spec.scale) and spec.scale > 0):
+    if (
+        isinstance(spec.scale, bool)
+        or not isinstance(spec.scale, (int, float))
+        or not (math.isfinite(spec.scale) and spec.scale > 0)
+    ):
         raise _bad("scale", spec.scale, "a finite number > 0")
     for field in ("equal_weights", "equal_scales"):
         if not isinstance(getattr(spec, field), bool):
@@ -88,7 +92,9 @@ def standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generat
     raise _bad("family", family, f"choose one of {', '.join(FAMILIES)}")
 
 
-def sample_points(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_points(
+    spec: TaskSpec, batch: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw mixture samples (B, n, d) and the component means (B, k, d), before mapping.
 
     Drawn on the generator's device: a CUDA generator keeps sampling off the
@@ -99,10 +105,17 @@ def sample_points(spec: TaskSpec, batch: int, generator: torch.Generator) -> tup
     B, n, d, k = batch, spec.n, spec.d, spec.k
     device = generator.device
     means = torch.rand((B, k, d), generator=generator, device=device)
-    scales = None if spec.equal_scales else spec.scale * torch.rand((B, k, d), generator=generator, device=device)
-    weights = torch.ones(B, k, device=device) if spec.equal_weights else torch.rand((B, k), generator=generator,
-                                                                                     device=device)
-    comp = torch.multinomial(weights, n, replacement=True, generator=generator)  # (B, n); rows need not sum to 1
+    scales = (
+        None if spec.equal_scales else spec.scale * torch.rand((B, k, d), generator=generator, device=device)
+    )
+    weights = (
+        torch.ones(B, k, device=device)
+        if spec.equal_weights
+        else torch.rand((B, k), generator=generator, device=device)
+    )
+    comp = torch.multinomial(
+        weights, n, replacement=True, generator=generator
+    )  # (B, n); rows need not sum to 1
     # Row of each point's component in the flattened (B * k, d) parameters:
     # one index_select is much cheaper than a gather with an expanded index.
     rows = (comp + k * torch.arange(B, device=device).unsqueeze(-1)).reshape(-1)
@@ -141,11 +154,15 @@ def sample_tasks(spec: TaskSpec, batch: int, generator: torch.Generator) -> tupl
     X, _ = sample_points(spec, batch, generator)
     X = to_unit_cube(X)
     # Finite draws can still span more than the float32 range (extreme scale).
-    _check_finite(X, f"the {spec.family} task overflowed float32 when mapped to the unit cube (scale={spec.scale})")
+    _check_finite(
+        X, f"the {spec.family} task overflowed float32 when mapped to the unit cube (scale={spec.scale})"
+    )
     return X, choose_centers(X, spec.k, spec.init, generator)
 
 
-def validation_tasks(spec: TaskSpec, seed: int, batches: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def validation_tasks(
+    spec: TaskSpec, seed: int, batches: int, batch: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed validation set of a run: `batches` batches from a seed-derived generator."""
     if not _is_int(batches) or batches < 1:
         raise ValueError(f"val_batches={batches!r} is not allowed: an integer >= 1")

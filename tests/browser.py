@@ -19,7 +19,7 @@ from typing import Iterator
 
 from helpers import SERVER_ENV, free_port, stop_group, wait_until_up
 
-CHROMIUM = Path("/usr/lib/chromium/chromium")   # the binary behind Debian's /usr/bin/chromium launcher
+CHROMIUM = Path("/usr/lib/chromium/chromium")  # the binary behind Debian's /usr/bin/chromium launcher
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT_S = 120  # a cold UI on two busy cores takes a while to fetch and draw
 
@@ -37,10 +37,24 @@ def mlflow_ui(store_uri: str, log: Path) -> Iterator[str]:
     """`mlflow ui` on a free port of 127.0.0.1 serving store_uri; yields its address."""
     port = free_port()
     address = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        store_uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     with open(log, "wb") as out:  # its own process group: the UI forks workers, all stopped together
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=SERVER_ENV)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=SERVER_ENV
+        )
     try:
         wait_until_up(address, proc, log, WAIT_S)
         yield address
@@ -56,7 +70,12 @@ def chromium(width: int = 1600, height: int = 1000):
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     try:
@@ -74,7 +93,9 @@ def text(driver) -> str:
 def wait_for(driver, condition, what: str) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, WAIT_S, poll_frequency=0.5).until(lambda d: condition(), message=f"waiting for {what}")
+    WebDriverWait(driver, WAIT_S, poll_frequency=0.5).until(
+        lambda d: condition(), message=f"waiting for {what}"
+    )
 
 
 def open_page(driver, address: str, shows: str) -> None:
@@ -104,7 +125,9 @@ def widen(driver, column: str, pixels: int) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
-    header = driver.find_element(By.XPATH, f"//*[contains(@class, 'ag-header-cell')][contains(., '{column}')]")
+    header = driver.find_element(
+        By.XPATH, f"//*[contains(@class, 'ag-header-cell')][contains(., '{column}')]"
+    )
     handle = header.find_element(By.XPATH, ".//*[contains(@class, 'ag-header-cell-resize')]")
     ActionChains(driver).click_and_hold(handle).move_by_offset(pixels, 0).release().perform()
 
@@ -132,14 +155,19 @@ def screenshots(store_uri: str, folder: Path) -> None:
 
     client = MlflowClient(store_uri)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
-    best = client.search_runs([experiment], f"tags.{SWEEP} = 'demo' and tags.{CONFIGURATION} LIKE '%'",
-                              order_by=["metrics.best_val_rel_lloyd ASC"])[0]
+    best = client.search_runs(
+        [experiment],
+        f"tags.{SWEEP} = 'demo' and tags.{CONFIGURATION} LIKE '%'",
+        order_by=["metrics.best_val_rel_lloyd ASC"],
+    )[0]
     with mlflow_ui(store_uri, folder / "mlflow-ui.log") as address, chromium(1500, 900) as driver:
         open_page(driver, ui.runs_table(address, experiment), "sweep-demo")
         group_by(driver, CONFIGURATION)
         widen(driver, "Run Name", 330)
         driver.save_screenshot(str(folder / "mlflow-runs-grouped.png"))
-        open_page(driver, ui.run_page(address, experiment, best.info.run_id, "model-metrics"), "best_val_rel_lloyd")
+        open_page(
+            driver, ui.run_page(address, experiment, best.info.run_id, "model-metrics"), "best_val_rel_lloyd"
+        )
         wait_for(driver, lambda: text(driver).count("Step") >= 3, "the charts drawn")
         time.sleep(3)  # the charts' last frames
         driver.save_screenshot(str(folder / "mlflow-run-metrics.png"))

@@ -41,8 +41,17 @@ os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test star
 
 SERVER_START_TIMEOUT_S = 180  # a cold `mlflow server` on two busy cores takes a while
 
-TINY = ["task.n=64", "task.d=2", "task.k=3", "train.batch=4", "train.steps=40", "train.eval_every=10",
-        "train.val_batches=2", "train.log_every=5", "train.device=cpu"]
+TINY = [
+    "task.n=64",
+    "task.d=2",
+    "task.k=3",
+    "train.batch=4",
+    "train.steps=40",
+    "train.eval_every=10",
+    "train.val_batches=2",
+    "train.log_every=5",
+    "train.device=cpu",
+]
 
 
 @pytest.fixture
@@ -76,13 +85,27 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     log = root / "server.log"
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-           "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-           "--artifacts-destination", str(root / "artifacts"), "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
+        "--workers",
+        "1",
+    ]
     with open(log, "wb") as out:
         # Its own process group: the server forks workers, all stopped together below.
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True,
-                                env=SERVER_ENV)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True, env=SERVER_ENV
+        )
     try:
         wait_until_up(uri, proc, log, SERVER_START_TIMEOUT_S)
         yield uri
@@ -99,9 +122,23 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     # The sweep starts its own local Ray instance even when a `ray start --head` cluster runs on this
     # machine (ray.init() with no address would join that one).
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_ADDRESS": "local"}
-    done = subprocess.run([sys.executable, "-m", "sweeper.sweep", "sweep=smoke", subgrids, f"tracking.uri={uri}",
-                           f"cluster.storage={root}/ray", "cluster.cpus_per_trial=0.5"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweeper.sweep",
+            "sweep=smoke",
+            subgrids,
+            f"tracking.uri={uri}",
+            f"cluster.storage={root}/ray",
+            "cluster.cpus_per_trial=0.5",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return uri
 

@@ -42,7 +42,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# MLflow 3's server also starts a job runner (huey consumers, outside its process group) that these tests never
+# MLflow 3's server also starts a job runner (huey consumers, outside its process group) that these tests
+# never
 # use: off, so stopping a server stops all of it.
 SERVER_ENV = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
@@ -72,12 +73,31 @@ class MlflowServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--backend-store-uri", self.backend, "--artifacts-destination", str(self.root / "artifacts"),
-               "--workers", "1"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--backend-store-uri",
+            self.backend,
+            "--artifacts-destination",
+            str(self.root / "artifacts"),
+            "--workers",
+            "1",
+        ]
         with open(self.log, "ab") as out:  # its own process group: the server forks workers, stopped together
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=SERVER_ENV,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=SERVER_ENV,
+                start_new_session=True,
+            )
         wait_until_up(self.uri, self.proc, self.log, self.START_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -99,13 +119,15 @@ def wait_until_up(uri: str, proc: subprocess.Popen, log: Path, seconds: float) -
                     return
         except OSError:
             time.sleep(0.5)
-    raise RuntimeError(f"mlflow server at {uri} did not answer within {seconds} s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(
+        f"mlflow server at {uri} did not answer within {seconds} s:\n{log.read_text()[-3000:]}"
+    )
 
 
 # README's code blocks (tests/test_docs.py explains the `<!-- runnable -->` markers).
 @dataclass
 class Block:
-    line: int           # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     text: str
     runnable: bool
     smoke: list[str]
@@ -120,7 +142,9 @@ def blocks(lang: str = "bash") -> list[Block]:
             marker = lines[i - 1].strip() if i else ""
             runnable = re.fullmatch(r"<!-- runnable( smoke=\"[^\"]*\")? -->", marker) is not None
             smoke = re.search(r'smoke="([^"]*)"', marker)
-            out.append(Block(i + 1, "\n".join(lines[i + 1:end]), runnable, smoke.group(1).split() if smoke else []))
+            out.append(
+                Block(i + 1, "\n".join(lines[i + 1 : end]), runnable, smoke.group(1).split() if smoke else [])
+            )
             i = end
         i += 1
     return out
@@ -135,16 +159,17 @@ def commands(text: str) -> list[list[str]]:
         if line and not line.startswith("#"):
             words = shlex.split(line)
             cuts = [-1] + [i for i, w in enumerate(words) if w == "&&"] + [len(words)]
-            out += [words[a + 1:b] for a, b in zip(cuts, cuts[1:])]
+            out += [words[a + 1 : b] for a, b in zip(cuts, cuts[1:])]
             # a command quoted inside another (`ray exec CLUSTER "cd /app && python -m ..."`)
             out += [c for w in words if " " in w and "python -m" in w for c in commands(w)]
             # the entrypoint of a Ray job (`ray job submit --address URL -- python -m ...`)
             if words[:3] == ["ray", "job", "submit"] and "--" in words:
-                out.append(words[words.index("--") + 1:])
+                out.append(words[words.index("--") + 1 :])
     return out
 
 
 # ---- sweep stores: the runs of a sweep and their metric points against local training ----
+
 
 def children(uri: str, sweep: str, experiment: str = "leaner-clustering") -> list:
     """The runs of a sweep (its parent run left out)."""
@@ -222,16 +247,24 @@ def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, flo
     again (tests/test_sweep.py checks the smoke grid's nine models against a SQLite file and a server)."""
     missing = [r for r in runs if json.dumps(r) not in _TRAINED]
     if missing:
-        done = subprocess.run([sys.executable, "-c", LOCAL], cwd=REPO, input=json.dumps(missing), capture_output=True,
-                              text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        done = subprocess.run(
+            [sys.executable, "-c", LOCAL],
+            cwd=REPO,
+            input=json.dumps(missing),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         for r, h in zip(missing, json.loads(done.stdout)):
             _TRAINED[json.dumps(r)] = {key: [tuple(p) for p in points] for key, points in h.items()}
     return [_TRAINED[json.dumps(r)] for r in runs]
 
 
-def check_histories(client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str],
-                    packed: bool = False) -> None:
+def check_histories(
+    client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str], packed: bool = False
+) -> None:
     """Every metric point once (counted from the config) and equal to a local run of the same config and seed:
     exactly, or to 1e-5 for models trained in a pack (batched matmuls sum in another order)."""
     runs = [[*base, *t.configuration.override_strings(), f"seed={t.seed}"] for t in trials]
@@ -243,7 +276,9 @@ def check_histories(client: MlflowClient, by_key: dict, trials: list[grid.Trial]
             continue
         for key in METRICS:
             assert [s for s, _ in got[key]] == [s for s, _ in want[key]], (t.name, key)
-            assert [v for _, v in got[key]] == pytest.approx([v for _, v in want[key]], rel=1e-5, abs=1e-6), key
+            assert [v for _, v in got[key]] == pytest.approx([v for _, v in want[key]], rel=1e-5, abs=1e-6), (
+                key
+            )
 
 
 def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
@@ -253,11 +288,18 @@ def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
 
 # ---- sweep drivers as subprocesses: started, signalled, killed ----
 
+
 def start_sweep(overrides: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`python -m sweeper.sweep` in its own session (the driver, its local Ray and trials form one group)."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-m", "sweeper.sweep", *overrides],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -288,7 +330,11 @@ def interrupted_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-c
         runs = children(uri, sweep, experiment)
     except Exception:  # the store or its experiment does not exist yet
         return {}
-    return {r.data.tags[CONFIG_HASH]: r for r in runs if OUTCOME not in r.data.tags and TUNE_CHECKPOINT in r.data.tags}
+    return {
+        r.data.tags[CONFIG_HASH]: r
+        for r in runs
+        if OUTCOME not in r.data.tags and TUNE_CHECKPOINT in r.data.tags
+    }
 
 
 def ended_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-clustering") -> list:
@@ -300,6 +346,7 @@ def ended_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-cluster
 
 # ---- a Ray cluster of `ray start` nodes on this machine, and what Ray recorded of its trials ----
 # (tests/test_sweep_cluster.py; helper block of the simulated GPU cluster)
+
 
 @dataclass
 class RayNode:
@@ -324,22 +371,43 @@ class RayNodes:
 
     def start(self, name: str, cpus: float, gpus: int, head: bool = False) -> RayNode:
         manager = free_port()
-        args = ["--block", f"--num-cpus={cpus}", f"--num-gpus={gpus}", f"--node-manager-port={manager}", f"--object-manager-port={free_port()}",
-                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
-                "--min-worker-port=0", "--max-worker-port=0", "--object-store-memory=80000000",
-                "--disable-usage-stats"]
+        args = [
+            "--block",
+            f"--num-cpus={cpus}",
+            f"--num-gpus={gpus}",
+            f"--node-manager-port={manager}",
+            f"--object-manager-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+            "--object-store-memory=80000000",
+            "--disable-usage-stats",
+        ]
         if head:
-            args += ["--head", f"--port={self.port}", f"--temp-dir={self.root / 'ray'}", "--include-dashboard=true",
-                     "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}",
-                     f"--ray-client-server-port={free_port()}"]
+            args += [
+                "--head",
+                f"--port={self.port}",
+                f"--temp-dir={self.root / 'ray'}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}",
+                f"--ray-client-server-port={free_port()}",
+            ]
         else:
             args += [f"--address={self.address}"]
         log = open(self.root / f"{name}.log", "wb")
         ray = Path(sys.executable).parent / "ray"
         # No token authentication (a token in ~/.ray would switch it on): the test's driver connects as is.
-        proc = subprocess.Popen([str(ray), "start", *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        proc = subprocess.Popen(
+            [str(ray), "start", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        )
         self.nodes[name] = RayNode(name, proc, manager, cpus, gpus)
         if head:
             self._wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
@@ -352,7 +420,8 @@ class RayNodes:
         while time.monotonic() < deadline:
             dead = [n.name for n in self.nodes.values() if n.proc.poll() is not None]
             assert not dead, f"ray start exited: {dead}:\n" + "\n".join(
-                (self.root / f"{name}.log").read_text()[-2000:] for name in dead)
+                (self.root / f"{name}.log").read_text()[-2000:] for name in dead
+            )
             try:
                 if ready():
                     return
@@ -391,8 +460,13 @@ def trial_spans(dashboard: str) -> dict[str, list[tuple[float, float]]]:
 
     spans: dict[tuple[str, str], list[float]] = {}
     now = time.time() * 1000
-    for task in list_tasks(address=dashboard, filters=[("type", "=", "ACTOR_TASK")], detail=True, limit=10_000,
-                           raise_on_missing_output=False):
+    for task in list_tasks(
+        address=dashboard,
+        filters=[("type", "=", "ACTOR_TASK")],
+        detail=True,
+        limit=10_000,
+        raise_on_missing_output=False,
+    ):
         if not task.func_or_class_name.endswith(".train") or task.start_time_ms is None:
             continue
         span = spans.setdefault((task.node_id, task.actor_id), [float("inf"), 0.0])
@@ -416,11 +490,13 @@ def peak_overlap(spans: list[tuple[float, float]]) -> int:
 
 def when(condition, action, done: threading.Event, every: float = 0.5) -> threading.Thread:
     """A thread that runs action() once condition() holds, checking every `every` s until `done` is set."""
+
     def run() -> None:
         while not done.wait(every):
             if condition():
                 action()
                 return
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread

@@ -23,16 +23,16 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from analysis import claims, report
 from analysis.aggregate import seed_band
-from analysis.checkpoint_eval import EVAL_OF, EvalSettings, load_model, spec_of, fresh_tasks, trajectories
+from analysis.checkpoint_eval import EVAL_OF, EvalSettings, fresh_tasks, load_model, spec_of, trajectories
 from analysis.cli import expected_sizes
 from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
 from analysis.style import LLOYD
+from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
-from config.compose import compose
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder
@@ -40,20 +40,43 @@ from training.loop import train
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes
-SMALL = EvalSettings(batches=1, batch=4, steps=4, inits=("random", "gonzalez"), lengths=(16, 32),
-                     surface_points=3, dissimilarity_tasks=2, device="cpu")
-SMALL_ARGS = ["eval.batches=1", "eval.batch=4", "eval.steps=4", "eval.inits=[random,gonzalez]", "eval.lengths=[16,32]",
-              "eval.surface_points=3", "eval.dissimilarity_tasks=2", "eval.device=cpu"]
+SMALL = EvalSettings(
+    batches=1,
+    batch=4,
+    steps=4,
+    inits=("random", "gonzalez"),
+    lengths=(16, 32),
+    surface_points=3,
+    dissimilarity_tasks=2,
+    device="cpu",
+)
+SMALL_ARGS = [
+    "eval.batches=1",
+    "eval.batch=4",
+    "eval.steps=4",
+    "eval.inits=[random,gonzalez]",
+    "eval.lengths=[16,32]",
+    "eval.surface_points=3",
+    "eval.dissimilarity_tasks=2",
+    "eval.device=cpu",
+]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 # Figures whose sub-grid the smoke store lacks (tests/test_figures.py draws them on a store that has them).
-ABSENT = {"ablation_lr": "lr", "ablation_lr_curves": "lr", "ablation_points": "points", "ablation_dim": "dim",
-          "ablation_clusters": "clusters"}
+ABSENT = {
+    "ablation_lr": "lr",
+    "ablation_lr_curves": "lr",
+    "ablation_points": "points",
+    "ablation_dim": "dim",
+    "ablation_clusters": "clusters",
+}
 
 
 @pytest.fixture(scope="session")
 def ctx(smoke_store, tmp_path_factory) -> Context:
     runs = load_runs(smoke_store, EXPERIMENT)
-    return Context.build(smoke_store, EXPERIMENT, runs, SMALL, tmp_path_factory.mktemp("report"), expected=expected_sizes())
+    return Context.build(
+        smoke_store, EXPERIMENT, runs, SMALL, tmp_path_factory.mktemp("report"), expected=expected_sizes()
+    )
 
 
 def _expected_embeddings(uri: str, family: str = "normal") -> set[str]:
@@ -62,19 +85,30 @@ def _expected_embeddings(uri: str, family: str = "normal") -> set[str]:
     exp = client.get_experiment_by_name(EXPERIMENT)
     found = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'")
     short = {"onehot": "OH", "binary": "BN", "none": "NA"}
-    return {short[r.data.params["model.embedding"]] for r in found
-            if r.data.params.get("task.family") == family and "config_hash" in r.data.tags}
+    return {
+        short[r.data.params["model.embedding"]]
+        for r in found
+        if r.data.params.get("task.family") == family and "config_hash" in r.data.tags
+    }
 
 
 def test_iqr_matches_numpy() -> None:
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"g": rng.integers(0, 3, 600), "step": rng.integers(0, 5, 600), "seed": np.arange(600),
-                          "value": rng.lognormal(size=600)})
+    frame = pd.DataFrame(
+        {
+            "g": rng.integers(0, 3, 600),
+            "step": rng.integers(0, 5, 600),
+            "seed": np.arange(600),
+            "value": rng.lognormal(size=600),
+        }
+    )
     band = seed_band(frame, ["g"], "step", "value")
     for row in band.itertuples():
         values = frame[(frame["g"] == row.g) & (frame["step"] == row.step)]["value"].to_numpy()
         assert row.n_seeds == len(values)
-        np.testing.assert_allclose([row.q25, row.median, row.q75], np.percentile(values, [25, 50, 75]), rtol=1e-12)
+        np.testing.assert_allclose(
+            [row.q25, row.median, row.q75], np.percentile(values, [25, 50, 75]), rtol=1e-12
+        )
 
 
 @pytest.mark.parametrize("embedding", ["binary", "onehot"])
@@ -104,7 +138,9 @@ def test_each_figure_returns_what_it_plotted(ctx: Context, smoke_store: str, nam
         assert panels == {f"init {i} | {m}" for i in SMALL.inits for m in ("reembed", "naive", "attention")}
         assert series == embeddings
     elif name == "mixture_shift":
-        assert panels == {f"test: {s}" for s in ("train", "unequal_weights", "anisotropic", "scale_0.05", "scale_0.2")}
+        assert panels == {
+            f"test: {s}" for s in ("train", "unequal_weights", "anisotropic", "scale_0.05", "scale_0.2")
+        }
         assert series == embeddings
     elif name == "length":
         assert panels == {f"test n={n}" for n in SMALL.lengths} and series == embeddings
@@ -119,7 +155,7 @@ def test_each_figure_returns_what_it_plotted(ctx: Context, smoke_store: str, nam
     elif name == "time_to_quality":
         assert series == embeddings - {"NA"} and (data["x"] >= 0).all()
     elif name == "loss_surface":
-        assert len(data) == len(panels) * SMALL.surface_points ** 2
+        assert len(data) == len(panels) * SMALL.surface_points**2
         assert {p.split(", ")[1] for p in panels} == embeddings - {"NA"}
     elif name == "task_dissimilarity":
         m = len(FAMILIES) * SMALL.dissimilarity_tasks
@@ -155,8 +191,11 @@ def test_convergence_medians_match_mlflow_histories(ctx: Context, smoke_store: s
     curve = data[(data["series"] == "BN-L2") & data["panel"].str.startswith(VAL_REL_LLOYD)].set_index("x")
     assert sorted(curve.index) == sorted(per_step)
     for step, values in per_step.items():
-        np.testing.assert_allclose(curve.loc[step, ["q25", "median", "q75"]].astype(float),
-                                   np.percentile(values, [25, 50, 75]), rtol=1e-12)
+        np.testing.assert_allclose(
+            curve.loc[step, ["q25", "median", "q75"]].astype(float),
+            np.percentile(values, [25, 50, 75]),
+            rtol=1e-12,
+        )
 
 
 @pytest.mark.slow
@@ -184,8 +223,16 @@ def test_missing_inputs_are_named(ctx: Context) -> None:
 
 @pytest.mark.slow
 def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_path: Path) -> None:
-    args = [sys.executable, "-m", "analysis.report", f"tracking.uri={smoke_store}", f"out={tmp_path}",
-            "figures=[speed_memory,length]", f"speed_json={tmp_path}/none.json", *SMALL_ARGS]
+    args = [
+        sys.executable,
+        "-m",
+        "analysis.report",
+        f"tracking.uri={smoke_store}",
+        f"out={tmp_path}",
+        "figures=[speed_memory,length]",
+        f"speed_json={tmp_path}/none.json",
+        *SMALL_ARGS,
+    ]
     first = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     index = Path(first.stdout.strip().splitlines()[-1])
@@ -201,13 +248,19 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
     finished_normal = load_runs(smoke_store, EXPERIMENT, where={"task.family": "normal"})
     assert {r.data.tags[EVAL_OF] for r in logged} == set(finished_normal["run_id"])
     for evaluation in logged:  # and each training run links to its evaluation
-        assert client.get_run(evaluation.data.tags[EVAL_OF]).data.tags[EVALUATION_LINK + "length"] == evaluation.info.run_id
+        assert (
+            client.get_run(evaluation.data.tags[EVAL_OF]).data.tags[EVALUATION_LINK + "length"]
+            == evaluation.info.run_id
+        )
     # A report on one sweep's runs is stored in the sweep's parent run, and the printed address opens it.
     parent = client.get_run(logged[0].data.tags[EVAL_OF]).data.tags[MLFLOW_PARENT_RUN_ID]
     assert f"/runs/{parent}?workflowType=machine_learning" in first.stdout
     attached = {a.path for a in client.list_artifacts(parent, REPORT_DIR)}
     assert {f"{REPORT_DIR}/{name}" for name in ("index.md", "length.png", "length.csv")} <= attached
-    assert Path(client.download_artifacts(parent, f"{REPORT_DIR}/index.md", str(tmp_path / "dl"))).read_text() == text
+    assert (
+        Path(client.download_artifacts(parent, f"{REPORT_DIR}/index.md", str(tmp_path / "dl"))).read_text()
+        == text
+    )
     before = pd.read_csv(index.parent / "length.csv")
     # A second report, without the local cache: the evaluations come back from MLflow, none is rerun.
     for cached in (index.parent / "cache").iterdir():
@@ -225,27 +278,55 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
     recorder = MlflowRecorder(smoke_store, experiment, tags={SUBGRIDS: "tau"})
     for embedding in ("onehot", "binary"):
         for seed in (153476998, 235510766):
-            cfg = compose(["task.n=16", "train.steps=2", "train.eval_every=1", "train.batch=4", "train.val_batches=1",
-                           "optim.lr=1e-6", "loss.tau=0.1", f"model.embedding={embedding}", f"seed={seed}",
-                           f"tracking.uri={smoke_store}", f"tracking.experiment={experiment}"])
+            cfg = compose(
+                [
+                    "task.n=16",
+                    "train.steps=2",
+                    "train.eval_every=1",
+                    "train.batch=4",
+                    "train.val_batches=1",
+                    "optim.lr=1e-6",
+                    "loss.tau=0.1",
+                    f"model.embedding={embedding}",
+                    f"seed={seed}",
+                    f"tracking.uri={smoke_store}",
+                    f"tracking.experiment={experiment}",
+                ]
+            )
             result = train(cfg, recorder, tmp_path / f"{embedding}-{seed}")
             assert result.metrics[VAL_REL_LLOYD] > 1  # the store contradicts the claim
-    args = [f"tracking.uri={smoke_store}", f"tracking.experiment={experiment}", f"out={tmp_path}",
-            f"speed_json={tmp_path}/none.json", *SMALL_ARGS]
+    args = [
+        f"tracking.uri={smoke_store}",
+        f"tracking.experiment={experiment}",
+        f"out={tmp_path}",
+        f"speed_json={tmp_path}/none.json",
+        *SMALL_ARGS,
+    ]
     assert claims.main(args) == 0
     printed = capsys.readouterr().out
     assert claims.PAPER["tau01_beats_lloyd"] in printed and printed.strip().endswith("claims.csv")
     table = pd.read_csv(tmp_path / experiment / "claims.csv").set_index("name")
     assert list(table.index) == list(claims.PAPER)
     status = table["status"]
-    assert status["tau01_beats_lloyd"] == claims.FAIL and "0/2 cases" in table.loc["tau01_beats_lloyd", "numbers"]
+    assert (
+        status["tau01_beats_lloyd"] == claims.FAIL
+        and "0/2 cases" in table.loc["tau01_beats_lloyd", "numbers"]
+    )
     assert not (status.drop("cauchy_dissimilar") == claims.PASS).any(), table
     probed = ["reembed_beats_lloyd", "length_generalises", "shift_generalises"]
     assert (status[probed] != claims.UNTESTED).all(), table.loc[probed, "numbers"]
     assert all("2/4 configurations with >= 2 seeds" in table.loc[name, "numbers"] for name in probed)
-    absent = ["l2_lower_train_loss", "l2_better_val_tau1_d4", "noembed_reembed_trails_lloyd", "cauchy_fails",
-              "families_generalise", "ne_fails_gumbel_laplace_tau1", "clusters_d4_tau1", "large_lr_worse",
-              "binary_faster_leaner"]
+    absent = [
+        "l2_lower_train_loss",
+        "l2_better_val_tau1_d4",
+        "noembed_reembed_trails_lloyd",
+        "cauchy_fails",
+        "families_generalise",
+        "ne_fails_gumbel_laplace_tau1",
+        "clusters_d4_tau1",
+        "large_lr_worse",
+        "binary_faster_leaner",
+    ]
     assert (status[absent] == claims.UNTESTED).all(), table.loc[absent, "numbers"]
 
 
@@ -253,9 +334,16 @@ def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, capsys
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     MlflowClient(uri).create_experiment("empty", artifact_location=(tmp_path / "artifacts").as_uri())
     for experiment, words in (("empty", "has no training runs"), ("absent", "does not exist")):
-        assert report.main([f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"out={tmp_path}"]) == 7
+        assert (
+            report.main([f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"out={tmp_path}"]) == 7
+        )
         err = capsys.readouterr().err
-        assert "nothing to analyse" in err and words in err and experiment in err and "python -m sweeper.sweep" in err
+        assert (
+            "nothing to analyse" in err
+            and words in err
+            and experiment in err
+            and "python -m sweeper.sweep" in err
+        )
         assert not (tmp_path / experiment / "index.md").exists()
 
 
@@ -276,10 +364,24 @@ def test_unknown_config_key_in_a_filter_is_named(smoke_store: str) -> None:
 @pytest.mark.slow
 def test_speed_memory_plots_the_benchmark_rows(ctx: Context, tmp_path: Path) -> None:
     """The benchmark's JSON (`python -m bench speed_memory --out FILE`): every measured value is plotted."""
-    rows = [{"d": d, "k": k, **{e: {"d_emb": d + k, "forward_seconds": 0.001 * d * k * (2 if e == "onehot" else 1),
-                                    "backward_seconds": 0.002 * k, "peak_memory_bytes": 1000 * k + d}
-                                for e in ("onehot", "binary")}, "onehot_over_binary_forward_seconds": 2.0}
-            for d in (4, 16) for k in (8, 64)]
+    rows = [
+        {
+            "d": d,
+            "k": k,
+            **{
+                e: {
+                    "d_emb": d + k,
+                    "forward_seconds": 0.001 * d * k * (2 if e == "onehot" else 1),
+                    "backward_seconds": 0.002 * k,
+                    "peak_memory_bytes": 1000 * k + d,
+                }
+                for e in ("onehot", "binary")
+            },
+            "onehot_over_binary_forward_seconds": 2.0,
+        }
+        for d in (4, 16)
+        for k in (8, 64)
+    ]
     path = tmp_path / "speed_memory.json"
     path.write_text(json.dumps({"command": "speed_memory", "rows": rows}))
     figure = FIGURES["speed_memory"](dataclasses.replace(ctx, speed_json=path, out_dir=tmp_path))
@@ -290,6 +392,9 @@ def test_speed_memory_plots_the_benchmark_rows(ctx: Context, tmp_path: Path) -> 
         for e, label in (("onehot", "OH"), ("binary", "BN")):
             for measure, value in row[e].items():
                 if measure != "d_emb":
-                    hit = data[(data["panel"] == f"{measure} | d={row['d']}") & (data["series"] == label)
-                               & (data["x"] == row["k"])]
+                    hit = data[
+                        (data["panel"] == f"{measure} | d={row['d']}")
+                        & (data["series"] == label)
+                        & (data["x"] == row["k"])
+                    ]
                     assert hit["median"].item() == value

@@ -28,14 +28,32 @@ EMBEDDINGS, SUBGRID_TAGS = ("onehot", "binary", "none"), ("tau,lr", "dim", "clus
 
 
 def _template(client: MlflowClient, experiment: str, j: int) -> str:
-    tags = {CONFIG_HASH: f"h{j}", SEED: str(j), OUTCOME: FINISHED, SWEEP: "paper", SUBGRIDS: SUBGRID_TAGS[j % 4]}
+    tags = {
+        CONFIG_HASH: f"h{j}",
+        SEED: str(j),
+        OUTCOME: FINISHED,
+        SWEEP: "paper",
+        SUBGRIDS: SUBGRID_TAGS[j % 4],
+    }
     run = client.create_run(experiment, tags=tags)
-    params = {"task.d": str(4 * (1 + j % 2)), "model.embedding": EMBEDDINGS[j % 3], "loss.tau": "0.1", "seed": str(j),
-              "tracking.uri": "sqlite:///x.db"}
-    metrics = [Metric(key, float(j + step / 100 + (key == TRAIN_LOSS)), 1000 * step, step)
-               for key in (TRAIN_LOSS, VAL_REL_LLOYD) for step in range(N_POINTS)]
-    client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()], metrics=metrics,
-                     tags=[RunTag(k, v) for k, v in tags.items()])
+    params = {
+        "task.d": str(4 * (1 + j % 2)),
+        "model.embedding": EMBEDDINGS[j % 3],
+        "loss.tau": "0.1",
+        "seed": str(j),
+        "tracking.uri": "sqlite:///x.db",
+    }
+    metrics = [
+        Metric(key, float(j + step / 100 + (key == TRAIN_LOSS)), 1000 * step, step)
+        for key in (TRAIN_LOSS, VAL_REL_LLOYD)
+        for step in range(N_POINTS)
+    ]
+    client.log_batch(
+        run.info.run_id,
+        params=[Param(k, v) for k, v in params.items()],
+        metrics=metrics,
+        tags=[RunTag(k, v) for k, v in tags.items()],
+    )
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
 
@@ -46,17 +64,23 @@ def _copy(db: sqlite3.Connection, source: str, i: int) -> None:
     columns = [c[1] for c in db.execute("PRAGMA table_info(runs)")]
     fresh = {"run_uuid": new, "name": f"copy-{i}"}
     select = ",".join("?" if c in fresh else c for c in columns)
-    db.execute(f"INSERT INTO runs ({','.join(columns)}) SELECT {select} FROM runs WHERE run_uuid = ?",
-               [fresh[c] for c in columns if c in fresh] + [source])
+    db.execute(
+        f"INSERT INTO runs ({','.join(columns)}) SELECT {select} FROM runs WHERE run_uuid = ?",
+        [fresh[c] for c in columns if c in fresh] + [source],
+    )
     replaced = {SEED: str(i), CONFIG_HASH: f"h{i}"}
     for table in ("params", "tags"):
         rows = db.execute(f"SELECT key, value FROM {table} WHERE run_uuid = ?", (source,)).fetchall()
-        db.executemany(f"INSERT INTO {table} (key, value, run_uuid) VALUES (?, ?, ?)",
-                       [(k, replaced.get(k, v), new) for k, v in rows])
+        db.executemany(
+            f"INSERT INTO {table} (key, value, run_uuid) VALUES (?, ?, ?)",
+            [(k, replaced.get(k, v), new) for k, v in rows],
+        )
     for table in ("metrics", "latest_metrics"):
-        db.execute(f"INSERT INTO {table} (key, value, timestamp, step, is_nan, run_uuid) "
-                   f"SELECT key, value + ?, timestamp, step, is_nan, ? FROM {table} WHERE run_uuid = ?",
-                   (i, new, source))
+        db.execute(
+            f"INSERT INTO {table} (key, value, timestamp, step, is_nan, run_uuid) "
+            f"SELECT key, value + ?, timestamp, step, is_nan, ? FROM {table} WHERE run_uuid = ?",
+            (i, new, source),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +104,12 @@ def _metric_shift(seed: int) -> float:
 def test_three_thousand_runs_load_filter_and_histories(big_store) -> None:
     uri, logged = big_store
     client = MlflowClient(uri)
-    copy = client.search_runs([client.get_experiment_by_name("paper").experiment_id], f"tags.{SEED} = '{N_LOGGED + 7}'")
-    assert len(copy) == 1 and copy[0].data.params["model.embedding"] == EMBEDDINGS[7 % 3]  # a copy reads as a run
+    copy = client.search_runs(
+        [client.get_experiment_by_name("paper").experiment_id], f"tags.{SEED} = '{N_LOGGED + 7}'"
+    )
+    assert (
+        len(copy) == 1 and copy[0].data.params["model.embedding"] == EMBEDDINGS[7 % 3]
+    )  # a copy reads as a run
 
     runs = load_runs(uri, "paper")
     assert len(runs) == N_RUNS and runs["run_id"].is_unique
@@ -91,10 +119,14 @@ def test_three_thousand_runs_load_filter_and_histories(big_store) -> None:
     assert (runs["model.embedding"] == [EMBEDDINGS[j % 3] for j in template]).all()
 
     onehot_d8 = load_runs(uri, "paper", where={"model.embedding": "onehot", "task.d": 8})
-    assert len(onehot_d8) == sum(1 for s in range(N_RUNS) if (s % N_LOGGED) % 3 == 0 and (s % N_LOGGED) % 2 == 1)
+    assert len(onehot_d8) == sum(
+        1 for s in range(N_RUNS) if (s % N_LOGGED) % 3 == 0 and (s % N_LOGGED) % 2 == 1
+    )
     lr = load_runs(uri, "paper", subgrid="lr")
     assert len(lr) == sum(1 for s in range(N_RUNS) if (s % N_LOGGED) % 4 == 0)
-    assert len(load_runs(uri, "paper", sweep="paper")) == N_RUNS and load_runs(uri, "paper", sweep="demo").empty
+    assert (
+        len(load_runs(uri, "paper", sweep="paper")) == N_RUNS and load_runs(uri, "paper", sweep="demo").empty
+    )
 
     points = histories(uri, runs, [VAL_REL_LLOYD, TRAIN_LOSS])
     assert len(points) == N_RUNS * N_POINTS * 2
@@ -107,8 +139,11 @@ def test_three_thousand_runs_load_filter_and_histories(big_store) -> None:
             assert list(got["step"]) == [s for s, _ in expected]
             np.testing.assert_allclose(got["value"], [v for _, v in expected], rtol=1e-12)
             j = getattr(run, SEED) % N_LOGGED
-            np.testing.assert_allclose(got["value"], j + np.arange(N_POINTS) / 100 + (key == TRAIN_LOSS)
-                                       + _metric_shift(getattr(run, SEED)), rtol=1e-12)
+            np.testing.assert_allclose(
+                got["value"],
+                j + np.arange(N_POINTS) / 100 + (key == TRAIN_LOSS) + _metric_shift(getattr(run, SEED)),
+                rtol=1e-12,
+            )
 
 
 def test_missing_experiment_names_what_exists(big_store) -> None:

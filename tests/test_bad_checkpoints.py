@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import check_histories, children, expected_counts, sweep_trials
 from mlflow.tracking import MlflowClient
 
-from helpers import check_histories, children, expected_counts, sweep_trials
-from sweeper import exit_codes
 from config.compose import compose
+from sweeper import exit_codes
 from sweeper.train import main
 from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
 from tracking.recorder import MemoryRecorder, MlflowRecorder
@@ -42,8 +42,12 @@ def garbage(path: Path) -> None:
 def stored(uri: str, run_ids: list[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """Every metric point of each run as MLflow holds it (duplicates included), sorted."""
     client = MlflowClient(tracking_uri=uri)
-    return {run_id: {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
-                     for key in METRICS} for run_id in run_ids}
+    return {
+        run_id: {
+            key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in METRICS
+        }
+        for run_id in run_ids
+    }
 
 
 def figure(label: str, trials: int, runs: int, points: dict, cfg) -> str:
@@ -56,7 +60,9 @@ def figure(label: str, trials: int, runs: int, points: dict, cfg) -> str:
     return line
 
 
-def test_a_solo_run_restarts_from_its_last_good_checkpoint(tiny, tmp_path, sqlite_uri, monkeypatch, caplog, capsys):
+def test_a_solo_run_restarts_from_its_last_good_checkpoint(
+    tiny, tmp_path, sqlite_uri, monkeypatch, caplog, capsys
+):
     monkeypatch.chdir(tmp_path)
     overrides = tiny + [f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path / 'runs'}"]
     cfg = compose(overrides)
@@ -67,15 +73,19 @@ def test_a_solo_run_restarts_from_its_last_good_checkpoint(tiny, tmp_path, sqlit
 
     # Damaged last.pt only (best.pt good), then both: restart from best.pt, then from step 0.
     for damage, restart in (([last_path], "from best.pt at step"), ([last_path, best_path], "from step 0")):
+
         def crash(step: int, metrics: dict, path: Path) -> None:
             if step == 30:
                 raise Crash
+
         with pytest.raises(Crash):
             train(cfg, MlflowRecorder(sqlite_uri, EXPERIMENT), workdir, crash)
         truncate(last_path(workdir))
         if best_path in damage:
             garbage(best_path(workdir))
-        assert main(overrides + ["train.resume=must"]) == exit_codes.CHECKPOINT  # strict: an error naming the file
+        assert (
+            main(overrides + ["train.resume=must"]) == exit_codes.CHECKPOINT
+        )  # strict: an error naming the file
         assert f"{last_path(workdir)} is unreadable" in capsys.readouterr().err
         caplog.clear()
         assert main(overrides) == 0  # the same command again
@@ -91,8 +101,19 @@ def test_a_solo_run_restarts_from_its_last_good_checkpoint(tiny, tmp_path, sqlit
 
 
 # As tests/test_packed.py: dropout 0, so models restarting at different steps draw no dropout masks together.
-PACK = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=3",
-        "train.log_every=2", "train.val_batches=2", "model.dropout=0.0", "optim.lr_patience=0", "train.device=cpu"]
+PACK = [
+    "task.n=24",
+    "task.d=3",
+    "task.k=4",
+    "train.batch=4",
+    "train.steps=12",
+    "train.eval_every=3",
+    "train.log_every=2",
+    "train.val_batches=2",
+    "model.dropout=0.0",
+    "optim.lr_patience=0",
+    "train.device=cpu",
+]
 
 
 def test_a_pack_restarts_each_model_from_its_last_good_checkpoint(tmp_path, sqlite_uri, caplog):
@@ -103,6 +124,7 @@ def test_a_pack_restarts_each_model_from_its_last_good_checkpoint(tmp_path, sqli
     def crash(step: int, evaluated: dict) -> None:
         if step == 9:
             raise Crash
+
     parts = [tmp_path / f"part{i}" for i in range(2)]
     with pytest.raises(Crash):
         train_pack(cfgs, [MlflowRecorder(sqlite_uri, EXPERIMENT) for _ in cfgs], parts, on_eval=crash)
@@ -177,4 +199,10 @@ def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp
     assert "from step 0" in runs[0].data.tags[BAD_CHECKPOINT]
     check_histories(MlflowClient(tracking_uri=uri), {trial.key: runs[0]}, [trial], [])  # exact, none lost
     points = stored(uri, [run.info.run_id])
-    figure("sweep, damaged Tune checkpoint", 1, len(runs), points, compose(trial.configuration.override_strings()))
+    figure(
+        "sweep, damaged Tune checkpoint",
+        1,
+        len(runs),
+        points,
+        compose(trial.configuration.override_strings()),
+    )

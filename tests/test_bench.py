@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from bench.cli import main
-from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
 from models.flash_dropout import FlashDropout, dropped_positions
 from models.losses import smoothed_objective
+from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
 from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec
 
@@ -24,8 +24,13 @@ TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"
 
 
 def bench(*args: str, module: str = "bench") -> dict:
-    done = subprocess.run([sys.executable, "-m", module, *args, "--threads", "1"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args, "--threads", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -38,7 +43,13 @@ def positive(value: object) -> bool:
 def test_bench_step_prints_the_figures_as_json() -> None:
     out = bench("step", *TINY, "--repeats", "1")
     for figures in (out, out["reference"]):
-        for key in ("seconds_per_step", "model_steps_per_second", "peak_memory_bytes", "flop_rate", "flop_fraction"):
+        for key in (
+            "seconds_per_step",
+            "model_steps_per_second",
+            "peak_memory_bytes",
+            "flop_rate",
+            "flop_fraction",
+        ):
             assert positive(figures[key]), key
         assert figures["model_steps_per_second"] == pytest.approx(1 / figures["seconds_per_step"])
     assert positive(out["speedup"]) and positive(out["matmul_flop_rate"]) and out["memory_measure"]
@@ -56,7 +67,9 @@ def test_bench_pack_prints_json(capsys: pytest.CaptureFixture) -> None:
     assert main(["pack", *TINY, "--packs", "3", "--repeats", "1", "--threads", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [row["pack"] for row in out["packs"]] == [3] and positive(out["solo"]["model_steps_per_second"])
-    assert all(positive(row["model_steps_per_second"]) and positive(row["peak_memory_bytes"]) for row in out["packs"])
+    assert all(
+        positive(row["model_steps_per_second"]) and positive(row["peak_memory_bytes"]) for row in out["packs"]
+    )
 
 
 def test_bench_rejects_a_bad_override_naming_it(capsys: pytest.CaptureFixture) -> None:
@@ -85,8 +98,12 @@ def test_reference_computes_the_model_function(embedding: str, qkv_mult: int) ->
 @pytest.mark.parametrize("regularizer", ["l2", "ne"])
 def test_reference_loss_is_the_smoothed_objective(regularizer: str) -> None:
     X, C = torch.rand(3, 40, 2), torch.rand(3, 6, 2)
-    torch.testing.assert_close(smoothed_objective_plain(X, C, 0.3, regularizer),
-                               smoothed_objective(X, C, 0.3, regularizer), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        smoothed_objective_plain(X, C, 0.3, regularizer),
+        smoothed_objective(X, C, 0.3, regularizer),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_reference_sampler_draws_tasks_in_the_unit_cube_with_data_point_centers() -> None:
@@ -111,7 +128,9 @@ def test_flash_dropout_equals_dense_attention_with_that_mask(dtype: torch.dtype)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(fused, reference, rtol=0, atol=tol)
     w = torch.randn_like(reference)
-    for mine, ref in zip(torch.autograd.grad(fused, (q, k, v), w), torch.autograd.grad(reference, (q, k, v), w)):
+    for mine, ref in zip(
+        torch.autograd.grad(fused, (q, k, v), w), torch.autograd.grad(reference, (q, k, v), w)
+    ):
         torch.testing.assert_close(mine, ref, rtol=0, atol=tol)
 
 

@@ -19,14 +19,18 @@ import yaml
 from omegaconf import OmegaConf
 
 from analysis import claims, report
-from sweeper import exit_codes, rerun, sweep, train
 from config.compose import compose
 from config.schema import ConfigError
+from sweeper import exit_codes, rerun, sweep, train
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-HYDRA_COMMANDS = {"leaner-train": train.main, "leaner-sweep": sweep.main, "leaner-report": report.main,
-                  "leaner-claims": claims.main}
+HYDRA_COMMANDS = {
+    "leaner-train": train.main,
+    "leaner-sweep": sweep.main,
+    "leaner-report": report.main,
+    "leaner-claims": claims.main,
+}
 
 
 def run_main(main, argv: list[str], capsys) -> tuple[int, str, str]:
@@ -57,8 +61,9 @@ def test_help_of_the_real_commands_exits_0():
     """`analysis.report --help` was an error with exit code 1; `task.d=32 --help` a lexer error."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for argv in (["analysis.report", "--help"], ["sweeper.train", "task.d=32", "--help"]):
-        done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, env=env,
-                              timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+        )
         assert done.returncode == 0 and done.stdout.startswith("usage: leaner-"), done.stderr[-2000:]
         assert "Exception" not in done.stdout + done.stderr
 
@@ -74,32 +79,59 @@ def test_cfg_job_prints_the_composed_config(capsys):
     assert code == 0 and shown["eval"]["batches"] == 1 and shown["tracking"]["experiment"] == "x"
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["-m"], "error: not supported: -m (a flag of Hydra's own command line): sweeps are `leaner-sweep sweep=NAME` "
-             "(conf/sweep/), not Hydra's multirun"),
-    (["--info"], "error: not supported: --info (a flag of Hydra's own command line): --help lists the config "
-                 "groups and --cfg job prints the composed configuration"),
-    (["--cfg", "hydra"], "error: not supported: --cfg hydra: only --cfg job (the composed configuration)"),
-    (["--verbose"], "error: not supported: --verbose: the arguments are key=value overrides; --help lists the "
-                    "config groups and --cfg job prints the composed configuration"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["-m"],
+            "error: not supported: -m (a flag of Hydra's own command line): sweeps are `leaner-sweep sweep=NAME` "
+            "(conf/sweep/), not Hydra's multirun",
+        ),
+        (
+            ["--info"],
+            "error: not supported: --info (a flag of Hydra's own command line): --help lists the config "
+            "groups and --cfg job prints the composed configuration",
+        ),
+        (
+            ["--cfg", "hydra"],
+            "error: not supported: --cfg hydra: only --cfg job (the composed configuration)",
+        ),
+        (
+            ["--verbose"],
+            "error: not supported: --verbose: the arguments are key=value overrides; --help lists the "
+            "config groups and --cfg job prints the composed configuration",
+        ),
+    ],
+)
 @pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
 def test_hydra_flags_we_do_not_support_say_so_in_one_line(script, flags, message, capsys):
     code, out, err = run_main(HYDRA_COMMANDS[script], ["sweep=smoke", *flags], capsys)
     assert (code, out, err) == (exit_codes.CONFIG, "", message + "\n")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["tracking=srv"], "error: tracking=srv is not allowed: choose one of local, server"),
-    (["sweep.dryrun=true"], "error: unknown key 'sweep.dryrun': allowed keys are name, dry_run, scheduler, axes, "
-                            "baseline, seeds, fixed, subgrids"),
-    (["sweep.dry_run=maybe"], "error: sweep.dry_run='maybe' is not allowed: true or false"),
-    (["loss.tau=0.3"], "error: sweep 'paper', sub-grid 'tau': loss.tau on the command line would be overwritten: "
-                       "this sub-grid sweeps it (axis 'tau'); change the sweep instead (sweep.baseline, "
-                       "sweep.subgrids)"),
-    (["seed=5"], "error: sweep 'paper', sweep.seeds: seed on the command line would be overwritten: each trial "
-                 "takes its seed from sweep.seeds; set sweep.seeds=[...] instead"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["tracking=srv"], "error: tracking=srv is not allowed: choose one of local, server"),
+        (
+            ["sweep.dryrun=true"],
+            "error: unknown key 'sweep.dryrun': allowed keys are name, dry_run, scheduler, axes, "
+            "baseline, seeds, fixed, subgrids",
+        ),
+        (["sweep.dry_run=maybe"], "error: sweep.dry_run='maybe' is not allowed: true or false"),
+        (
+            ["loss.tau=0.3"],
+            "error: sweep 'paper', sub-grid 'tau': loss.tau on the command line would be overwritten: "
+            "this sub-grid sweeps it (axis 'tau'); change the sweep instead (sweep.baseline, "
+            "sweep.subgrids)",
+        ),
+        (
+            ["seed=5"],
+            "error: sweep 'paper', sweep.seeds: seed on the command line would be overwritten: each trial "
+            "takes its seed from sweep.seeds; set sweep.seeds=[...] instead",
+        ),
+    ],
+)
 def test_sweep_rejections_name_the_key_and_what_is_allowed(overrides, message, capsys):
     code, out, err = run_main(sweep.main, ["sweep=paper", "sweep.dry_run=true", *overrides], capsys)
     assert (code, err) == (exit_codes.CONFIG, message + "\n")
@@ -107,15 +139,23 @@ def test_sweep_rejections_name_the_key_and_what_is_allowed(overrides, message, c
 
 def test_a_baseline_key_on_the_command_line_names_the_baseline(capsys):
     code, _, err = run_main(sweep.main, ["sweep=smoke", "sweep.dry_run=true", "optim.lr=0.1"], capsys)
-    assert (code, err) == (exit_codes.CONFIG, "error: sweep 'smoke', sweep.baseline: optim.lr on the command line "
-                           "would be overwritten: every sub-grid holds it at the baseline lr=0.01; set "
-                           "sweep.baseline.lr=... instead\n")
-    assert run_main(sweep.main, ["sweep=smoke", "sweep.dry_run=true", "sweep.baseline.lr=0.1"], capsys)[0] == 0
+    assert (code, err) == (
+        exit_codes.CONFIG,
+        "error: sweep 'smoke', sweep.baseline: optim.lr on the command line "
+        "would be overwritten: every sub-grid holds it at the baseline lr=0.01; set "
+        "sweep.baseline.lr=... instead\n",
+    )
+    assert (
+        run_main(sweep.main, ["sweep=smoke", "sweep.dry_run=true", "sweep.baseline.lr=0.1"], capsys)[0] == 0
+    )
 
 
 def test_sweep_keys_without_a_sweep_are_rejected():
-    with pytest.raises(ConfigError, match=r"^sweep.dry_run is set but no sweep is chosen: add sweep=NAME "
-                                          r"\(demo, lite, paper, points, smoke\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^sweep.dry_run is set but no sweep is chosen: add sweep=NAME "
+        r"\(demo, lite, paper, points, smoke\)$",
+    ):
         compose(["sweep.dry_run=true"])
     assert compose([]).sweep is None  # sweep=none: a single run
 
@@ -126,7 +166,9 @@ def test_tracking_defaults_come_from_mlflows_environment_variables(monkeypatch, 
     for group in ("local", "server"):
         tracking = compose([f"tracking={group}"]).tracking
         assert (tracking.uri, tracking.experiment) == (f"sqlite:///{tmp_path}/env.db", "from-env")
-    assert compose(["tracking.uri=http://host:5000"]).tracking.uri == "http://host:5000"  # the command line wins
+    assert (
+        compose(["tracking.uri=http://host:5000"]).tracking.uri == "http://host:5000"
+    )  # the command line wins
     _, out, _ = run_main(report.main, ["--cfg", "job"], capsys)
     tracking = yaml.safe_load(out)["tracking"]
     assert (tracking["uri"], tracking["experiment"]) == (f"sqlite:///{tmp_path}/env.db", "from-env")
@@ -143,13 +185,21 @@ def test_rerun_takes_the_one_override_spelling(capsys):
     code, _, err = run_main(rerun.main, ["RUN", "--tracking-uri", "x"], capsys)
     assert code == exit_codes.CONFIG and "unrecognized arguments: --tracking-uri x" in err
     code, _, err = run_main(rerun.main, ["RUN", "tracking.experiment=x"], capsys)
-    assert (code, err) == (exit_codes.CONFIG, "error: unknown argument 'tracking.experiment=x': the one override "
-                                              "is tracking.uri=URI\n")
+    assert (code, err) == (
+        exit_codes.CONFIG,
+        "error: unknown argument 'tracking.experiment=x': the one override is tracking.uri=URI\n",
+    )
 
 
 def test_every_console_script_is_a_command_of_that_name():
-    assert set(SCRIPTS) == {"leaner-train", "leaner-sweep", "leaner-rerun", "leaner-report", "leaner-claims",
-                            "leaner-bench"}
+    assert set(SCRIPTS) == {
+        "leaner-train",
+        "leaner-sweep",
+        "leaner-rerun",
+        "leaner-report",
+        "leaner-claims",
+        "leaner-bench",
+    }
     for script, target in SCRIPTS.items():
         module, function = target.split(":")
         main = getattr(importlib.import_module(module), function)

@@ -9,12 +9,21 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from config.compose import compose
+from config.identity import (
+    config_hash,
+    configuration_hash,
+    configuration_name,
+    flat_params,
+    operational_values,
+    run_config,
+    run_name,
+    run_overrides,
+)
+from config.schema import ConfigError
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper import exit_codes
-from config.compose import compose
-from config.identity import config_hash, configuration_hash, configuration_name, flat_params, operational_values, run_config, run_name, run_overrides
-from config.schema import ConfigError
 from sweeper.train import main
 from tasks.sampler import FAMILIES
 from training.loop import Trainer, pick_device
@@ -24,8 +33,13 @@ def test_defaults_are_the_papers():
     cfg = compose()
     # SPEC 5 and the SPEC 6 baseline.
     assert (cfg.optim.lr, cfg.optim.lr_factor, cfg.optim.lr_patience) == (0.01, 0.5, 5)
-    assert (cfg.train.batch, cfg.task.n, cfg.train.steps, cfg.train.eval_every, cfg.train.val_batches) == \
-        (32, 512, 10_000, 50, 10)
+    assert (cfg.train.batch, cfg.task.n, cfg.train.steps, cfg.train.eval_every, cfg.train.val_batches) == (
+        32,
+        512,
+        10_000,
+        50,
+        10,
+    )
     assert (cfg.loss.tau, cfg.loss.regularizer, cfg.model.embedding) == (1.0, "l2", "onehot")
     assert (cfg.task.d, cfg.task.k, cfg.task.family, cfg.task.scale) == (4, 6, "normal", 0.1)
     assert (cfg.model.gamma, cfg.model.dropout, cfg.seed) == (1.0, 0.01, 153476998)
@@ -33,31 +47,34 @@ def test_defaults_are_the_papers():
     assert cfg.cluster.address is None
 
 
-@pytest.mark.parametrize("override, key, allowed", [
-    ("task.foo=1", "task.foo", "family"),
-    ("nothing=1", "nothing", "task"),
-    ("task.d=abc", "task.d", "integer"),
-    ("train.steps=1.5", "train.steps", "integer"),
-    ("task.equal_weights=maybe", "task.equal_weights", "true or false"),
-    ("loss.tau=0", "loss.tau", "> 0"),
-    ("loss.tau=-0.5", "loss.tau", "> 0"),
-    ("optim.lr=0", "optim.lr", "> 0"),
-    ("optim.lr_factor=1.5", "optim.lr_factor", "(0, 1)"),
-    ("model.embedding=sparse", "model.embedding", ", ".join(EMBEDDINGS)),
-    ("loss.regularizer=l1", "loss.regularizer", ", ".join(REGULARIZERS)),
-    ("task.family=uniform", "task.family", ", ".join(FAMILIES)),
-    ("task.init=kmeans", "task.init", "gonzalez"),
-    ("task.k=1", "task.k", ">= 2"),
-    ("task.n=5", "task.n", ">= k"),
-    ("model.dropout=1.0", "model.dropout", "[0, 1)"),
-    ("train.device=gpu", "train.device", "cuda"),
-    ("train.resume=sometimes", "train.resume", "auto, never, must"),
-    ("cluster.max_concurrent=0", "cluster.max_concurrent", ">= 1"),
-    ("cluster.pack=configs", "cluster.pack", "none, seeds"),
-    ("train.compile=jit", "train.compile", "off, inductor, cudagraphs, aot_eager"),
-    ("task=nonexistent", "task=nonexistent is not allowed", "choose one of paper"),
+@pytest.mark.parametrize(
+    "override, key, allowed",
+    [
+        ("task.foo=1", "task.foo", "family"),
+        ("nothing=1", "nothing", "task"),
+        ("task.d=abc", "task.d", "integer"),
+        ("train.steps=1.5", "train.steps", "integer"),
+        ("task.equal_weights=maybe", "task.equal_weights", "true or false"),
+        ("loss.tau=0", "loss.tau", "> 0"),
+        ("loss.tau=-0.5", "loss.tau", "> 0"),
+        ("optim.lr=0", "optim.lr", "> 0"),
+        ("optim.lr_factor=1.5", "optim.lr_factor", "(0, 1)"),
+        ("model.embedding=sparse", "model.embedding", ", ".join(EMBEDDINGS)),
+        ("loss.regularizer=l1", "loss.regularizer", ", ".join(REGULARIZERS)),
+        ("task.family=uniform", "task.family", ", ".join(FAMILIES)),
+        ("task.init=kmeans", "task.init", "gonzalez"),
+        ("task.k=1", "task.k", ">= 2"),
+        ("task.n=5", "task.n", ">= k"),
+        ("model.dropout=1.0", "model.dropout", "[0, 1)"),
+        ("train.device=gpu", "train.device", "cuda"),
+        ("train.resume=sometimes", "train.resume", "auto, never, must"),
+        ("cluster.max_concurrent=0", "cluster.max_concurrent", ">= 1"),
+        ("cluster.pack=configs", "cluster.pack", "none, seeds"),
+        ("train.compile=jit", "train.compile", "off, inductor, cudagraphs, aot_eager"),
+        ("task=nonexistent", "task=nonexistent is not allowed", "choose one of paper"),
         ("tracking=srv", "tracking=srv is not allowed", "choose one of local, server"),
-])
+    ],
+)
 def test_bad_value_gives_one_clear_error(override, key, allowed):
     with pytest.raises(ConfigError) as err:
         compose([override])
@@ -71,7 +88,9 @@ def test_bad_value_gives_one_clear_error(override, key, allowed):
 def test_cudagraphs_needs_a_cuda_device():
     with pytest.raises(ConfigError, match="train.compile.*CUDA"):
         compose(["train.compile=cudagraphs", "train.device=cpu"])
-    if not torch.cuda.is_available():  # train.device=auto resolves to the CPU here: caught when training starts
+    if (
+        not torch.cuda.is_available()
+    ):  # train.device=auto resolves to the CPU here: caught when training starts
         with pytest.raises(ConfigError, match="train.compile=cudagraphs needs a CUDA device"):
             Trainer(compose(["train.compile=cudagraphs"]), pick_device("auto"))
 
@@ -81,10 +100,21 @@ def test_hash_is_per_configuration_and_seed():
     assert config_hash(base) == config_hash(compose())
     assert config_hash(base) != config_hash(compose(["seed=235510766"]))
     assert config_hash(base) != config_hash(compose(["loss.tau=0.1"]))
-    assert config_hash(base) != config_hash(compose(["train.compile=inductor"]))  # compiled kernels round differently
+    assert config_hash(base) != config_hash(
+        compose(["train.compile=inductor"])
+    )  # compiled kernels round differently
     # Where and how a run executes is not part of what it computes.
-    same = compose(["tracking.uri=http://example:5000", "train.device=cpu", "train.resume=never",
-                    "train.workdir=/elsewhere", "cluster.address=auto", "cluster.pack=seeds", "sweep=paper"])
+    same = compose(
+        [
+            "tracking.uri=http://example:5000",
+            "train.device=cpu",
+            "train.resume=never",
+            "train.workdir=/elsewhere",
+            "cluster.address=auto",
+            "cluster.pack=seeds",
+            "sweep=paper",
+        ]
+    )
     assert config_hash(same) == config_hash(base)
     assert set(run_config(base)) == {"task", "model", "loss", "optim", "train", "seed"}
 
@@ -95,11 +125,15 @@ def test_run_name_is_readable_and_the_configuration_seed_free():
     configuration = f"tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-{configuration_hash(cfg)[:8]}"
     assert configuration_name(cfg) == configuration
     assert run_name(cfg, "paper") == f"paper/{configuration}/s153476998"
-    assert re.fullmatch(rf"train/{configuration}/s153476998/\d{{8}}-\d{{6}}", run_name(cfg))  # outside a sweep
+    assert re.fullmatch(
+        rf"train/{configuration}/s153476998/\d{{8}}-\d{{6}}", run_name(cfg)
+    )  # outside a sweep
     # One configuration for every seed; another for anything that changes the numbers, the axes or not.
     assert configuration_name(compose([*overrides, "seed=1"])) == configuration
     assert configuration_hash(compose(["train.steps=20"])) != configuration_hash(compose())
-    assert configuration_hash(compose(["train.device=cpu", "tracking.experiment=x"])) == configuration_hash(compose())
+    assert configuration_hash(compose(["train.device=cpu", "tracking.experiment=x"])) == configuration_hash(
+        compose()
+    )
 
 
 def flat(tree: dict, prefix: str = "") -> dict:
@@ -111,10 +145,13 @@ def flat(tree: dict, prefix: str = "") -> dict:
 
 
 def test_params_rebuild_the_same_configuration():
-    cfg = compose(["task.init=kmeans++", "loss.tau=0.25", "model.gamma=inf", "task.equal_weights=false", "seed=1"])
+    cfg = compose(
+        ["task.init=kmeans++", "loss.tau=0.25", "model.gamma=inf", "task.equal_weights=false", "seed=1"]
+    )
     params = flat_params(cfg)
     assert params["task.init"] == "kmeans++"
-    # Where and how it ran is no param (it would crowd MLflow's column picker): only what determines the numbers.
+    # Where and how it ran is no param (it would crowd MLflow's column picker): only what determines the
+    # numbers.
     assert not [k for k in params if k.startswith(("tracking.", "cluster.", "sweep"))]
     assert not {"train.workdir", "train.device", "train.resume"} & set(params)
     assert all(isinstance(v, str) for v in params.values())
@@ -141,8 +178,10 @@ def test_retiring_a_key_keeps_the_hashes_and_reruns_of_earlier_runs():
 
     The hashes below were computed by the code before the key was retired (commit de8c7e0).
     """
-    earlier = {"": "ad5d220245ee9f9c",
-               "task.d=32 task.k=10 model.embedding=binary loss.tau=0.1": "8ff3de1bc79c6c71"}
+    earlier = {
+        "": "ad5d220245ee9f9c",
+        "task.d=32 task.k=10 model.embedding=binary loss.tau=0.1": "8ff3de1bc79c6c71",
+    }
     for overrides, recorded in earlier.items():
         cfg = compose(overrides.split())
         assert config_hash(cfg) == recorded

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import blocks, commands, free_port, stop_group
 from sqlalchemy.engine import make_url
 
-from helpers import blocks, commands, free_port, stop_group
 from sweeper import sweep as sweep_cli
 from tracking import recorder
 
@@ -56,7 +56,7 @@ def makefile_recipe(target: str) -> list[str]:
     lines = (ROOT / "Makefile").read_text().splitlines()
     start = next(i for i, l in enumerate(lines) if re.match(rf"^{re.escape(target)}\s*:", l))
     recipe = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("\t"):
             break
         if not line.strip().startswith("#"):
@@ -65,19 +65,24 @@ def makefile_recipe(target: str) -> list[str]:
 
 
 def env_example() -> dict[str, str]:
-    pairs = [l.split("=", 1) for l in (DOCKER / ".env.example").read_text().splitlines()
-             if l.strip() and not l.startswith("#")]
+    pairs = [
+        l.split("=", 1)
+        for l in (DOCKER / ".env.example").read_text().splitlines()
+        if l.strip() and not l.startswith("#")
+    ]
     return {k.strip(): v.strip() for k, v in pairs}
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
     """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} with `env` (unset or empty -> default)."""
+
     def one(match: re.Match) -> str:
         name, op, arg = match.group(1), match.group(2) or "", match.group(3) or ""
         value = env.get(name, "")
         if op == ":?" and not value:
             raise KeyError(f"{name} required: {arg}")
         return value if value or op != ":-" else arg
+
     return re.sub(r"\$\{(\w+)(:-|:\?)?([^}]*)\}", one, text)
 
 
@@ -108,7 +113,9 @@ def ray_pin() -> str:
     project = pyproject()["project"]
     (tune,) = [d for d in project["dependencies"] if d.startswith("ray")]
     pin = tune.split("==")[-1]
-    assert tune == f"ray[tune]=={pin}" and project["optional-dependencies"]["cluster"] == [f"ray[default]=={pin}"]
+    assert tune == f"ray[tune]=={pin}" and project["optional-dependencies"]["cluster"] == [
+        f"ray[default]=={pin}"
+    ]
     return pin
 
 
@@ -128,26 +135,37 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
     torch = next(l for l in (ROOT / "requirements.lock").read_text().splitlines() if l.startswith("torch=="))
     assert f"pip install -q {torch} " in deps, deps
     code = re.search(r'python -c "(.*?)" > /tmp/requirements\.txt', deps).group(1)
-    listed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     project = pyproject()
-    assert listed.stdout.split("\n")[:-1] == (project["build-system"]["requires"] + project["project"]["dependencies"]
-                                             + project["project"]["optional-dependencies"]["cluster"])
+    assert listed.stdout.split("\n")[:-1] == (
+        project["build-system"]["requires"]
+        + project["project"]["dependencies"]
+        + project["project"]["optional-dependencies"]["cluster"]
+    )
     assert "pip install -q -r /tmp/requirements.txt" in deps
     text = "\n".join(lines)
     assert "[dev]" not in text and "'dev'" not in text, "the image holds the runtime only"
     # Layer order: pyproject.toml alone, the dependencies, then the source, installed without
     # dependencies and offline, so a code edit downloads nothing.
     copies = [i for i, l in enumerate(lines) if l.startswith("COPY ")]
-    assert [lines[i].split()[-2:] for i in copies] == [["pyproject.toml", "/app/"], [".", "/app"]], [lines[i] for i in copies]
+    assert [lines[i].split()[-2:] for i in copies] == [["pyproject.toml", "/app/"], [".", "/app"]], [
+        lines[i] for i in copies
+    ]
     assert copies[0] < lines.index(deps) < copies[1]
-    (project_install,) = [r for r in runs_of(lines[copies[1]:])]
+    (project_install,) = [r for r in runs_of(lines[copies[1] :])]
     assert project_install.endswith("pip install -q --no-deps --no-build-isolation -e .")
     # The pip cache: a BuildKit cache mount in the user's home, owned by the user, out of the image.
     user = [l.split()[1] for l in lines if l.startswith("USER ")][-1]
     assert any(re.search(rf"useradd --create-home .* {user} ", r) for r in runs_of(lines))
     home = f"/home/{user}"
-    assert deps.startswith(f"RUN --mount=type=cache,target={home}/.cache/pip,uid=${{UID}},gid=${{UID}} "), deps
-    assert (DOCKER / "Dockerfile").read_text().startswith("# syntax=docker/dockerfile:1\n"), "RUN --mount needs BuildKit's syntax"
+    assert deps.startswith(f"RUN --mount=type=cache,target={home}/.cache/pip,uid=${{UID}},gid=${{UID}} "), (
+        deps
+    )
+    assert (DOCKER / "Dockerfile").read_text().startswith("# syntax=docker/dockerfile:1\n"), (
+        "RUN --mount needs BuildKit's syntax"
+    )
     # The host's .venv would overwrite the image's; .git stays out (the commit is a build argument).
     ignored = (DOCKER / "Dockerfile.dockerignore").read_text().split()
     assert {".venv", ".git", "docker/.env"} <= set(ignored)
@@ -155,9 +173,17 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
 
 def test_dockerfile_labels_the_commit_which_the_runs_record():
     lines = dockerfile_lines()
-    commit = [lines.index(l) for l in ("ARG GIT_COMMIT=unknown", "LABEL org.opencontainers.image.revision=$GIT_COMMIT",
-                                        "ENV GIT_COMMIT=$GIT_COMMIT")]
-    assert commit == sorted(commit) and commit[0] > lines.index(deps_install(lines)), "a new commit keeps the dependencies"
+    commit = [
+        lines.index(l)
+        for l in (
+            "ARG GIT_COMMIT=unknown",
+            "LABEL org.opencontainers.image.revision=$GIT_COMMIT",
+            "ENV GIT_COMMIT=$GIT_COMMIT",
+        )
+    ]
+    assert commit == sorted(commit) and commit[0] > lines.index(deps_install(lines)), (
+        "a new commit keeps the dependencies"
+    )
     header = re.sub(r"\\\n#\s+", " ", (DOCKER / "Dockerfile").read_text())  # its continued lines joined
     readme = [" ".join(c) for b in blocks() for c in commands(b.text)]
     builds = [l for l in header.splitlines() + readme if "docker build -f docker/Dockerfile " in l]
@@ -188,7 +214,7 @@ def test_dockerfile_runs_as_non_root_with_cuda_and_cpu_variants():
     assert any(l.startswith("USER ") for l in lines[:first_copy]), "the project must be installed as the user"
     base = next(l for l in lines if l.startswith("ARG BASE_IMAGE="))
     assert base.split("=", 1)[1].startswith("nvidia/cuda:")
-    assert "FROM ${BASE_IMAGE}" in lines and "ARG TORCH_INDEX=\"\"" in lines
+    assert "FROM ${BASE_IMAGE}" in lines and 'ARG TORCH_INDEX=""' in lines
     assert 'PIP_EXTRA_INDEX_URL="${TORCH_INDEX}"' in deps_install(lines)
     header = (DOCKER / "Dockerfile").read_text()
     assert f"-t {IMAGE}:gpu" in header and f"-t {IMAGE}:cpu" in header
@@ -208,8 +234,12 @@ def test_ray_is_pinned_once_and_the_image_and_cluster_files_agree():
     laptop = f'pip install "ray[default]=={pin}"'
     assert laptop in (DOCKER / "ray-cluster.yaml").read_text()
     assert laptop in README.read_text()
-    mentioned = set(re.findall(r"ray\[\w+\]==([\d.]+)|rayVersion: \"([\d.]+)\"",
-                               "\n".join(p.read_text() for p in [README, *DOCKER.glob("*.yaml")])))
+    mentioned = set(
+        re.findall(
+            r"ray\[\w+\]==([\d.]+)|rayVersion: \"([\d.]+)\"",
+            "\n".join(p.read_text() for p in [README, *DOCKER.glob("*.yaml")]),
+        )
+    )
     assert {v for pair in mentioned for v in pair if v} == {pin}
 
 
@@ -217,10 +247,16 @@ def test_mlflow_server_image_pins_the_clients_mlflow():
     lines = dockerfile_lines("Dockerfile.mlflow")
     pinned = next(l for l in lines if l.startswith("ARG MLFLOW_VERSION=")).split("=", 1)[1]
     assert pinned == version("mlflow"), "server and clients should run the same MLflow"
-    assert any('"mlflow[auth]==${MLFLOW_VERSION}"' in l and '"psycopg[binary]==${PSYCOPG_VERSION}"' in l for l in lines)
-    # The driver SQLAlchemy loads for the postgresql:// URIs of the manifests, at the version the tests ran with.
+    assert any(
+        '"mlflow[auth]==${MLFLOW_VERSION}"' in l and '"psycopg[binary]==${PSYCOPG_VERSION}"' in l
+        for l in lines
+    )
+    # The driver SQLAlchemy loads for the postgresql:// URIs of the manifests, at the version the tests ran
+    # with.
     assert make_url("postgresql://user@host/db").get_dialect().driver == "psycopg"
-    assert next(l for l in lines if l.startswith("ARG PSYCOPG_VERSION=")).split("=", 1)[1] == version("psycopg")
+    assert next(l for l in lines if l.startswith("ARG PSYCOPG_VERSION=")).split("=", 1)[1] == version(
+        "psycopg"
+    )
     assert [l.split()[1] for l in lines if l.startswith("USER ")][-1] not in ("root", "0")
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     assert compose["services"]["mlflow"]["image"].endswith(f":{pinned}")
@@ -238,7 +274,9 @@ def test_compose_binds_to_loopback_and_takes_credentials_from_the_env_file():
     assert services["mlflow"]["build"] == {"context": "..", "dockerfile": "docker/Dockerfile.mlflow"}
     example = env_example()
     used = set(re.findall(r"\$\{(\w+)", text))
-    assert used == set(example), f"documented in .env.example but unused, or used but undocumented: {used ^ set(example)}"
+    assert used == set(example), (
+        f"documented in .env.example but unused, or used but undocumented: {used ^ set(example)}"
+    )
     # With no MLFLOW_BIND set, every published port is on 127.0.0.1.
     unset_bind = {k: v for k, v in example.items() if k != "MLFLOW_BIND"}
     for name, service in services.items():
@@ -258,9 +296,14 @@ def test_compose_checks_the_mlflow_servers_health():
     service = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["mlflow"]
     check = service["healthcheck"]
     # The image's own python (python:3.12-slim has no curl), on /health at the server's port in the container.
-    assert next(l for l in dockerfile_lines("Dockerfile.mlflow") if l.startswith("FROM ")).startswith("FROM python:")
+    assert next(l for l in dockerfile_lines("Dockerfile.mlflow") if l.startswith("FROM ")).startswith(
+        "FROM python:"
+    )
     assert check["test"][:3] == ["CMD", "python", "-c"]
-    assert f"'http://127.0.0.1:{service['command'][service['command'].index('--port') + 1]}/health'" in check["test"][3]
+    assert (
+        f"'http://127.0.0.1:{service['command'][service['command'].index('--port') + 1]}/health'"
+        in check["test"][3]
+    )
     assert {"interval", "timeout", "retries", "start_period"} <= set(check)
     assert "up -d --wait" in (DOCKER / "compose.yaml").read_text() and "up -d --wait" in README.read_text()
 
@@ -303,8 +346,14 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
     command += ["--workers", "1"]  # 2 cores here
     server_dir = tmp_path / "server"
     server_dir.mkdir()  # the container's working directory, where basic_auth.db goes
-    server = subprocess.Popen(command, cwd=server_dir, env={**os.environ, **environment},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        command,
+        cwd=server_dir,
+        env={**os.environ, **environment},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     assert compose_health_check(free_port()) != 0, "the health check fails where no server answers"
     try:
@@ -313,19 +362,46 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10)
         assert refused.value.code == 401
-        anonymous = subprocess.run([sys.executable, "-m", "sweeper.train", f"tracking.uri={uri}"], cwd=tmp_path,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                                   timeout=300)
+        anonymous = subprocess.run(
+            [sys.executable, "-m", "sweeper.train", f"tracking.uri={uri}"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert anonymous.returncode == 4, anonymous.stderr[-2000:]
-        assert "refused access (401)" in anonymous.stderr + anonymous.stdout and uri in anonymous.stderr + anonymous.stdout
+        assert (
+            "refused access (401)" in anonymous.stderr + anonymous.stdout
+            and uri in anonymous.stderr + anonymous.stdout
+        )
         user, password = environment["MLFLOW_AUTH_ADMIN_USERNAME"], environment["MLFLOW_AUTH_ADMIN_PASSWORD"]
-        client_env = {**os.environ, "MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password,
-                      "PYTHONPATH": str(ROOT)}
+        client_env = {
+            **os.environ,
+            "MLFLOW_TRACKING_USERNAME": user,
+            "MLFLOW_TRACKING_PASSWORD": password,
+            "PYTHONPATH": str(ROOT),
+        }
         train = subprocess.run(
-            [sys.executable, "-m", "sweeper.train", f"tracking.uri={uri}", "tracking.experiment=compose",
-             "train.steps=4", "train.eval_every=2", "task.n=16", "train.batch=4", "train.val_batches=1",
-             f"train.workdir={tmp_path / 'runs'}"],
-            cwd=tmp_path, env=client_env, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "sweeper.train",
+                f"tracking.uri={uri}",
+                "tracking.experiment=compose",
+                "train.steps=4",
+                "train.eval_every=2",
+                "task.n=16",
+                "train.batch=4",
+                "train.val_batches=1",
+                f"train.workdir={tmp_path / 'runs'}",
+            ],
+            cwd=tmp_path,
+            env=client_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert train.returncode == 0, train.stderr[-2000:]
         run_id = re.search(r"run ([0-9a-f]{32})", train.stdout).group(1)
         os.environ.update({"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password})
@@ -351,39 +427,169 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
 
 # Field names of the Kubernetes objects the manifests use (core/v1, apps/v1, networking.k8s.io/v1):
 # `kubectl apply` drops an unknown field silently (or warns), and the object runs without it.
-POD_SPEC = {"activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers", "dnsConfig",
-            "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "hostAliases", "hostIPC", "hostNetwork",
-            "hostPID", "hostUsers", "hostname", "imagePullSecrets", "initContainers", "nodeName", "nodeSelector",
-            "os", "overhead", "preemptionPolicy", "priority", "priorityClassName", "readinessGates",
-            "resourceClaims", "resources", "restartPolicy", "runtimeClassName", "schedulerName", "schedulingGates",
-            "securityContext", "serviceAccount", "serviceAccountName", "setHostnameAsFQDN",
-            "shareProcessNamespace", "subdomain", "terminationGracePeriodSeconds", "tolerations",
-            "topologySpreadConstraints", "volumes"}
-POD_SECURITY = {"appArmorProfile", "fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsNonRoot", "runAsUser",
-                "seLinuxChangePolicy", "seLinuxOptions", "seccompProfile", "supplementalGroups",
-                "supplementalGroupsPolicy", "sysctls", "windowsOptions"}
-CONTAINER = {"args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle", "livenessProbe", "name",
-             "ports", "readinessProbe", "resizePolicy", "resources", "restartPolicy", "securityContext",
-             "startupProbe", "stdin", "stdinOnce", "terminationMessagePath", "terminationMessagePolicy", "tty",
-             "volumeDevices", "volumeMounts", "workingDir"}
-PROBE = {"exec", "failureThreshold", "grpc", "httpGet", "initialDelaySeconds", "periodSeconds", "successThreshold",
-         "tcpSocket", "terminationGracePeriodSeconds", "timeoutSeconds"}
+POD_SPEC = {
+    "activeDeadlineSeconds",
+    "affinity",
+    "automountServiceAccountToken",
+    "containers",
+    "dnsConfig",
+    "dnsPolicy",
+    "enableServiceLinks",
+    "ephemeralContainers",
+    "hostAliases",
+    "hostIPC",
+    "hostNetwork",
+    "hostPID",
+    "hostUsers",
+    "hostname",
+    "imagePullSecrets",
+    "initContainers",
+    "nodeName",
+    "nodeSelector",
+    "os",
+    "overhead",
+    "preemptionPolicy",
+    "priority",
+    "priorityClassName",
+    "readinessGates",
+    "resourceClaims",
+    "resources",
+    "restartPolicy",
+    "runtimeClassName",
+    "schedulerName",
+    "schedulingGates",
+    "securityContext",
+    "serviceAccount",
+    "serviceAccountName",
+    "setHostnameAsFQDN",
+    "shareProcessNamespace",
+    "subdomain",
+    "terminationGracePeriodSeconds",
+    "tolerations",
+    "topologySpreadConstraints",
+    "volumes",
+}
+POD_SECURITY = {
+    "appArmorProfile",
+    "fsGroup",
+    "fsGroupChangePolicy",
+    "runAsGroup",
+    "runAsNonRoot",
+    "runAsUser",
+    "seLinuxChangePolicy",
+    "seLinuxOptions",
+    "seccompProfile",
+    "supplementalGroups",
+    "supplementalGroupsPolicy",
+    "sysctls",
+    "windowsOptions",
+}
+CONTAINER = {
+    "args",
+    "command",
+    "env",
+    "envFrom",
+    "image",
+    "imagePullPolicy",
+    "lifecycle",
+    "livenessProbe",
+    "name",
+    "ports",
+    "readinessProbe",
+    "resizePolicy",
+    "resources",
+    "restartPolicy",
+    "securityContext",
+    "startupProbe",
+    "stdin",
+    "stdinOnce",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "tty",
+    "volumeDevices",
+    "volumeMounts",
+    "workingDir",
+}
+PROBE = {
+    "exec",
+    "failureThreshold",
+    "grpc",
+    "httpGet",
+    "initialDelaySeconds",
+    "periodSeconds",
+    "successThreshold",
+    "tcpSocket",
+    "terminationGracePeriodSeconds",
+    "timeoutSeconds",
+}
 CONTAINER_PORT = {"containerPort", "hostIP", "hostPort", "name", "protocol"}
 ENV_VAR = {"name", "value", "valueFrom"}
-VOLUME_MOUNT = {"mountPath", "mountPropagation", "name", "readOnly", "recursiveReadOnly", "subPath", "subPathExpr"}
+VOLUME_MOUNT = {
+    "mountPath",
+    "mountPropagation",
+    "name",
+    "readOnly",
+    "recursiveReadOnly",
+    "subPath",
+    "subPathExpr",
+}
 SPECS = {
-    ("v1", "Service"): {"allocateLoadBalancerNodePorts", "clusterIP", "clusterIPs", "externalIPs", "externalName",
-                        "externalTrafficPolicy", "healthCheckNodePort", "internalTrafficPolicy", "ipFamilies",
-                        "ipFamilyPolicy", "loadBalancerClass", "loadBalancerIP", "loadBalancerSourceRanges", "ports",
-                        "publishNotReadyAddresses", "selector", "sessionAffinity", "sessionAffinityConfig",
-                        "trafficDistribution", "type"},
-    ("v1", "PersistentVolumeClaim"): {"accessModes", "dataSource", "dataSourceRef", "resources", "selector",
-                                      "storageClassName", "volumeAttributesClassName", "volumeMode", "volumeName"},
-    ("apps/v1", "Deployment"): {"minReadySeconds", "paused", "progressDeadlineSeconds", "replicas",
-                                "revisionHistoryLimit", "selector", "strategy", "template"},
-    ("apps/v1", "StatefulSet"): {"minReadySeconds", "ordinals", "persistentVolumeClaimRetentionPolicy",
-                                 "podManagementPolicy", "replicas", "revisionHistoryLimit", "selector", "serviceName",
-                                 "template", "updateStrategy", "volumeClaimTemplates"},
+    ("v1", "Service"): {
+        "allocateLoadBalancerNodePorts",
+        "clusterIP",
+        "clusterIPs",
+        "externalIPs",
+        "externalName",
+        "externalTrafficPolicy",
+        "healthCheckNodePort",
+        "internalTrafficPolicy",
+        "ipFamilies",
+        "ipFamilyPolicy",
+        "loadBalancerClass",
+        "loadBalancerIP",
+        "loadBalancerSourceRanges",
+        "ports",
+        "publishNotReadyAddresses",
+        "selector",
+        "sessionAffinity",
+        "sessionAffinityConfig",
+        "trafficDistribution",
+        "type",
+    },
+    ("v1", "PersistentVolumeClaim"): {
+        "accessModes",
+        "dataSource",
+        "dataSourceRef",
+        "resources",
+        "selector",
+        "storageClassName",
+        "volumeAttributesClassName",
+        "volumeMode",
+        "volumeName",
+    },
+    ("apps/v1", "Deployment"): {
+        "minReadySeconds",
+        "paused",
+        "progressDeadlineSeconds",
+        "replicas",
+        "revisionHistoryLimit",
+        "selector",
+        "strategy",
+        "template",
+    },
+    ("apps/v1", "StatefulSet"): {
+        "minReadySeconds",
+        "ordinals",
+        "persistentVolumeClaimRetentionPolicy",
+        "podManagementPolicy",
+        "replicas",
+        "revisionHistoryLimit",
+        "selector",
+        "serviceName",
+        "template",
+        "updateStrategy",
+        "volumeClaimTemplates",
+    },
     ("networking.k8s.io/v1", "NetworkPolicy"): {"egress", "ingress", "podSelector", "policyTypes"},
 }
 
@@ -417,11 +623,18 @@ def container_env(container: dict) -> dict[str, dict]:
 
 def test_k8s_mlflow_manifests_use_kubernetes_fields_and_select_their_pods():
     docs = k8s_mlflow_documents()
-    assert set(docs) == {("Service", "mlflow-postgres"), ("StatefulSet", "mlflow-postgres"),
-                         ("NetworkPolicy", "mlflow-postgres"), ("PersistentVolumeClaim", "mlflow-data"),
-                         ("Deployment", "mlflow"), ("Service", "mlflow")}
+    assert set(docs) == {
+        ("Service", "mlflow-postgres"),
+        ("StatefulSet", "mlflow-postgres"),
+        ("NetworkPolicy", "mlflow-postgres"),
+        ("PersistentVolumeClaim", "mlflow-data"),
+        ("Deployment", "mlflow"),
+        ("Service", "mlflow"),
+    }
     for (kind, name), doc in docs.items():
-        assert set(doc) == {"apiVersion", "kind", "metadata", "spec"} and "namespace" not in doc["metadata"], name
+        assert (
+            set(doc) == {"apiVersion", "kind", "metadata", "spec"} and "namespace" not in doc["metadata"]
+        ), name
         allowed = SPECS[doc["apiVersion"], kind]
         assert set(doc["spec"]) <= allowed, (kind, name, set(doc["spec"]) - allowed)
     workloads = {name: doc for (kind, name), doc in docs.items() if kind in ("Deployment", "StatefulSet")}
@@ -439,11 +652,15 @@ def test_k8s_mlflow_manifests_use_kubernetes_fields_and_select_their_pods():
     assert workloads["mlflow-postgres"]["spec"]["serviceName"] == "mlflow-postgres"
     # PostgreSQL admits the MLflow pods only.
     policy = docs["NetworkPolicy", "mlflow-postgres"]["spec"]
-    assert policy["podSelector"]["matchLabels"] == workloads["mlflow-postgres"]["spec"]["selector"]["matchLabels"]
+    assert (
+        policy["podSelector"]["matchLabels"]
+        == workloads["mlflow-postgres"]["spec"]["selector"]["matchLabels"]
+    )
     assert policy["policyTypes"] == ["Ingress"]
     (rule,) = policy["ingress"]
     assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [
-        workloads["mlflow"]["spec"]["selector"]["matchLabels"]]
+        workloads["mlflow"]["spec"]["selector"]["matchLabels"]
+    ]
     mlflow_pod = workloads["mlflow"]["spec"]["template"]["spec"]
     claims = [v["persistentVolumeClaim"]["claimName"] for v in mlflow_pod["volumes"]]
     assert claims == ["mlflow-data"]
@@ -481,7 +698,9 @@ def test_k8s_mlflow_runs_the_compose_server_on_postgresql_with_health_probes():
     # Probes: MLflow's /health (no login needed) on its port; pg_isready for PostgreSQL.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert mlflow[probe]["httpGet"] == {"path": "/health", "port": mlflow["ports"][0]["name"]}, probe
-    assert mlflow["command"][mlflow["command"].index("--port") + 1] == str(mlflow["ports"][0]["containerPort"])
+    assert mlflow["command"][mlflow["command"].index("--port") + 1] == str(
+        mlflow["ports"][0]["containerPort"]
+    )
     for probe in ("readinessProbe", "livenessProbe"):
         assert postgres[probe]["exec"]["command"][0] == "pg_isready", probe
 
@@ -489,22 +708,33 @@ def test_k8s_mlflow_runs_the_compose_server_on_postgresql_with_health_probes():
 def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
     from mlflow.server.security_utils import is_allowed_host_header
 
-    uri = urllib.parse.urlsplit(override(shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"]),
-                                         "tracking.uri"))
+    uri = urllib.parse.urlsplit(
+        override(shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"]), "tracking.uri")
+    )
     docs = k8s_mlflow_documents()
     service = docs["Service", "mlflow"]
-    assert uri.scheme == "http" and uri.hostname == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    assert (
+        uri.scheme == "http"
+        and uri.hostname == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    )
     assert uri.port == service["spec"]["ports"][0]["port"]
     # Both files go to that namespace, in that order (the RayJob's header refers to the MLflow one).
     readme = README.read_text()
-    applies = [readme.index(f"kubectl -n {NAMESPACE} apply -f docker/{f}") for f in ("k8s-mlflow.yaml", "kuberay-rayjob.yaml")]
+    applies = [
+        readme.index(f"kubectl -n {NAMESPACE} apply -f docker/{f}")
+        for f in ("k8s-mlflow.yaml", "kuberay-rayjob.yaml")
+    ]
     assert applies == sorted(applies)
-    assert f"kubectl -n {NAMESPACE} apply -f docker/k8s-mlflow.yaml" in (DOCKER / "k8s-mlflow.yaml").read_text()
+    assert (
+        f"kubectl -n {NAMESPACE} apply -f docker/k8s-mlflow.yaml" in (DOCKER / "k8s-mlflow.yaml").read_text()
+    )
     # MLflow's DNS-rebinding guard answers the driver (Host: the Service's name) and port-forwards only.
     (mlflow,) = docs["Deployment", "mlflow"]["spec"]["template"]["spec"]["containers"]
     allowed = [h.strip() for h in container_env(mlflow)["MLFLOW_SERVER_ALLOWED_HOSTS"]["value"].split(",")]
     assert is_allowed_host_header(allowed, uri.netloc)
-    assert is_allowed_host_header(allowed, "127.0.0.1:5000") and is_allowed_host_header(allowed, "localhost:5000")
+    assert is_allowed_host_header(allowed, "127.0.0.1:5000") and is_allowed_host_header(
+        allowed, "localhost:5000"
+    )
     assert not is_allowed_host_header(allowed, "attacker.example:5000")
 
 
@@ -529,17 +759,23 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert token.startswith("/shared/secrets/")
     mounts = [o for o in config["docker"]["run_options"] if o.startswith("--volume ")]
     assert "--volume /shared:/shared" in mounts
-    assert all("env-file" not in o for o in config["docker"]["run_options"]), "only the driver needs MLflow secrets"
+    assert all("env-file" not in o for o in config["docker"]["run_options"]), (
+        "only the driver needs MLflow secrets"
+    )
 
 
 def launcher_submit() -> list[str]:
     """The `ray job submit` command of the file's header."""
-    (line,) = [l for l in (DOCKER / "ray-cluster.yaml").read_text().splitlines() if l.startswith("#   ray job submit ")]
+    (line,) = [
+        l
+        for l in (DOCKER / "ray-cluster.yaml").read_text().splitlines()
+        if l.startswith("#   ray job submit ")
+    ]
     return shlex.split(line.removeprefix("#"))
 
 
 def entrypoint(submit: list[str]) -> list[str]:
-    return submit[submit.index("--") + 1:]
+    return submit[submit.index("--") + 1 :]
 
 
 def test_ray_cluster_sweep_is_submitted_as_a_ray_job(capsys):
@@ -548,9 +784,12 @@ def test_ray_cluster_sweep_is_submitted_as_a_ray_job(capsys):
     assert readme == [submit], "README shows the launcher's command, word for word"
     # To the job API that `ray dashboard` forwards from the head's loopback, with Ray's token. No
     # --working-dir: the driver and the trials run the image's code, which its GIT_COMMIT names.
-    assert submit[:submit.index("--")] == ["ray", "job", "submit", "--address", "http://127.0.0.1:8265"]
+    assert submit[: submit.index("--")] == ["ray", "job", "submit", "--address", "http://127.0.0.1:8265"]
     header = (DOCKER / "ray-cluster.yaml").read_text()
-    assert "#   ray up docker/ray-cluster.yaml\n" in header and "#   ray dashboard docker/ray-cluster.yaml " in header
+    assert (
+        "#   ray up docker/ray-cluster.yaml\n" in header
+        and "#   ray dashboard docker/ray-cluster.yaml " in header
+    )
     assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in header
     args = entrypoint(submit)
     out = dry_run(args, capsys)
@@ -566,16 +805,56 @@ def test_ray_cluster_sweep_is_submitted_as_a_ray_job(capsys):
 
 # Field names of KubeRay's ray.io/v1 API (rayjob_types.go, raycluster_types.go): a typo here
 # would be dropped silently by `kubectl apply` and the cluster would run without it.
-RAYJOB_SPEC = {"activeDeadlineSeconds", "backoffLimit", "rayClusterSpec", "submitterPodTemplate", "metadata",
-               "clusterSelector", "submitterConfig", "managedBy", "deletionStrategy", "entrypoint",
-               "runtimeEnvYAML", "jobId", "submissionMode", "entrypointResources", "entrypointNumCpus",
-               "entrypointNumGpus", "ttlSecondsAfterFinished", "shutdownAfterJobFinishes", "suspend", "schedule"}
-RAYCLUSTER_SPEC = {"suspend", "managedBy", "autoscalerOptions", "headServiceAnnotations", "enableInTreeAutoscaling",
-                   "gcsFaultToleranceOptions", "headGroupSpec", "rayVersion", "workerGroupSpecs", "upgradeStrategy",
-                   "historyServerOptions", "networkPolicy", "tlsOptions"}
+RAYJOB_SPEC = {
+    "activeDeadlineSeconds",
+    "backoffLimit",
+    "rayClusterSpec",
+    "submitterPodTemplate",
+    "metadata",
+    "clusterSelector",
+    "submitterConfig",
+    "managedBy",
+    "deletionStrategy",
+    "entrypoint",
+    "runtimeEnvYAML",
+    "jobId",
+    "submissionMode",
+    "entrypointResources",
+    "entrypointNumCpus",
+    "entrypointNumGpus",
+    "ttlSecondsAfterFinished",
+    "shutdownAfterJobFinishes",
+    "suspend",
+    "schedule",
+}
+RAYCLUSTER_SPEC = {
+    "suspend",
+    "managedBy",
+    "autoscalerOptions",
+    "headServiceAnnotations",
+    "enableInTreeAutoscaling",
+    "gcsFaultToleranceOptions",
+    "headGroupSpec",
+    "rayVersion",
+    "workerGroupSpecs",
+    "upgradeStrategy",
+    "historyServerOptions",
+    "networkPolicy",
+    "tlsOptions",
+}
 HEAD_GROUP = {"template", "headService", "enableIngress", "rayStartParams", "serviceType"}
-WORKER_GROUP = {"suspend", "groupName", "replicas", "minReplicas", "maxReplicas", "idleTimeoutSeconds",
-                "rayStartParams", "template", "scaleStrategy", "numOfHosts"}
+WORKER_GROUP = {
+    "suspend",
+    "groupName",
+    "replicas",
+    "minReplicas",
+    "maxReplicas",
+    "idleTimeoutSeconds",
+    "rayStartParams",
+    "template",
+    "scaleStrategy",
+    "numOfHosts",
+}
 
 
 def kuberay_documents() -> dict[str, dict]:
@@ -603,11 +882,15 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
     pods += [(g["groupName"], g["template"]["spec"]) for g in cluster["workerGroupSpecs"]]
     for name, pod in pods:
         check_pod_spec(pod, name)
-        assert pod["securityContext"]["runAsNonRoot"] and str(pod["securityContext"]["runAsUser"]) == uid, name
+        assert pod["securityContext"]["runAsNonRoot"] and str(pod["securityContext"]["runAsUser"]) == uid, (
+            name
+        )
         volumes = {v["name"]: v for v in pod["volumes"]}
         (container,) = pod["containers"]
         assert image_tag(container["image"]) == f"{IMAGE}:gpu", name
-        mounted = [m for m in container["volumeMounts"] if storage.startswith(m["mountPath"].rstrip("/") + "/")]
+        mounted = [
+            m for m in container["volumeMounts"] if storage.startswith(m["mountPath"].rstrip("/") + "/")
+        ]
         assert mounted, f"{name}: cluster.storage={storage} is not on a mounted volume"
         claim_name = volumes[mounted[0]["name"]]["persistentVolumeClaim"]["claimName"]
         assert claim_name == claim["metadata"]["name"], name
@@ -622,8 +905,12 @@ RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial")
 
 def cluster_sweeps() -> dict[str, list[str]]:
     """Every sweep command that joins a cluster: README's, the launcher's and the RayJob's."""
-    readme = [c for b in blocks() for c in commands(b.text)
-              if c[:3] == ["python", "-m", "sweeper.sweep"] and override(c, "cluster.address")]
+    readme = [
+        c
+        for b in blocks()
+        for c in commands(b.text)
+        if c[:3] == ["python", "-m", "sweeper.sweep"] and override(c, "cluster.address")
+    ]
     sweeps = {f"README command {i + 1}": c for i, c in enumerate(readme)}
     sweeps["docker/ray-cluster.yaml"] = entrypoint(launcher_submit())
     sweeps["docker/kuberay-rayjob.yaml"] = shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"])
@@ -642,12 +929,17 @@ def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     for name, args in sweeps.items():
         assert override(args, "sweep") == "paper" and override(args, "cluster.address") == "auto", name
         out = dry_run(args, capsys).strip().splitlines()
-        assert out[-2:] == ["cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one "
-                            "configuration together", "300 configurations x 10 seeds = 3000 trials"], name
+        assert out[-2:] == [
+            "cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one "
+            "configuration together",
+            "300 configurations x 10 seeds = 3000 trials",
+        ], name
     # KubeRay's workers: Ray counts their CPUs and GPUs from the limits (unless rayStartParams says
     # otherwise), and the CPUs must not run out before ten trials per GPU.
     cluster = kuberay_documents()["RayJob"]["spec"]["rayClusterSpec"]
-    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0", "the head runs the driver, no trials"
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0", (
+        "the head runs the driver, no trials"
+    )
     for group in cluster["workerGroupSpecs"]:
         pod = group["template"]["spec"]["containers"][0]["resources"]
         assert pod["requests"] == pod["limits"], "the scheduler reserves what Ray counts"

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from helpers import README, blocks, commands
+
 from config import reference as config_reference
+from config.compose import compose
 from sweeper import exit_codes
 from sweeper import sweep as sweep_cli
-from config.compose import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -59,7 +59,8 @@ def test_config_reference_is_in_sync_with_the_config_tree(generated):
     text = README.read_text()
     body = text.split(config_reference.START, 1)[1].split(config_reference.END, 1)[0]
     assert body.strip() == generated.strip(), (
-        "README's configuration reference is stale: run `python -m config.reference --write`")
+        "README's configuration reference is stale: run `python -m config.reference --write`"
+    )
 
 
 def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated):
@@ -73,7 +74,7 @@ def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated
     assert {key for key, _, _ in rows} == set(leaves), "every configuration key, and only those"
     for key, _, allowed in rows:
         choices = re.match(r"choose one of (.*)", allowed)
-        for value in (choices.group(1).split(", ") if choices else []):
+        for value in choices.group(1).split(", ") if choices else []:
             compose([f"{key}={value}"])  # every documented choice is accepted
 
 
@@ -89,7 +90,8 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         rc = sweep_cli.main([a for a in args if not a.startswith("sweep.dry_run")] + ["sweep.dry_run=true"])
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
     from analysis import cli
-    from bench import cli as bench_cli, gpu, scale
+    from bench import cli as bench_cli
+    from bench import gpu, scale
 
     for args in python_module_commands("analysis.report") + python_module_commands("analysis.claims"):
         cli.parse(args)
@@ -101,10 +103,17 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         _, overrides = bench_cli.parse(args)
         compose(overrides)
     reruns = [a for a in python_module_commands("sweeper.rerun") if a]
-    assert reruns and all(len(a) == 1 or (len(a) == 2 and a[1].startswith("tracking.uri=")) for a in reruns), reruns
+    assert reruns and all(
+        len(a) == 1 or (len(a) == 2 and a[1].startswith("tracking.uri=")) for a in reruns
+    ), reruns
     assert ["RUN_ID", "tracking.uri=http://127.0.0.1:5000"] in reruns
-    rerun_help = subprocess.run([sys.executable, "-m", "sweeper.rerun", "--help"], capture_output=True, text=True,
-                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    rerun_help = subprocess.run(
+        [sys.executable, "-m", "sweeper.rerun", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert rerun_help.returncode == 0 and "tracking.uri=URI" in rerun_help.stdout
     importlib.import_module("analysis.claims")
 
@@ -112,24 +121,31 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
 def test_readme_lists_the_exit_code_table_and_every_command():
     text = README.read_text()
     body = text.split("<!-- exit-codes:start", 1)[1].split("-->", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
-    assert body.strip() == exit_codes.markdown(), "README's exit codes differ from sweeper/exit_codes.py's table"
+    assert body.strip() == exit_codes.markdown(), (
+        "README's exit codes differ from sweeper/exit_codes.py's table"
+    )
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
     # `python -m bench` runs bench/__main__.py, which calls bench.cli:main.
     assert {name: f"{module}:main" for name, module in listed} == {
-        name: target.replace("bench.cli:", "bench:") for name, target in scripts.items()}
+        name: target.replace("bench.cli:", "bench:") for name, target in scripts.items()
+    }
 
 
 def test_readme_names_files_that_exist():
     text = README.read_text()
-    for path in sorted(set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))):
+    for path in sorted(
+        set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))
+    ):
         if path != "docker/.env":  # the user makes it from docker/.env.example
             assert (ROOT / path).exists(), path
 
 
 def test_architecture_names_files_modules_and_targets_that_exist():
     text = ARCHITECTURE.read_text()
-    found = re.findall(r"(?<![\w/.-])((?:tasks|models|sweeper|analysis|conf|docker|tests|docs)/[\w./-]*)", text)
+    found = re.findall(
+        r"(?<![\w/.-])((?:tasks|models|sweeper|analysis|conf|docker|tests|docs)/[\w./-]*)", text
+    )
     paths = {path.rstrip(".") for path in found}  # a sentence may end right after a path
     assert len(paths) > 20
     for path in sorted(paths):
@@ -151,9 +167,13 @@ def runnable_script() -> str:
             continue
         text = block.text
         if block.smoke:
-            text = re.sub(r"^(python -m sweeper\.train .*)$", lambda m: f"{m.group(1)} {' '.join(block.smoke)}",
-                          text, flags=re.M)
-        parts += [f"echo \"### README block at line {block.line} (started at ${{SECONDS}}s)\"", text]
+            text = re.sub(
+                r"^(python -m sweeper\.train .*)$",
+                lambda m: f"{m.group(1)} {' '.join(block.smoke)}",
+                text,
+                flags=re.M,
+            )
+        parts += [f'echo "### README block at line {block.line} (started at ${{SECONDS}}s)"', text]
     return "\n".join(parts) + "\n"
 
 
@@ -172,16 +192,23 @@ def test_runnable_blocks_are_marked():
 def test_runnable_blocks(tmp_path):
     """Every runnable block, in README order, in one shell in an empty directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", PYTHONPATH=str(ROOT),
-               MPLBACKEND="Agg", RAY_DEDUP_LOGS="0")
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+        PYTHONPATH=str(ROOT),
+        MPLBACKEND="Agg",
+        RAY_DEDUP_LOGS="0",
+    )
     start = time.monotonic()
-    result = subprocess.run(["bash", "-c", runnable_script()], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=580)
+    result = subprocess.run(
+        ["bash", "-c", runnable_script()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580
+    )
     seconds = time.monotonic() - start
     ran = re.findall(r"### README block at line (\d+)", result.stdout)
     print("\n".join(re.findall(r"### README block .*", result.stdout)) + f"\nall done in {seconds:.0f}s")
-    assert result.returncode == 0, (f"README block at line {ran[-1] if ran else '?'} failed:\n"
-                                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    assert result.returncode == 0, (
+        f"README block at line {ran[-1] if ran else '?'} failed:\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     assert len(ran) == len([b for b in blocks() if b.runnable])
     out = result.stdout
     assert "300 configurations x 10 seeds = 3000 trials" in out
@@ -193,8 +220,14 @@ def test_runnable_blocks(tmp_path):
 
 def test_every_torch_load_is_weights_only():
     """The security notes promise it: no checkpoint unpickles code when loaded."""
-    sources = [p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (ROOT / d).rglob("*.py")]
-    calls = [(p, m) for p in sources for m in re.finditer(r"torch\.load\(([^()]*(?:\([^()]*\)[^()]*)*)\)", p.read_text())]
+    sources = [
+        p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (ROOT / d).rglob("*.py")
+    ]
+    calls = [
+        (p, m)
+        for p in sources
+        for m in re.finditer(r"torch\.load\(([^()]*(?:\([^()]*\)[^()]*)*)\)", p.read_text())
+    ]
     assert calls, "the project loads checkpoints somewhere"
     for path, call in calls:
         assert "weights_only=True" in call.group(1), f"{path.relative_to(ROOT)}: {call.group(0)}"

@@ -43,9 +43,13 @@ def test_embedding_widths_and_tokens(k: int) -> None:
 
 
 def test_embedding_follows_dtype_and_rejects_unknown_names() -> None:
-    Xt, Ct = embed(torch.rand(1, 4, 2, dtype=torch.float64), torch.rand(1, 3, 2, dtype=torch.float64), "binary")
+    Xt, Ct = embed(
+        torch.rand(1, 4, 2, dtype=torch.float64), torch.rand(1, 3, 2, dtype=torch.float64), "binary"
+    )
     assert Xt.dtype == Ct.dtype == torch.float64
-    with pytest.raises(ValueError, match=r"model.embedding='ternary' is not allowed: choose one of onehot, binary, none"):
+    with pytest.raises(
+        ValueError, match=r"model.embedding='ternary' is not allowed: choose one of onehot, binary, none"
+    ):
         embedding_dim(2, 3, "ternary")
 
 
@@ -67,7 +71,9 @@ def test_re_embedding_resets_the_scratch_dimensions(embedding: str) -> None:
     assert torch.equal(C2[0, :, d:], center_codes(k, embedding))
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int) -> torch.Tensor:
+def reference_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int
+) -> torch.Tensor:
     """The SPEC formula written out: softmax(-gamma * ||q_i - k_j||^2 / sqrt(d_emb)) V."""
     sq = (q.unsqueeze(-2) - k.unsqueeze(-3)).pow(2).sum(-1)
     return torch.softmax(-gamma * sq / math.sqrt(d_emb), dim=-1) @ v
@@ -75,7 +81,9 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("gamma", [0.1, 1.0, 3.0, 10.0])
-def test_sdpa_distance_attention_equals_the_formula_in_values_and_gradients(dtype: torch.dtype, gamma: float) -> None:
+def test_sdpa_distance_attention_equals_the_formula_in_values_and_gradients(
+    dtype: torch.dtype, gamma: float
+) -> None:
     g = torch.Generator().manual_seed(7)
     d_emb, width = 6, 6
     q, k, v = (torch.rand(3, n, width, generator=g, dtype=dtype) for n in (9, 11, 11))

@@ -47,7 +47,9 @@ def task(k: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     n = max(40, 3k) keeps clusters from emptying on all but one of the tasks used below.
     """
-    X, C0 = sample_tasks(TaskSpec(n=max(40, 3 * k), d=d, k=k), TASKS, torch.Generator().manual_seed(1000 * k + d))
+    X, C0 = sample_tasks(
+        TaskSpec(n=max(40, 3 * k), d=d, k=k), TASKS, torch.Generator().manual_seed(1000 * k + d)
+    )
     return X.double(), C0.double()
 
 
@@ -77,7 +79,9 @@ def sklearn_lloyd(x: np.ndarray, c0: np.ndarray, steps: int) -> np.ndarray:
         return km.fit(x).cluster_centers_
 
 
-def layerwise(model: ExactLloydTransformer, X: torch.Tensor, C: torch.Tensor, steps: int) -> list[torch.Tensor]:
+def layerwise(
+    model: ExactLloydTransformer, X: torch.Tensor, C: torch.Tensor, steps: int
+) -> list[torch.Tensor]:
     """Centers after each layer application (forward(steps=t) is the first t of these)."""
     Xt, Ct = embed(X, C, model.embedding)
     out = []
@@ -123,7 +127,9 @@ def test_lloyd_moves_over_the_compared_iterations(k: int, d: int) -> None:
 def empty_task() -> tuple[torch.Tensor, torch.Tensor]:
     """Two tight groups of points and k = 5 centers, three of them far from every point."""
     g = torch.Generator().manual_seed(0)
-    X = torch.cat([0.1 * torch.rand(1, 10, 2, generator=g), 1 + 0.1 * torch.rand(1, 10, 2, generator=g)], 1).double()
+    X = torch.cat(
+        [0.1 * torch.rand(1, 10, 2, generator=g), 1 + 0.1 * torch.rand(1, 10, 2, generator=g)], 1
+    ).double()
     C = torch.tensor([[[0.0, 0.0], [7.0, 7.0], [1.0, 1.0], [-6.0, 9.0], [9.0, -5.0]]], dtype=torch.float64)
     return X, C
 

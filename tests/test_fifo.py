@@ -31,11 +31,18 @@ def start_order(scheduler, tmp: Path) -> list[int]:
 
     tuner = tune.Tuner(
         tune.with_resources(once_failing, {"cpu": 1}),
-        param_space={"i": tune.grid_search(list(range(6))),
-                     "fail": tune.sample_from(lambda spec: str(tmp / "failed") if spec.config.i == 2 else "")},
+        param_space={
+            "i": tune.grid_search(list(range(6))),
+            "fail": tune.sample_from(lambda spec: str(tmp / "failed") if spec.config.i == 2 else ""),
+        },
         tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=1),
-        run_config=tune.RunConfig(storage_path=str(tmp / "ray"), callbacks=[Starts()], verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=1)))
+        run_config=tune.RunConfig(
+            storage_path=str(tmp / "ray"),
+            callbacks=[Starts()],
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=1),
+        ),
+    )
     results = tuner.fit()
     assert not results.errors and sorted(r.metrics["x"] for r in results) == list(range(6))
     return started
@@ -53,4 +60,6 @@ def test_live_fifo_starts_trials_as_tunes_fifo_does(tmp_path: Path) -> None:
     finally:
         ray.shutdown()
     assert ours == tunes
-    assert ours.count(2) == 2 and sorted(set(ours)) == list(range(6))  # trial 2 started twice: failed, retried
+    assert ours.count(2) == 2 and sorted(set(ours)) == list(
+        range(6)
+    )  # trial 2 started twice: failed, retried

@@ -33,8 +33,18 @@ from analysis.style import LLOYD
 from config.compose import compose
 from config.identity import config_hash, flat_params, run_name
 from config.schema import ConfigError
-from tracking.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, DIVERGED, FINISHED, LAST_CHECKPOINT,
-                            OUTCOME, SEED, SUBGRIDS, VAL_REL_LLOYD)
+from tracking.names import (
+    BEST_CHECKPOINT,
+    CHECKPOINT_DIR,
+    CONFIG_HASH,
+    DIVERGED,
+    FINISHED,
+    LAST_CHECKPOINT,
+    OUTCOME,
+    SEED,
+    SUBGRIDS,
+    VAL_REL_LLOYD,
+)
 from tracking.recorder import MlflowRecorder
 from training.loop import train
 
@@ -43,11 +53,28 @@ SEEDS = (1, 2, 3)
 STEPS = (0, 10, 20)
 BASE = ["task.n=32", "train.batch=2", "train.steps=20", "train.eval_every=10", "train.val_batches=1"]
 SHORT = {"onehot": "OH", "binary": "BN", "l2": "L2", "ne": "NE"}
-CLUSTERS = {"task.k": (6, 25), "task.d": (4, 32), "loss.tau": (1.0, 0.1), "loss.regularizer": ("l2", "ne"),
-            "model.embedding": ("onehot", "binary")}
+CLUSTERS = {
+    "task.k": (6, 25),
+    "task.d": (4, 32),
+    "loss.tau": (1.0, 0.1),
+    "loss.regularizer": ("l2", "ne"),
+    "model.embedding": ("onehot", "binary"),
+}
 LR = {"optim.lr": (0.01, 0.1), "task.d": (4, 32)}
-ONE_DIVERGED = {"task.k": 6, "task.d": 32, "loss.tau": 0.1, "loss.regularizer": "l2", "model.embedding": "onehot"}
-ALL_DIVERGED = {"task.k": 25, "task.d": 4, "loss.tau": 1.0, "loss.regularizer": "ne", "model.embedding": "binary"}
+ONE_DIVERGED = {
+    "task.k": 6,
+    "task.d": 32,
+    "loss.tau": 0.1,
+    "loss.regularizer": "l2",
+    "model.embedding": "onehot",
+}
+ALL_DIVERGED = {
+    "task.k": 25,
+    "task.d": 4,
+    "loss.tau": 1.0,
+    "loss.regularizer": "ne",
+    "model.embedding": "binary",
+}
 SETTINGS = EvalSettings(device="cpu")
 
 
@@ -61,11 +88,20 @@ def _log_runs(client: MlflowClient, exp_id: str, subgrid: str, axes: dict, rng: 
             for key, value in {**config, "seed": seed}.items():
                 OmegaConf.update(cfg, key, value)
             diverged = config == ALL_DIVERGED or (config == ONE_DIVERGED and seed == SEEDS[0])
-            tags = {CONFIG_HASH: config_hash(cfg), SEED: str(seed), SUBGRIDS: subgrid,
-                    OUTCOME: DIVERGED if diverged else FINISHED, "mlflow.runName": run_name(cfg)}
+            tags = {
+                CONFIG_HASH: config_hash(cfg),
+                SEED: str(seed),
+                SUBGRIDS: subgrid,
+                OUTCOME: DIVERGED if diverged else FINISHED,
+                "mlflow.runName": run_name(cfg),
+            }
             run_id = client.create_run(exp_id, tags=tags).info.run_id
-            points = [Metric(VAL_REL_LLOYD, float(v), 1000 * s, s) for s, v in zip(STEPS, rng.lognormal(0, 0.3, 3))]
-            client.log_batch(run_id, metrics=points, params=[Param(k, v) for k, v in flat_params(cfg).items()])
+            points = [
+                Metric(VAL_REL_LLOYD, float(v), 1000 * s, s) for s, v in zip(STEPS, rng.lognormal(0, 0.3, 3))
+            ]
+            client.log_batch(
+                run_id, metrics=points, params=[Param(k, v) for k, v in flat_params(cfg).items()]
+            )
             client.set_terminated(run_id, "FAILED" if diverged else "FINISHED")
 
 
@@ -84,8 +120,9 @@ def store(tmp_path_factory, _empty_store: Path) -> str:
 
 @pytest.fixture
 def ctx(store: str, tmp_path: Path) -> Context:
-    return Context.build(store, EXPERIMENT, load_runs(store, EXPERIMENT), SETTINGS, tmp_path,
-                         expected=expected_sizes())
+    return Context.build(
+        store, EXPERIMENT, load_runs(store, EXPERIMENT), SETTINGS, tmp_path, expected=expected_sizes()
+    )
 
 
 def _mlflow_runs(uri: str) -> list:
@@ -106,8 +143,11 @@ def test_ablation_clusters_plots_the_median_final_value_of_every_point(ctx: Cont
         p = run.data.params
         if run.data.tags[SUBGRIDS] != "clusters":
             continue
-        point = (f"d={p['task.d']}, tau={float(p['loss.tau']):g}",
-                 f"{SHORT[p['model.embedding']]}-{SHORT[p['loss.regularizer']]}", int(p["task.k"]))
+        point = (
+            f"d={p['task.d']}, tau={float(p['loss.tau']):g}",
+            f"{SHORT[p['model.embedding']]}-{SHORT[p['loss.regularizer']]}",
+            int(p["task.k"]),
+        )
         if run.data.tags[OUTCOME] == DIVERGED:
             diverged[point] = diverged.get(point, 0) + 1
         else:
@@ -116,8 +156,9 @@ def test_ablation_clusters_plots_the_median_final_value_of_every_point(ctx: Cont
     assert set(models.index) == set(finals) | set(diverged)
     for point, values in finals.items():
         row = models.loc[point]
-        np.testing.assert_allclose(row[["q25", "median", "q75"]].astype(float), np.percentile(values, [25, 50, 75]),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            row[["q25", "median", "q75"]].astype(float), np.percentile(values, [25, 50, 75]), rtol=1e-12
+        )
         assert row["n_seeds"] == len(values)
     for point, count in diverged.items():
         assert models.loc[point, "diverged"] == f"{count}/{len(SEEDS)} diverged"
@@ -144,7 +185,11 @@ def test_ablation_lr_and_its_step_curves(ctx: Context, store: str) -> None:
 
 
 def test_missing_sub_grids_are_named(ctx: Context) -> None:
-    for name, subgrid in (("ablation_points", "points"), ("ablation_dim", "dim"), ("ablation_family", "family")):
+    for name, subgrid in (
+        ("ablation_points", "points"),
+        ("ablation_dim", "dim"),
+        ("ablation_family", "family"),
+    ):
         with pytest.raises(MissingInput, match=f"`{subgrid}` sub-grid"):
             FIGURES[name](ctx)
 
@@ -177,19 +222,28 @@ def trained(sqlite_uri: str, tiny: list[str], tmp_path: Path) -> dict:
 
 def test_eval_checkpoint_loads_last_or_best(trained: dict) -> None:
     states = trained["states"]
-    assert any(not torch.equal(states[BEST_CHECKPOINT][k], states[LAST_CHECKPOINT][k]) for k in states[LAST_CHECKPOINT])
+    assert any(
+        not torch.equal(states[BEST_CHECKPOINT][k], states[LAST_CHECKPOINT][k])
+        for k in states[LAST_CHECKPOINT]
+    )
     for checkpoint, artifact in (("last", LAST_CHECKPOINT), ("best", BEST_CHECKPOINT)):
         loaded = load_model(trained["uri"], trained["run"], torch.device("cpu"), checkpoint).state_dict()
         assert loaded.keys() == states[artifact].keys()
         assert all(torch.equal(loaded[k], states[artifact][k]) for k in loaded), checkpoint
     assert EvalSettings().checkpoint == "last"
-    keys = {c: Evaluator(trained["uri"], "x", EvalSettings(checkpoint=c), Path(trained["uri"][10:]).parent / c)
-            .key("multistep", trained["run"]["run_id"]) for c in ("last", "best")}
+    keys = {
+        c: Evaluator(
+            trained["uri"], "x", EvalSettings(checkpoint=c), Path(trained["uri"][10:]).parent / c
+        ).key("multistep", trained["run"]["run_id"])
+        for c in ("last", "best")
+    }
     assert keys["last"] != keys["best"]  # cached results of one never stand in for the other
 
 
 def test_a_bad_eval_checkpoint_is_rejected_naming_the_field_and_choices(tmp_path: Path, capsys) -> None:
-    with pytest.raises(ConfigError, match=r"eval.checkpoint='middle' is not allowed: choose one of last, best"):
+    with pytest.raises(
+        ConfigError, match=r"eval.checkpoint='middle' is not allowed: choose one of last, best"
+    ):
         EvalSettings(checkpoint="middle")
     assert report.main([f"tracking.uri=sqlite:///{tmp_path}/x.db", "eval.checkpoint=middle"]) == 2
     err = capsys.readouterr().err

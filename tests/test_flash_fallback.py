@@ -13,16 +13,25 @@ from pathlib import Path
 import pytest
 import torch
 
+from config.compose import compose
 from models import attention, flash_dropout
 from models.attention import DistanceAttention
-from config.compose import compose
 from tracking.names import FINISHED
 from tracking.recorder import MemoryRecorder
 from training.loop import train
 
 # model.dropout stays at the paper's 0.01: the path under test.
-TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=6",
-        "train.log_every=3", "train.val_batches=2", "train.device=cpu"]
+TINY = [
+    "task.n=24",
+    "task.d=3",
+    "task.k=4",
+    "train.batch=4",
+    "train.steps=12",
+    "train.eval_every=6",
+    "train.log_every=3",
+    "train.val_batches=2",
+    "train.device=cpu",
+]
 LOGGER = flash_dropout.__name__
 
 
@@ -36,8 +45,11 @@ def undecided(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture)
 @pytest.fixture
 def no_private_ops(undecided: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """As on a torch build without the CPU flash ops; the fused path must then never run."""
+
     def missing() -> None:
-        raise AttributeError("'_OpNamespace' 'aten' object has no attribute '_scaled_dot_product_flash_attention_for_cpu'")
+        raise AttributeError(
+            "'_OpNamespace' 'aten' object has no attribute '_scaled_dot_product_flash_attention_for_cpu'"
+        )
 
     def fused(*args: object) -> None:
         raise AssertionError("the fused path ran without its private ops")
@@ -51,21 +63,29 @@ def lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
 
 
-def dense_distance_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int) -> torch.Tensor:
+def dense_distance_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int
+) -> torch.Tensor:
     """The formula itself: softmax(-gamma ||q_i - k_j||^2 / sqrt(d_emb)) v."""
     return torch.softmax(-gamma * torch.cdist(q, k).pow(2) / math.sqrt(d_emb), -1) @ v
 
 
-def test_this_torch_takes_the_fused_path_after_its_self_check(undecided: None, caplog: pytest.LogCaptureFixture) -> None:
+def test_this_torch_takes_the_fused_path_after_its_self_check(
+    undecided: None, caplog: pytest.LogCaptureFixture
+) -> None:
     generator_state = torch.get_rng_state()
     assert flash_dropout.flash_dropout_usable()
-    assert torch.equal(torch.get_rng_state(), generator_state)  # the check leaves training's random draws alone
+    assert torch.equal(
+        torch.get_rng_state(), generator_state
+    )  # the check leaves training's random draws alone
     assert flash_dropout.self_check_error() <= flash_dropout.SELF_CHECK_TOL
     (line,) = lines(caplog, logging.INFO)
     assert "fused CPU flash path" in line and "self-check" in line
 
 
-def test_missing_private_ops_fall_back_to_public_sdpa(no_private_ops: None, caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_private_ops_fall_back_to_public_sdpa(
+    no_private_ops: None, caplog: pytest.LogCaptureFixture
+) -> None:
     assert not flash_dropout.flash_dropout_usable()
     assert not flash_dropout.flash_dropout_usable()
     (line,) = lines(caplog, logging.WARNING)  # once per process, one line, with the path and the reason
@@ -83,8 +103,9 @@ def test_missing_private_ops_fall_back_to_public_sdpa(no_private_ops: None, capl
     assert all(torch.isfinite(p.grad).all() for p in att.parameters())
 
 
-def test_a_kernel_that_fails_the_self_check_is_not_used(undecided: None, monkeypatch: pytest.MonkeyPatch,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_kernel_that_fails_the_self_check_is_not_used(
+    undecided: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     forward, backward = flash_dropout.flash_ops()
 
     def off_forward(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:

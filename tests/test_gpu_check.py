@@ -29,7 +29,10 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
     for row in report["steps"]:
         assert row["solo"]["seconds_per_step"] > 0 and [p["pack"] for p in row["packs"]] == [1, 2]
     assert report["compile"]["mode"] == "aot_eager" and report["compile"]["speedup"] > 0
-    assert report["projection"]["projected_hours_solo"] > 0 and report["projection"]["projected_hours_packed"] > 0
+    assert (
+        report["projection"]["projected_hours_solo"] > 0
+        and report["projection"]["projected_hours_packed"] > 0
+    )
     printed = capsys.readouterr().out
     assert "exact      PASS" in printed and "projection" in printed.splitlines()[-1]
 

@@ -18,8 +18,15 @@ from sweeper.sweep import load, main
 
 REPO = Path(__file__).resolve().parent.parent
 PAPER_GRID = REPO / "tests" / "data" / "paper_grid.csv"  # a copy of the published list (shared/)
-CSV_KEYS = {"tau": "loss.tau", "regularizer": "loss.regularizer", "embedding": "model.embedding", "d": "task.d",
-            "k": "task.k", "family": "task.family", "lr": "optim.lr"}
+CSV_KEYS = {
+    "tau": "loss.tau",
+    "regularizer": "loss.regularizer",
+    "embedding": "model.embedding",
+    "d": "task.d",
+    "k": "task.k",
+    "family": "task.family",
+    "lr": "optim.lr",
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +39,10 @@ def test_paper_grid_equals_the_published_list(paper):
         rows = list(csv.DictReader(f))
     expected = {tuple(typed(row[c]) for c in CSV_KEYS): row["subgrids"] for row in rows}
     _, plan = paper
-    got = {tuple(c.overrides[key] for key in CSV_KEYS.values()): ",".join(c.subgrids) for c in plan.configurations}
+    got = {
+        tuple(c.overrides[key] for key in CSV_KEYS.values()): ",".join(c.subgrids)
+        for c in plan.configurations
+    }
     assert len(plan.configurations) == len(got)  # no configuration twice
     assert got == expected
     # each sub-grid's size in the plan is the number of listed configurations naming it
@@ -44,7 +54,9 @@ def test_paper_trials_are_config_hashes_of_composed_runs(paper):
     cfg, plan = paper
     trials = grid.trials(cfg, plan)
     assert len(trials) == len(plan.configurations) * len(plan.seeds) == plan.trial_count
-    assert len({t.key for t in trials}) == len({t.name for t in trials}) == len(trials)  # run names unique too
+    assert (
+        len({t.key for t in trials}) == len({t.name for t in trials}) == len(trials)
+    )  # run names unique too
     assert len(set(plan.seeds)) == len(plan.seeds)
     for t in trials[::997]:  # the command a trial runs, composed independently by Hydra
         run = compose([*t.configuration.override_strings(), f"seed={t.seed}"])
@@ -53,9 +65,11 @@ def test_paper_trials_are_config_hashes_of_composed_runs(paper):
 
 
 def test_dry_run_prints_the_plan_without_ray_or_mlflow():
-    code = ("import sys; from sweeper.sweep import main; rc = main(['sweep=paper', 'sweep.dry_run=true']); "
-            "assert 'ray' not in sys.modules and 'mlflow' not in sys.modules, 'dry run imported ray/mlflow'; "
-            "sys.exit(rc)")
+    code = (
+        "import sys; from sweeper.sweep import main; rc = main(['sweep=paper', 'sweep.dry_run=true']); "
+        "assert 'ray' not in sys.modules and 'mlflow' not in sys.modules, 'dry run imported ray/mlflow'; "
+        "sys.exit(rc)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
@@ -68,14 +82,20 @@ def test_dry_run_prints_the_plan_without_ray_or_mlflow():
 def test_packed_dry_run_says_how_many_ray_trials(capsys):
     assert main(["sweep=paper", "sweep.dry_run=true", "cluster.pack=seeds"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-2:] == ["cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one configuration "
-                          "together", "300 configurations x 10 seeds = 3000 trials"]
+    assert lines[-2:] == [
+        "cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one configuration together",
+        "300 configurations x 10 seeds = 3000 trials",
+    ]
 
 
-@pytest.mark.parametrize("sweep, configurations, seeds", [("points", 4, 10), ("demo", 3, 2), ("lite", 19, 3), ("smoke", 3, 2)])
+@pytest.mark.parametrize(
+    "sweep, configurations, seeds", [("points", 4, 10), ("demo", 3, 2), ("lite", 19, 3), ("smoke", 3, 2)]
+)
 def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
     cfg, plan = load([f"sweep={sweep}"])
-    assert plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
+    assert (
+        plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
+    )
     trials = grid.trials(cfg, plan)
     assert len(trials) == len({t.name for t in trials}) == configurations * seeds  # one run name per trial
     assert all(t.name.startswith(f"{sweep}/") for t in trials)
@@ -99,7 +119,9 @@ def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(pap
     """Every configuration of sweep=lite / demo, scaled back, is a configuration of the paper's sub-grid of that name."""
     _, plan = load([f"sweep={sweep}"])
     _, paper_plan = paper
-    named = {(name, tuple(sorted(c.overrides.items()))) for c in paper_plan.configurations for name in c.subgrids}
+    named = {
+        (name, tuple(sorted(c.overrides.items()))) for c in paper_plan.configurations for name in c.subgrids
+    }
     for c in plan.configurations:
         assert c.overrides["task.n"] == 128 and c.overrides["train.steps"] == 4000
         for name in c.subgrids:
@@ -108,20 +130,34 @@ def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(pap
             assert (name, tuple(sorted(scaled.items()))) in named, (name, c.overrides)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["sweep=nope"], r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of demo, lite, paper, points, smoke"),
-    ([], r"no sweep chosen"),
-    (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: [1.0, -1.0]}]"], r"sub-grid 'bad'.*loss\.tau=-1\.0"),
-    (["sweep=smoke", "sweep.subgrids=[{name: bad, embedding: [onehot, fancy]}]"],
-     r"sub-grid 'bad'.*model\.embedding='fancy'.*onehot"),
-    (["sweep=smoke", "sweep.subgrids=[{name: bad, d: [4, four]}]"], r"sub-grid 'bad'.*task\.d"),
-    (["sweep=smoke", "sweep.subgrids=[{name: bad, width: [1, 2]}]"], r"unknown axis 'width'; allowed axes: tau"),
-    (["sweep=smoke", "sweep.subgrids=[]"], r"the grid is empty"),
-    (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: []}]"], r"axis 'tau'.*non-empty list"),
-    (["sweep=smoke", "sweep.seeds=[7, 8, 7]"], r"duplicate seeds \[7\]"),
-    (["sweep=smoke", "sweep.scheduler=hyperband"], r"sweep.scheduler.*'hyperband'.*none, asha"),
-    (["sweep=smoke", "+sweep.fixed.task.width=3"], r"'task.width' is not a config key"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["sweep=nope"],
+            r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of demo, lite, paper, points, smoke",
+        ),
+        ([], r"no sweep chosen"),
+        (
+            ["sweep=smoke", "sweep.subgrids=[{name: bad, tau: [1.0, -1.0]}]"],
+            r"sub-grid 'bad'.*loss\.tau=-1\.0",
+        ),
+        (
+            ["sweep=smoke", "sweep.subgrids=[{name: bad, embedding: [onehot, fancy]}]"],
+            r"sub-grid 'bad'.*model\.embedding='fancy'.*onehot",
+        ),
+        (["sweep=smoke", "sweep.subgrids=[{name: bad, d: [4, four]}]"], r"sub-grid 'bad'.*task\.d"),
+        (
+            ["sweep=smoke", "sweep.subgrids=[{name: bad, width: [1, 2]}]"],
+            r"unknown axis 'width'; allowed axes: tau",
+        ),
+        (["sweep=smoke", "sweep.subgrids=[]"], r"the grid is empty"),
+        (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: []}]"], r"axis 'tau'.*non-empty list"),
+        (["sweep=smoke", "sweep.seeds=[7, 8, 7]"], r"duplicate seeds \[7\]"),
+        (["sweep=smoke", "sweep.scheduler=hyperband"], r"sweep.scheduler.*'hyperband'.*none, asha"),
+        (["sweep=smoke", "+sweep.fixed.task.width=3"], r"'task.width' is not a config key"),
+    ],
+)
 def test_bad_sweeps_are_rejected_before_ray(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load(overrides)
@@ -138,4 +174,7 @@ def test_command_line_beats_the_sweeps_fixed_values():
     assert all("train.steps" not in c.overrides for c in plan.configurations)
     assert sorted(c.overrides["model.embedding"] for c in plan.configurations) == ["binary", "none", "onehot"]
     t = grid.trials(cfg, plan)[0]
-    assert config_hash(compose(["train.steps=7", *t.configuration.override_strings(), f"seed={t.seed}"])) == t.key
+    assert (
+        config_hash(compose(["train.steps=7", *t.configuration.override_strings(), f"seed={t.seed}"]))
+        == t.key
+    )

@@ -45,7 +45,10 @@ def test_batched_step_equals_scikit_learn_task_by_task(k: int, d: int) -> None:
 
 def test_assign_and_several_steps_equal_a_numpy_loop() -> None:
     g = torch.Generator().manual_seed(3)
-    X, C = torch.rand(4, 50, 3, generator=g, dtype=torch.float64), torch.rand(4, 5, 3, generator=g, dtype=torch.float64)
+    X, C = (
+        torch.rand(4, 50, 3, generator=g, dtype=torch.float64),
+        torch.rand(4, 5, 3, generator=g, dtype=torch.float64),
+    )
     for b in range(4):
         x, c = X[b].numpy(), C[b].numpy()
         labels = np.array([np.argmin([((xi - cj) ** 2).sum() for cj in c]) for xi in x])
@@ -59,9 +62,13 @@ def test_assign_and_several_steps_equal_a_numpy_loop() -> None:
 def test_empty_cluster_keeps_its_previous_center_per_task() -> None:
     # Task 0: center 2 is far from every point (empty). Task 1: nothing empty.
     X = torch.tensor([[[0.0, 0.0], [0.2, 0.0], [1.0, 1.0], [1.0, 1.2]]] * 2, dtype=torch.float64)
-    C = torch.tensor([[[0.0, 0.1], [1.0, 0.9], [5.0, 5.0]], [[0.0, 0.1], [1.0, 0.9], [0.2, 0.05]]], dtype=torch.float64)
+    C = torch.tensor(
+        [[[0.0, 0.1], [1.0, 0.9], [5.0, 5.0]], [[0.0, 0.1], [1.0, 0.9], [0.2, 0.05]]], dtype=torch.float64
+    )
     C1 = lloyd_step(X, C)
-    expected = torch.tensor([[[0.1, 0.0], [1.0, 1.1], [5.0, 5.0]], [[0.0, 0.0], [1.0, 1.1], [0.2, 0.0]]], dtype=torch.float64)
+    expected = torch.tensor(
+        [[[0.1, 0.0], [1.0, 1.1], [5.0, 5.0]], [[0.0, 0.0], [1.0, 1.1], [0.2, 0.0]]], dtype=torch.float64
+    )
     torch.testing.assert_close(C1, expected, rtol=0, atol=TOL)
 
 

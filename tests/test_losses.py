@@ -37,7 +37,9 @@ def brute_force_simplex_projection(z: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("k", [1, 2, 3, 6])
 def test_sparsemax_is_the_euclidean_projection_onto_the_simplex(k: int) -> None:
-    scales = torch.tensor([0.1, 1.0, 5.0], dtype=torch.float64)[torch.arange(200) % 3, None]  # few and many in the support
+    scales = torch.tensor([0.1, 1.0, 5.0], dtype=torch.float64)[
+        torch.arange(200) % 3, None
+    ]  # few and many in the support
     z = torch.randn(200, k, generator=gen(k), dtype=torch.float64) * scales
     w = sparsemax(z)
     for zi, wi in zip(z.numpy(), w.numpy()):
@@ -53,9 +55,13 @@ def test_sparsemax_works_along_any_dimension_and_handles_ties() -> None:
     torch.testing.assert_close(sparsemax(torch.tensor([[2.0, 2.0, -5.0]])), torch.tensor([[0.5, 0.5, 0.0]]))
 
 
-def tasks(B: int = 4, n: int = 30, d: int = 3, k: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def tasks(
+    B: int = 4, n: int = 30, d: int = 3, k: int = 5, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = gen(seed)
-    return torch.rand(B, n, d, generator=g, dtype=torch.float64), torch.rand(B, k, d, generator=g, dtype=torch.float64)
+    return torch.rand(B, n, d, generator=g, dtype=torch.float64), torch.rand(
+        B, k, d, generator=g, dtype=torch.float64
+    )
 
 
 def test_sparsemax_of_a_non_finite_row_is_nan_and_other_rows_are_untouched() -> None:
@@ -78,7 +84,9 @@ def test_kmeans_objective_equals_numpy() -> None:
         expected = sum(min(((xi - cj) ** 2).sum() for cj in c) for xi in x)
         assert kmeans_objective(X, C)[b].item() == pytest.approx(expected, rel=1e-12)
     # float32 (the training dtype) stays close to the float64 value.
-    torch.testing.assert_close(kmeans_objective(X.float(), C.float()).double(), kmeans_objective(X, C), rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        kmeans_objective(X.float(), C.float()).double(), kmeans_objective(X, C), rtol=1e-5, atol=0
+    )
 
 
 def test_surrogates_in_numpy() -> None:
@@ -112,7 +120,8 @@ def test_both_surrogates_tend_to_the_objective_as_tau_shrinks() -> None:
         for reg in REGULARIZERS:
             gap = smoothed_objective(X, C, tau, reg) - objective
             # From <w*, r> + tau * Omega(w*) <= min r + tau * Omega(one-hot):
-            # ne: Omega in [-log k, 0] -> gap <= n tau log k; l2: Omega in [1/(2k), 1/2] -> gap <= n tau (1/2 - 1/(2k)).
+            # ne: Omega in [-log k, 0] -> gap <= n tau log k; l2: Omega in [1/(2k), 1/2] -> gap <= n tau (1/2
+            # - 1/(2k)).
             bound = n * tau * (math.log(k) if reg == "ne" else 0.5 - 0.5 / k)
             assert torch.all(gap <= bound + 1e-12)
             gaps[reg].append(gap)
@@ -150,8 +159,15 @@ def test_gradcheck_sparsemax() -> None:
     assert torch.autograd.gradcheck(sparsemax, (z,))
 
 
-@pytest.mark.parametrize(("tau", "regularizer", "field"), [(0.0, "l2", "loss.tau=0.0"), (-1.0, "ne", "loss.tau=-1.0"),
-                                                            (math.nan, "l2", "loss.tau=nan"), (1.0, "l1", "loss.regularizer='l1'")])
+@pytest.mark.parametrize(
+    ("tau", "regularizer", "field"),
+    [
+        (0.0, "l2", "loss.tau=0.0"),
+        (-1.0, "ne", "loss.tau=-1.0"),
+        (math.nan, "l2", "loss.tau=nan"),
+        (1.0, "l1", "loss.regularizer='l1'"),
+    ],
+)
 def test_bad_loss_arguments_name_field_value_and_allowed(tau: float, regularizer: str, field: str) -> None:
     X, C = tasks(B=1, n=4, d=2, k=2)
     with pytest.raises(ValueError, match=field) as err:

@@ -6,12 +6,12 @@ The address the project prints opens the Model-training runs table (not MLflow 3
 
 from __future__ import annotations
 
+import browser
 import pytest
-
 from helpers import children
+
 from tracking import ui
 from tracking.names import CONFIGURATION
-import browser
 
 pytestmark = pytest.mark.slow
 

@@ -42,7 +42,9 @@ def imported_modules(folders: list[str]) -> set[str]:
 
 def undeclared(names: set[str], declared_names: set[str]) -> list[str]:
     """Modules among `names` that no declared distribution provides (stdlib and the project's own left out)."""
-    ours = set(top_level_packages()) | {p.stem for p in (ROOT / "tests").glob("*.py")}  # helpers, conftest, ...
+    ours = set(top_level_packages()) | {
+        p.stem for p in (ROOT / "tests").glob("*.py")
+    }  # helpers, conftest, ...
     providers = importlib.metadata.packages_distributions()
     out = []
     for name in sorted(names - set(sys.stdlib_module_names) - ours - {"__future__"}):
@@ -66,7 +68,12 @@ def locked() -> dict[str, str]:
 def test_every_imported_package_is_declared():
     runtime = set(declared(PROJECT["dependencies"]))
     # An import the package guards (bench/scale.py: PostgreSQL when installed) is declared in an extra.
-    optional = {r for name, extra in PROJECT["optional-dependencies"].items() if name != "dev" for r in declared(extra)}
+    optional = {
+        r
+        for name, extra in PROJECT["optional-dependencies"].items()
+        if name != "dev"
+        for r in declared(extra)
+    }
     missing = undeclared(imported_modules(top_level_packages()), runtime | optional)
     assert not missing, f"imported by the package but not in pyproject.toml's dependencies: {missing}"
     dev = runtime | set(declared(PROJECT["optional-dependencies"]["dev"]))
@@ -79,7 +86,9 @@ def test_the_lock_pins_every_declared_package_inside_its_range():
     extras = [r for name in ("dev", "cluster") for r in PROJECT["optional-dependencies"][name]]
     for name, requirement in {**declared(extras), **declared(PROJECT["dependencies"])}.items():
         assert name in pins, f"{requirement} is not in requirements.lock (`make lock`)"
-        assert requirement.specifier.contains(pins[name], prereleases=True), f"lock {name}=={pins[name]}: {requirement}"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"lock {name}=={pins[name]}: {requirement}"
+        )
     assert pins["torch"] == "2.13.0", "the CPU build these machines serve"
     (ray,) = [r for r in PROJECT["dependencies"] if r.startswith("ray")]
     assert f"ray=={pins['ray']}" in ray.replace("[tune]", ""), "pyproject.toml's Ray pin is the lock's"
@@ -99,8 +108,10 @@ def test_the_wheel_holds_every_package_and_the_config_tree():
         assert f"{package}*" in include, f"{package}/ is not in the wheel"
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["conf"]
     configs = {p.relative_to(ROOT / "conf") for p in (ROOT / "conf").rglob("*") if p.is_file()}
-    assert all(any(c.match(pattern) and len(c.parts) == len(Path(pattern).parts) for pattern in patterns)
-               for c in configs), "a file of conf/ that package-data leaves out"
+    assert all(
+        any(c.match(pattern) and len(c.parts) == len(Path(pattern).parts) for pattern in patterns)
+        for c in configs
+    ), "a file of conf/ that package-data leaves out"
 
 
 @pytest.mark.slow
@@ -111,30 +122,75 @@ def test_the_wheel_installed_alone_runs_from_another_directory(tmp_path):
     source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
     for name in [*top_level_packages(), "conf", "pyproject.toml", "README.md"]:
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
-        copy(ROOT / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                            if (ROOT / name).is_dir() else {}))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", tmp_path / "dist", source], check=True, capture_output=True, timeout=300)
+        copy(
+            ROOT / name,
+            source / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}),
+        )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            tmp_path / "dist",
+            source,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = (tmp_path / "dist").glob("leaner_clustering-*.whl")
     venv.create(tmp_path / "venv", with_pip=True)  # system_site_packages=False: a missing dependency shows
     bin_dir = tmp_path / "venv" / "bin"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("MLFLOW_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("MLFLOW_")
+    }
     # --no-compile: no .pyc written for every module of torch, Ray and MLflow (minutes of CPU on 2 cores); the
     # interpreter compiles what it imports, so the commands below still run the installed files.
-    install = subprocess.run([bin_dir / "python", "-m", "pip", "install", "-q", "--no-compile", "-c", LOCK,
-                              wheel], capture_output=True, text=True, env=env, timeout=600)
+    install = subprocess.run(
+        [bin_dir / "python", "-m", "pip", "install", "-q", "--no-compile", "-c", LOCK, wheel],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([bin_dir / "python", "-c", "import config.schema as c; print(c.CONF_DIR)"],
-                           capture_output=True, text=True, cwd=elsewhere, env=env, check=True)
+    where = subprocess.run(
+        [bin_dir / "python", "-c", "import config.schema as c; print(c.CONF_DIR)"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        check=True,
+    )
     assert Path(where.stdout.strip()).is_relative_to(tmp_path / "venv"), where.stdout
-    dry = subprocess.run([bin_dir / "leaner-sweep", "sweep=paper", "sweep.dry_run=true"], capture_output=True,
-                         text=True, cwd=elsewhere, env=env, timeout=300)
+    dry = subprocess.run(
+        [bin_dir / "leaner-sweep", "sweep=paper", "sweep.dry_run=true"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=300,
+    )
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert dry.stdout.splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
-    cfg = subprocess.run([bin_dir / "leaner-train", "task.d=32", "--cfg", "job"], capture_output=True, text=True,
-                         cwd=elsewhere, env=env, timeout=300)
+    cfg = subprocess.run(
+        [bin_dir / "leaner-train", "task.d=32", "--cfg", "job"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=300,
+    )
     assert cfg.returncode == 0 and re.search(r"^  d: 32$", cfg.stdout, flags=re.M), cfg.stderr[-3000:]
     assert sorted(p.name for p in elsewhere.iterdir()) == []  # a dry run writes nothing
 
@@ -146,7 +202,9 @@ def imports_of(folder: str) -> set[str]:
     for path in (ROOT / folder).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module] if "." in node.module else [f"{node.module}.{a.name}" for a in node.names]
+                modules = (
+                    [node.module] if "." in node.module else [f"{node.module}.{a.name}" for a in node.names]
+                )
             elif isinstance(node, ast.Import):
                 modules = [a.name for a in node.names]
             else:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.transformer import ClusteringTransformer
 from config.compose import compose
 from config.identity import config_hash
+from models.transformer import ClusteringTransformer
 from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load
@@ -21,10 +21,22 @@ from training.faults import NAN_AT_STEP
 from training.loop import train
 from training.packed import check_packable, packed_forward, train_pack
 
-TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=4", "train.steps=12", "train.eval_every=3",
-        "train.log_every=2", "train.val_batches=2", "model.dropout=0.0", "optim.lr_patience=0", "train.device=cpu"]
+TINY = [
+    "task.n=24",
+    "task.d=3",
+    "task.k=4",
+    "train.batch=4",
+    "train.steps=12",
+    "train.eval_every=3",
+    "train.log_every=2",
+    "train.val_batches=2",
+    "model.dropout=0.0",
+    "optim.lr_patience=0",
+    "train.device=cpu",
+]
 # Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
-# the last one diverges (the test-only NaN fault, training.faults) at step 5 and must leave the others untouched.
+# the last one diverges (the test-only NaN fault, training.faults) at step 5 and must leave the others
+# untouched.
 MEMBERS = [
     ["seed=153476998"],
     ["seed=235510766"],
@@ -44,16 +56,22 @@ def test_packed_models_equal_solo_models(tmp_path: Path, monkeypatch: pytest.Mon
     assert [r.outcome for r in packed_results] == [FINISHED, FINISHED, FINISHED, DIVERGED]
     for i, (s, p, rs, rp) in enumerate(zip(solo, packed, solo_results, packed_results)):
         assert (rp.outcome, rp.step, rp.diverged_at) == (rs.outcome, rs.step, rs.diverged_at), i
-        # Every tag alike but the run name, which ends in the run's start time (unique names, config.identity.run_name).
+        # Every tag alike but the run name, which ends in the run's start time (unique names,
+        # config.identity.run_name).
         assert p.tags.pop("name").rsplit("/", 1)[0] == s.tags.pop("name").rsplit("/", 1)[0]
         assert p.tags == s.tags and p.params == s.params and p.status == s.status
         assert sorted(p.artifacts) == sorted(s.artifacts)
         assert set(p.metrics) == set(s.metrics) >= {TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR}
         for key, points in s.metrics.items():
             assert [step for step, _ in p.metrics[key]] == [step for step, _ in points], (i, key)
-            torch.testing.assert_close([v for _, v in p.metrics[key]], [v for _, v in points], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                [v for _, v in p.metrics[key]], [v for _, v in points], rtol=1e-5, atol=1e-6
+            )
         torch.testing.assert_close(rp.best_val, rs.best_val, rtol=1e-5, atol=1e-6)
-        solo_state, pack_state = load(last_path(tmp_path / f"solo{i}")), load(last_path(tmp_path / f"pack{i}"))
+        solo_state, pack_state = (
+            load(last_path(tmp_path / f"solo{i}")),
+            load(last_path(tmp_path / f"pack{i}")),
+        )
         assert pack_state["step"] == solo_state["step"]
         for name, tensor in solo_state["model"].items():
             torch.testing.assert_close(pack_state["model"][name], tensor, rtol=1e-5, atol=1e-6)
@@ -71,8 +89,10 @@ def test_packed_forward_is_each_model_forward() -> None:
         torch.testing.assert_close(out[p], model(X[p], C[p]), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("override, key", [("task.k=5", "task.k"), ("model.embedding=binary", "model.embedding"),
-                                           ("train.steps=7", "train.steps")])
+@pytest.mark.parametrize(
+    "override, key",
+    [("task.k=5", "task.k"), ("model.embedding=binary", "model.embedding"), ("train.steps=7", "train.steps")],
+)
 def test_pack_rejects_models_of_different_shapes(override: str, key: str) -> None:
     with pytest.raises(ValueError, match=key):
         check_packable([compose(TINY), compose(TINY + [override, "seed=1"])])
@@ -95,6 +115,7 @@ def test_an_interrupted_pack_resumes_to_the_same_weights(tmp_path: Path) -> None
         assert all(load(last_path(workdir))["step"] == step for workdir in evaluated)
         if step == 6:
             raise Interrupt
+
     parts = [tmp_path / f"part{i}" for i in range(2)]
     first = [MemoryRecorder() for _ in cfgs]
     with pytest.raises(Interrupt):

@@ -14,8 +14,14 @@ from tracking.names import CONFIG_HASH, METRICS, RERUN_OF, VAL_REL_LLOYD
 @pytest.mark.slow
 def test_rerun_reproduces_the_run_as_a_new_tagged_run(tiny, tmp_path, sqlite_uri, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    overrides = tiny + ["task.init=kmeans++", "loss.regularizer=ne", "loss.tau=0.5", "seed=7",
-                        f"tracking.uri={sqlite_uri}", "tracking.experiment=rerun-test"]
+    overrides = tiny + [
+        "task.init=kmeans++",
+        "loss.regularizer=ne",
+        "loss.tau=0.5",
+        "seed=7",
+        f"tracking.uri={sqlite_uri}",
+        "tracking.experiment=rerun-test",
+    ]
     assert train_main(overrides) == 0
     client = MlflowClient(tracking_uri=sqlite_uri)
     experiment = client.get_experiment_by_name("rerun-test").experiment_id
@@ -33,9 +39,14 @@ def test_rerun_reproduces_the_run_as_a_new_tagged_run(tiny, tmp_path, sqlite_uri
     operational = {f"train.{key}" for key in OPERATIONAL_TRAIN_KEYS}  # a rerun runs locally, from scratch
     same = lambda run: {k: v for k, v in run.data.params.items() if k not in operational}  # noqa: E731
     assert same(new) == same(original)
-    assert repr(original.data.metrics[VAL_REL_LLOYD]) in out[0] and repr(new.data.metrics[VAL_REL_LLOYD]) in out[1]
+    assert (
+        repr(original.data.metrics[VAL_REL_LLOYD]) in out[0]
+        and repr(new.data.metrics[VAL_REL_LLOYD]) in out[1]
+    )
     for key in METRICS:
-        history = lambda run: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))  # noqa: E731
+        history = lambda run: sorted(
+            (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
+        )  # noqa: E731
         assert history(new) == history(original), key
 
 

@@ -9,17 +9,33 @@ import subprocess
 import sys
 
 import pytest
+from helpers import REPO
 
 from bench.scale import REPORTS, interval_points
-from helpers import REPO
 
 pytestmark = pytest.mark.slow
 
 
 def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench", "scale", "--trials", "12", "--packs", "20",
-                           "--store", "sqlite", "cluster.cpus_per_trial=0.5"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "scale",
+            "--trials",
+            "12",
+            "--packs",
+            "20",
+            "--store",
+            "sqlite",
+            "cluster.cpus_per_trial=0.5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     rows = [json.loads(line) for line in lines if line.startswith("{")]

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import REPO
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from analysis import report
 from analysis.runs import histories, load_runs
-from helpers import REPO
 from config.compose import compose
 from tracking import store
 from tracking.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
@@ -69,8 +69,17 @@ def test_two_processes_open_a_new_sqlite_store_at_once(tmp_path: Path) -> None:
     """Creating MLflow's schema on a new file, one of two processes failed (alembic) until connect serialised it."""
     for attempt in range(2):
         uri = f"sqlite:///{tmp_path}/m{attempt}.db"
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_ON_GO, uri], cwd=REPO, text=True, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPEN_ON_GO, uri],
+                cwd=REPO,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(2)
+        ]
         assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
         for p in procs:
             p.stdin.write("go\n")
@@ -95,7 +104,9 @@ def test_last_steps_per_metric(sqlite_uri: str) -> None:
     client = store.connect(sqlite_uri)
     run_id = client.create_run(store.experiment_id(client, "steps")).info.run_id
     points = [("a", 0), ("a", 10), ("a", 5), ("b", 3), ("b", 3)]  # out of order, and a step logged twice
-    client.log_batch(run_id, metrics=[Metric(key, 1.0, 1000 + i, step) for i, (key, step) in enumerate(points)])
+    client.log_batch(
+        run_id, metrics=[Metric(key, 1.0, 1000 + i, step) for i, (key, step) in enumerate(points)]
+    )
     assert store.last_steps(client, client.get_run(run_id)) == {"a": 10, "b": 3}
     fresh = client.create_run(store.experiment_id(client, "steps")).info.run_id
     assert store.last_steps(client, client.get_run(fresh)) == {}
@@ -108,10 +119,14 @@ def _log_runs(client: MlflowClient, experiment: str, count: int) -> list[str]:
     for j in range(count):
         run_id = client.create_run(experiment, tags={CONFIG_HASH: f"h{j}", SEED: str(j)}).info.run_id
         points = [Metric(VAL_REL_LLOYD, j + step / 10, 1000 * step, step) for step in range(6)]
-        points += [Metric(VAL_REL_LLOYD, j + 0.5, 9000, 2),  # step 2 again, later
-                   Metric("unasked", 1.0, 0, 0)]
+        points += [
+            Metric(VAL_REL_LLOYD, j + 0.5, 9000, 2),  # step 2 again, later
+            Metric("unasked", 1.0, 0, 0),
+        ]
         if j != 1:
-            points += [Metric(TRAIN_LOSS, v, 500 + step, step) for step, v in enumerate([float("nan"), 2.0, np.inf])]
+            points += [
+                Metric(TRAIN_LOSS, v, 500 + step, step) for step, v in enumerate([float("nan"), 2.0, np.inf])
+            ]
         client.log_batch(run_id, metrics=points)
         client.set_terminated(run_id)
         ids.append(run_id)
@@ -124,13 +139,21 @@ def _expected(client: MlflowClient, run_ids: list[str]) -> list[tuple]:
     for run_id in run_ids:
         for key in KEYS:
             for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
-                rows[run_id, key, m.step] = (run_id, key, m.step, m.timestamp, None if np.isnan(m.value) else m.value)
+                rows[run_id, key, m.step] = (
+                    run_id,
+                    key,
+                    m.step,
+                    m.timestamp,
+                    None if np.isnan(m.value) else m.value,
+                )
     return sorted(rows.values())
 
 
 def _rows(points: pd.DataFrame) -> list[tuple]:
-    return sorted((r.run_id, r.key, r.step, r.timestamp, None if np.isnan(r.value) else r.value)
-                  for r in points.itertuples())
+    return sorted(
+        (r.run_id, r.key, r.step, r.timestamp, None if np.isnan(r.value) else r.value)
+        for r in points.itertuples()
+    )
 
 
 @pytest.fixture
@@ -177,16 +200,32 @@ def test_server_bulk_endpoint_and_public_api_give_the_same_frame(mlflow_server: 
     assert _rows(fast) == _expected(client, list(runs["run_id"]))
 
 
-def test_report_prints_no_artifact_progress_bars(sqlite_uri: str, tiny: list[str], tmp_path: Path, monkeypatch,
-                                                capsys) -> None:
+def test_report_prints_no_artifact_progress_bars(
+    sqlite_uri: str, tiny: list[str], tmp_path: Path, monkeypatch, capsys
+) -> None:
     """`make demo`'s report downloaded a checkpoint per run, each under its own MLflow progress bar."""
     cfg = compose(tiny + [f"tracking.uri={sqlite_uri}"])
     train(cfg, MlflowRecorder(sqlite_uri, cfg.tracking.experiment), tmp_path / "work")
     monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)  # MLflow's default: bars on
     capsys.readouterr()
-    assert report.main([f"tracking.uri={sqlite_uri}", f"out={tmp_path}", "figures=[length]", "eval.lengths=[16]",
-                        "eval.batches=1", "eval.batch=2", "eval.steps=2", "eval.device=cpu"]) == 0
-    assert (tmp_path / cfg.tracking.experiment / "length.png").exists()  # the checkpoint was downloaded and used
+    assert (
+        report.main(
+            [
+                f"tracking.uri={sqlite_uri}",
+                f"out={tmp_path}",
+                "figures=[length]",
+                "eval.lengths=[16]",
+                "eval.batches=1",
+                "eval.batch=2",
+                "eval.steps=2",
+                "eval.device=cpu",
+            ]
+        )
+        == 0
+    )
+    assert (
+        tmp_path / cfg.tracking.experiment / "length.png"
+    ).exists()  # the checkpoint was downloaded and used
     printed = capsys.readouterr()
     assert "report" in printed.err  # the report's own bar
     assert "Downloading" not in printed.out + printed.err

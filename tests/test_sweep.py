@@ -16,20 +16,44 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_trials
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME,
-                                      MLFLOW_USER)
-
-from sweeper.rerun import main as rerun_main
-from sweeper.sweep import main
-from tracking.names import (BEST_VAL_REL_LLOYD, COMMAND, CONFIG_HASH, CONFIGURATION, DIVERGED, DIVERGED_AT, FINISHED,
-                            GIT_COMMIT, OUTCOME, PACK, PENDING, PLAN_ARTIFACT, PLAN_TAGS, PLAN_TRIALS_ARTIFACT,
-                            RERUN_OF, SEED, STOPPED, SUBGRIDS, SWEEP_ARTIFACT, TRIAL_COUNTS, TUNE_CHECKPOINT,
-                            VAL_REL_LLOYD)
-from training.faults import NAN_AT_STEP
+from mlflow.utils.mlflow_tags import (
+    MLFLOW_GIT_COMMIT,
+    MLFLOW_PARENT_RUN_ID,
+    MLFLOW_RUN_NOTE,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_USER,
+)
 
 from analysis.runs import load_runs
-from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_trials
+from sweeper.rerun import main as rerun_main
+from sweeper.sweep import main
+from tracking.names import (
+    BEST_VAL_REL_LLOYD,
+    COMMAND,
+    CONFIG_HASH,
+    CONFIGURATION,
+    DIVERGED,
+    DIVERGED_AT,
+    FINISHED,
+    GIT_COMMIT,
+    OUTCOME,
+    PACK,
+    PENDING,
+    PLAN_ARTIFACT,
+    PLAN_TAGS,
+    PLAN_TRIALS_ARTIFACT,
+    RERUN_OF,
+    SEED,
+    STOPPED,
+    SUBGRIDS,
+    SWEEP_ARTIFACT,
+    TRIAL_COUNTS,
+    TUNE_CHECKPOINT,
+    VAL_REL_LLOYD,
+)
+from training.faults import NAN_AT_STEP
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -41,7 +65,12 @@ def ray_session():
     import ray
 
     ray.shutdown()
-    bad = [t.key for sweep in (MIXED, PACKED) for t in sweep_trials(sweep) if t.configuration.subgrids == ("bad",)]
+    bad = [
+        t.key
+        for sweep in (MIXED, PACKED)
+        for t in sweep_trials(sweep)
+        if t.configuration.subgrids == ("bad",)
+    ]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(NAN_AT_STEP, f"7@{','.join(bad)}")
         ray.init(num_cpus=2, include_dashboard=False)
@@ -50,10 +79,19 @@ def ray_session():
 
 
 # 3 smoke configurations and 1 of its own (lr 0.02, so its own config hashes) that diverges at step 7 (the
-# test-only NaN fault, set by ray_session), x 3 seeds = 12 trials; a quarter CPU each, so 8 run at once on 2 CPUs.
-MIXED = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60",
-         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: bad, lr: [0.02]}]"]
-PACKED = [*MIXED, "model.dropout=0.0", "cluster.pack=seeds"]  # dropout 0: packed equals solo (training.packed)
+# test-only NaN fault, set by ray_session), x 3 seeds = 12 trials; a quarter CPU each, so 8 run at once on 2
+# CPUs.
+MIXED = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2, 3]",
+    "train.steps=60",
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: bad, lr: [0.02]}]",
+]
+PACKED = [
+    *MIXED,
+    "model.dropout=0.0",
+    "cluster.pack=seeds",
+]  # dropout 0: packed equals solo (training.packed)
 CONCURRENT = ["cluster.cpus_per_trial=0.25", "cluster.max_failures=3"]
 
 
@@ -72,17 +110,27 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
     good = []
     for t in trials:
         run = by_key[t.key]
-        assert run.data.tags[SEED] == str(t.seed) and run.data.tags[SUBGRIDS] == ",".join(t.configuration.subgrids)
+        assert run.data.tags[SEED] == str(t.seed) and run.data.tags[SUBGRIDS] == ",".join(
+            t.configuration.subgrids
+        )
         if t.configuration.subgrids == ("bad",):  # diverged, ended, not retried; the others carried on
-            assert (run.data.tags[OUTCOME], run.info.status, run.data.tags[DIVERGED_AT]) == (DIVERGED, "FAILED", "7")
-            assert all(step < 7 for points in histories(client, run.info.run_id).values() for step, _ in points)
+            assert (run.data.tags[OUTCOME], run.info.status, run.data.tags[DIVERGED_AT]) == (
+                DIVERGED,
+                "FAILED",
+                "7",
+            )
+            assert all(
+                step < 7 for points in histories(client, run.info.run_id).values() for step, _ in points
+            )
         else:
             assert (run.data.tags[OUTCOME], run.info.status) == (FINISHED, "FINISHED")
             good.append(t)
     check_histories(client, by_key, good, ["train.steps=60"])
     at_once = most_at_once(runs)
-    print(f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
-          "(8 slots)")
+    print(
+        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
+        "(8 slots)"
+    )
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
     check_ui_story(client, runs, trials, overrides, out.out)
     # The same command again: every trial has an outcome, nothing runs, no run is added.
@@ -93,17 +141,30 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
     t = trials[1]
     cli_uri = f"sqlite:///{tmp_path}/cli.db"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a trial's thread count (cluster.cpus_per_trial <= 1)
-    cmd = [sys.executable, "-m", "sweeper.train", "train.steps=60", *t.configuration.override_strings(),
-           f"seed={t.seed}", f"tracking.uri={cli_uri}", f"train.workdir={tmp_path}/runs"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeper.train",
+        "train.steps=60",
+        *t.configuration.override_strings(),
+        f"seed={t.seed}",
+        f"tracking.uri={cli_uri}",
+        f"train.workdir={tmp_path}/runs",
+    ]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     cli = MlflowClient(tracking_uri=cli_uri)
     (cli_run,) = cli.search_runs([cli.get_experiment_by_name("leaner-clustering").experiment_id])
     assert cli_run.data.tags[CONFIG_HASH] == t.key
     assert histories(cli, cli_run.info.run_id) == histories(client, by_key[t.key].info.run_id)
-    where = ("tracking.", "cluster.", "train.workdir")  # where a run executes and records, not what it computes
-    assert ({k: v for k, v in cli_run.data.params.items() if not k.startswith(where)}
-            == {k: v for k, v in by_key[t.key].data.params.items() if not k.startswith(where)})
+    where = (
+        "tracking.",
+        "cluster.",
+        "train.workdir",
+    )  # where a run executes and records, not what it computes
+    assert {k: v for k, v in cli_run.data.params.items() if not k.startswith(where)} == {
+        k: v for k, v in by_key[t.key].data.params.items() if not k.startswith(where)
+    }
 
 
 def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[str], printed: str) -> None:
@@ -120,25 +181,43 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
     for run in runs:
         tags, run_id = run.data.tags, run.info.run_id
         assert tags[MLFLOW_SOURCE_NAME] and tags[MLFLOW_USER] == getpass.getuser()
-        assert tags[MLFLOW_GIT_COMMIT] == tags[GIT_COMMIT] and tags[CONFIGURATION] == run.info.run_name.split("/")[1]
+        assert (
+            tags[MLFLOW_GIT_COMMIT] == tags[GIT_COMMIT]
+            and tags[CONFIGURATION] == run.info.run_name.split("/")[1]
+        )
         assert f"**{run.data.params['model.embedding']}** token embedding" in tags[MLFLOW_RUN_NOTE]
-        assert not [k for k in run.data.params if k.startswith(("cluster.", "tracking.", "train.workdir", "train.device",
-                                                                "train.resume"))]
-        assert tags["cluster.max_failures"] == "3" and tags["train.device"] == "auto"  # on the run as tags instead
+        assert not [
+            k
+            for k in run.data.params
+            if k.startswith(("cluster.", "tracking.", "train.workdir", "train.device", "train.resume"))
+        ]
+        assert (
+            tags["cluster.max_failures"] == "3" and tags["train.device"] == "auto"
+        )  # on the run as tags instead
         vals = [v for _, v in histories(client, run_id)[VAL_REL_LLOYD]]
-        assert [v for _, v in histories(client, run_id)[BEST_VAL_REL_LLOYD]] == list(itertools.accumulate(vals, min))
+        assert [v for _, v in histories(client, run_id)[BEST_VAL_REL_LLOYD]] == list(
+            itertools.accumulate(vals, min)
+        )
     parent = client.get_run(runs[0].data.tags[MLFLOW_PARENT_RUN_ID])
     tags = parent.data.tags
     assert tags[COMMAND] == shlex.join(["python", "-m", "sweeper.sweep", *argv])
-    assert [tags[key] for key in PLAN_TAGS] == ["4", "3", "12"] and "sweep **smoke**" in tags[MLFLOW_RUN_NOTE].lower()
+    assert [tags[key] for key in PLAN_TAGS] == ["4", "3", "12"] and "sweep **smoke**" in tags[
+        MLFLOW_RUN_NOTE
+    ].lower()
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {PLAN_ARTIFACT, PLAN_TRIALS_ARTIFACT, SWEEP_ARTIFACT} <= artifacts
     plan = client.download_artifacts(parent.info.run_id, PLAN_TRIALS_ARTIFACT)
-    assert sorted(line.split(",")[0] for line in Path(plan).read_text().splitlines()[1:]) == sorted(t.name for t in trials)
+    assert sorted(line.split(",")[0] for line in Path(plan).read_text().splitlines()[1:]) == sorted(
+        t.name for t in trials
+    )
     counts = {outcome: parent.data.metrics[name] for outcome, name in TRIAL_COUNTS.items()}
     assert counts == {FINISHED: 9, DIVERGED: 3, STOPPED: 0, PENDING: 0}
-    pending = [m.value for m in sorted(client.get_metric_history(parent.info.run_id, TRIAL_COUNTS[PENDING]),
-                                       key=lambda m: m.step)]
+    pending = [
+        m.value
+        for m in sorted(
+            client.get_metric_history(parent.info.run_id, TRIAL_COUNTS[PENDING]), key=lambda m: m.step
+        )
+    ]
     assert pending[0] == 12 and pending[-1] == 0 and len(pending) > 2  # counted down while trials ended
     assert f"#/experiments/{parent.info.experiment_id}?workflowType=machine_learning" in printed
 
@@ -146,20 +225,31 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
 def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack diverges)."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert main([*PACKED, "cluster.cpus_per_trial=0.5", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]) == 0
+    assert (
+        main(
+            [*PACKED, "cluster.cpus_per_trial=0.5", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+        )
+        == 0
+    )
     assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in capfd.readouterr().out
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
     trials = sweep_trials(PACKED)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run per model
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(
+        t.key for t in trials
+    )  # one run per model
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     packs: dict[str, set[str]] = {}
     for t in trials:
-        packs.setdefault(by_key[t.key].data.tags[PACK], set()).add(" ".join(t.configuration.override_strings()))
+        packs.setdefault(by_key[t.key].data.tags[PACK], set()).add(
+            " ".join(t.configuration.override_strings())
+        )
         assert TUNE_CHECKPOINT not in by_key[t.key].data.tags  # ended: its checkpoint is deleted
     assert len(packs) == 4 and all(len(configurations) == 1 for configurations in packs.values())
     bad = [t for t in trials if t.configuration.subgrids == ("bad",)]
-    assert {(by_key[t.key].data.tags[OUTCOME], by_key[t.key].data.tags[DIVERGED_AT]) for t in bad} == {(DIVERGED, "7")}
+    assert {(by_key[t.key].data.tags[OUTCOME], by_key[t.key].data.tags[DIVERGED_AT]) for t in bad} == {
+        (DIVERGED, "7")
+    }
     good = [t for t in trials if t not in bad]
     assert all(by_key[t.key].data.tags[OUTCOME] == FINISHED for t in good)
     assert not list((tmp_path / "ray").glob("smoke-*/*/checkpoint_*"))  # every trial's checkpoints deleted
@@ -169,7 +259,9 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     assert rerun_main([original.info.run_id, f"tracking.uri={uri}"]) == 0
     out = capfd.readouterr().out
     assert f"trained in pack {original.data.tags[PACK]}" in out
-    (again,) = client.search_runs([original.info.experiment_id], f"tags.{RERUN_OF} = '{original.info.run_id}'")
+    (again,) = client.search_runs(
+        [original.info.experiment_id], f"tags.{RERUN_OF} = '{original.info.run_id}'"
+    )
     assert again.data.metrics[VAL_REL_LLOYD] == pytest.approx(original.data.metrics[VAL_REL_LLOYD], rel=1e-5)
 
 
@@ -178,8 +270,16 @@ def test_asha_stops_packs_and_every_model_ends_once(tmp_path, capfd):
     stops marks each of its models stopped (MLflow KILLED), the others finish; started again, nothing runs."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     # Rungs at step 50 (ten evaluations, sweeper.sweep.scheduler_of) of 60; three configurations x 2 seeds.
-    overrides = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.scheduler=asha", "train.steps=60", "cluster.pack=seeds",
-                 "cluster.max_concurrent=1", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    overrides = [
+        "sweep=smoke",
+        "sweep.seeds=[1, 2]",
+        "sweep.scheduler=asha",
+        "train.steps=60",
+        "cluster.pack=seeds",
+        "cluster.max_concurrent=1",
+        f"tracking.uri={uri}",
+        f"cluster.storage={tmp_path}/ray",
+    ]
     assert main(overrides) == 0
     runs = children(uri, "smoke")
     assert len(runs) == 6
@@ -197,7 +297,9 @@ def test_asha_stops_packs_and_every_model_ends_once(tmp_path, capfd):
 
 def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     smoke = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60"]
-    assert main([*smoke, *CONCURRENT, f"tracking.uri={mlflow_server}", f"cluster.storage={tmp_path}/ray"]) == 0
+    assert (
+        main([*smoke, *CONCURRENT, f"tracking.uri={mlflow_server}", f"cluster.storage={tmp_path}/ray"]) == 0
+    )
     out = capfd.readouterr()
     assert "database is locked" not in out.out + out.err
     client = MlflowClient(tracking_uri=mlflow_server)
@@ -206,8 +308,10 @@ def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
     check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
     at_once = most_at_once(runs)
-    print(f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
-          "(8 slots)")
+    print(
+        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
+        "(8 slots)"
+    )
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
 
 
@@ -215,8 +319,15 @@ def test_a_sweep_adopts_the_finished_runs_it_skips(tmp_path, capfd):
     """`points` at n 512 is `paper`'s baseline: run by paper first, points skips it, and adds itself to the run's
     sweep and subgrids tags (lists), so select.sweep=points finds both of its configurations."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    tiny = ["sweep.seeds=[1]", "train.steps=10", "train.eval_every=5", "train.batch=4", "train.val_batches=1",
-            f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    tiny = [
+        "sweep.seeds=[1]",
+        "train.steps=10",
+        "train.eval_every=5",
+        "train.batch=4",
+        "train.val_batches=1",
+        f"tracking.uri={uri}",
+        f"cluster.storage={tmp_path}/ray",
+    ]
     assert main(["sweep=paper", "sweep.subgrids=[{name: tau, tau: [1.0]}]", *tiny]) == 0
     points = ["sweep=points", "sweep.subgrids=[{name: points, n: [256, 512]}]", *tiny]
     capfd.readouterr()

@@ -17,17 +17,21 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
 from mlflow.tracking import MlflowClient
 
-from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
 from sweeper.sweep import main
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
 
 pytestmark = pytest.mark.slow
 
 BASE = ["train.steps=150", "train.eval_every=10", "model.dropout=0.0"]  # dropout 0: packed equals solo (1e-5)
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", *BASE,  # 6 configurations x 2 seeds: 6 trials of 2 models
-         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none], regularizer: [l2, ne]}]"]
+SWEEP = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2]",
+    *BASE,  # 6 configurations x 2 seeds: 6 trials of 2 models
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none], regularizer: [l2, ne]}]",
+]
 WORKER_CPUS, WORKER_GPUS = 2, 1
 CPUS_PER_TRIAL, GPUS_PER_TRIAL = 1, 0.1
 AT_ONCE = min(int(WORKER_GPUS / GPUS_PER_TRIAL), int(WORKER_CPUS / CPUS_PER_TRIAL))  # per worker: 2
@@ -60,11 +64,22 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     # A trial's checkpoints are pruned to its latest, and deleted once it ends (MlflowWriter): four at once
     # means four trials running, two of them on b (a holds two at most, the head none).
     running = 2 * AT_ONCE
-    killer = when(lambda: len(list(storage.glob("smoke-*/*/checkpoint_*"))) >= running, lambda: nodes.kill("b"), done)
+    killer = when(
+        lambda: len(list(storage.glob("smoke-*/*/checkpoint_*"))) >= running, lambda: nodes.kill("b"), done
+    )
     try:
-        code = main([*SWEEP, f"tracking.uri={uri}", f"cluster.storage={storage}", f"cluster.address={nodes.address}",
-                     "cluster.pack=seeds", f"cluster.cpus_per_trial={CPUS_PER_TRIAL}",
-                     f"cluster.gpus_per_trial={GPUS_PER_TRIAL}", "cluster.max_failures=3"])
+        code = main(
+            [
+                *SWEEP,
+                f"tracking.uri={uri}",
+                f"cluster.storage={storage}",
+                f"cluster.address={nodes.address}",
+                "cluster.pack=seeds",
+                f"cluster.cpus_per_trial={CPUS_PER_TRIAL}",
+                f"cluster.gpus_per_trial={GPUS_PER_TRIAL}",
+                "cluster.max_failures=3",
+            ]
+        )
     finally:
         done.set()
         killer.join()
@@ -82,9 +97,11 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     trials = sweep_trials(SWEEP)
     hashes = [r.data.tags[CONFIG_HASH] for r in runs]
     duplicates, lost = len(hashes) - len(set(hashes)), len({t.key for t in trials} - set(hashes))
-    print(f"simulated GPU cluster: {len(trials) // 2} trials of 2 models on 3 nodes (head 0 GPUs, 2 workers "
-          f"of {WORKER_GPUS} GPU, {WORKER_CPUS} CPUs); peak trials at once per node {peaks} (allowed {AT_ONCE}); "
-          f"worker b killed, {retries} retries; runs {len(runs)}, duplicates {duplicates}, lost {lost}")
+    print(
+        f"simulated GPU cluster: {len(trials) // 2} trials of 2 models on 3 nodes (head 0 GPUs, 2 workers "
+        f"of {WORKER_GPUS} GPU, {WORKER_CPUS} CPUs); peak trials at once per node {peaks} (allowed {AT_ONCE}); "
+        f"worker b killed, {retries} retries; runs {len(runs)}, duplicates {duplicates}, lost {lost}"
+    )
     assert sorted(hashes) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     for t in trials:

@@ -8,23 +8,42 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import (
+    children,
+    ended_runs,
+    interrupted_runs,
+    kill_group,
+    point_counts,
+    start_sweep,
+    sweep_trials,
+    wait_for,
+)
 from mlflow.tracking import MlflowClient
 
-from helpers import (children, ended_runs, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials,
-                     wait_for)
 from sweeper import exit_codes
 from tracking.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-SMOKE = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-         "train.steps=300", "train.eval_every=10", "cluster.cpus_per_trial=1"]
+SMOKE = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2]",
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+    "train.steps=300",
+    "train.eval_every=10",
+    "cluster.cpus_per_trial=1",
+]
 
 
 def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen) -> str:
@@ -32,7 +51,9 @@ def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen
     if second.returncode == exit_codes.CLAIMED:
         assert f"pid {first.pid}, started " in second.stderr, second.stderr
         return "refused"
-    assert second.returncode == 0 and "4 of 4 trials already in MLflow; 0 to run" in second.stdout, second.stdout
+    assert second.returncode == 0 and "4 of 4 trials already in MLflow; 0 to run" in second.stdout, (
+        second.stdout
+    )
     return "nothing left"
 
 
@@ -42,7 +63,9 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
     # Two started at once: both may create a parent run and claim it; one drives, the other refuses.
     a, b = (start_sweep(overrides, tmp_path / f"{name}.log") for name in "ab")
     try:
-        wait_for(lambda: a.poll() is not None or b.poll() is not None, None, 300, "one of two drivers refusing")
+        wait_for(
+            lambda: a.poll() is not None or b.poll() is not None, None, 300, "one of two drivers refusing"
+        )
         loser, first = (a, b) if a.poll() is not None else (b, a)
         log = tmp_path / ("a.log" if loser is a else "b.log")
         assert loser.returncode == exit_codes.CLAIMED, log.read_text()[-3000:]
@@ -50,7 +73,12 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
         seen = ["together: refused"]
         wait_for(lambda: interrupted_runs(uri), first, 300, "a trial checkpointed")
         seen.append(f"mid-trial: {refused_or_done(second_driver(overrides), first)}")
-        wait_for(lambda: len(ended_runs(uri)) >= 2 or first.poll() is not None, None, 600, "the last two trials started")
+        wait_for(
+            lambda: len(ended_runs(uri)) >= 2 or first.poll() is not None,
+            None,
+            600,
+            "the last two trials started",
+        )
         seen.append(f"near the end: {refused_or_done(second_driver(overrides), first)}")
         assert first.wait(timeout=600) == 0
     finally:
@@ -62,9 +90,15 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
-    parents = [r for r in client.search_runs([experiment], f"tags.{SWEEP} = 'smoke'") if CONFIG_HASH not in r.data.tags]
+    parents = [
+        r
+        for r in client.search_runs([experiment], f"tags.{SWEEP} = 'smoke'")
+        if CONFIG_HASH not in r.data.tags
+    ]
     assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its claim released
     points, duplicated, lost = point_counts(client, runs, [])
-    print(f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {points}, "
-          f"duplicates {duplicated}, lost {lost}")
+    print(
+        f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {points}, "
+        f"duplicates {duplicated}, lost {lost}"
+    )
     assert (duplicated, lost) == (0, 0)

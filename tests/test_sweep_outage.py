@@ -15,22 +15,46 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import (
+    children,
+    interrupted_runs,
+    kill_group,
+    point_counts,
+    start_sweep,
+    subprocess_env,
+    sweep_trials,
+    wait_for,
+)
 from mlflow.tracking import MlflowClient
 
-from helpers import (children, interrupted_runs, kill_group, point_counts, start_sweep, subprocess_env, sweep_trials,
-                     wait_for)
-from tracking.names import (BEST_CHECKPOINT, CHECKPOINT_DIR, CONFIG_HASH, FINISHED, LAST_CHECKPOINT, OUTCOME,
-                            TUNE_CHECKPOINT)
+from tracking.names import (
+    BEST_CHECKPOINT,
+    CHECKPOINT_DIR,
+    CONFIG_HASH,
+    FINISHED,
+    LAST_CHECKPOINT,
+    OUTCOME,
+    TUNE_CHECKPOINT,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-CLIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-          "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+CLIENT = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
 PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
 # 2 x 2 trials, two at a time.
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-         "train.eval_every=10", "cluster.cpus_per_trial=1"]
+SWEEP = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2]",
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+    "train.eval_every=10",
+    "cluster.cpus_per_trial=1",
+]
 # 900 steps, ten seconds or more a trial: the pause, the stop and the driver noticing it all fall while
 # trials still train (at 300 steps the trials could end first).
 LONG = [*SWEEP, "train.steps=900"]
@@ -51,26 +75,40 @@ def check_store(uri: str, experiment: str, sweep: list[str], label: str) -> None
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     for run in runs:  # no checkpoint lost
         stored = {f.path for f in client.list_artifacts(run.info.run_id, CHECKPOINT_DIR)}
-        assert stored == {f"{CHECKPOINT_DIR}/{BEST_CHECKPOINT}", f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"}, stored
+        assert stored == {f"{CHECKPOINT_DIR}/{BEST_CHECKPOINT}", f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"}, (
+            stored
+        )
     points, duplicated, lost = point_counts(client, runs, [])
-    print(f"{label}: trials {len(trials)}, runs {len(runs)}, points {points}, duplicates {duplicated}, lost {lost}")
+    print(
+        f"{label}: trials {len(trials)}, runs {len(runs)}, points {points}, duplicates {duplicated}, lost {lost}"
+    )
     assert (duplicated, lost) == (0, 0)
 
 
 def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, tmp_path):
     experiment, storage, log = "outage", tmp_path / "ray", tmp_path / "sweep.log"
-    overrides = [*LONG, f"tracking.uri={pg_server.uri}", f"tracking.experiment={experiment}",
-                 f"cluster.storage={storage}"]
+    overrides = [
+        *LONG,
+        f"tracking.uri={pg_server.uri}",
+        f"tracking.experiment={experiment}",
+        f"cluster.storage={storage}",
+    ]
     driver = start_sweep(overrides, log, env={**subprocess_env(), **CLIENT})
     try:
-        wait_for(lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed")
+        wait_for(
+            lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed"
+        )
         os.killpg(pg_server.proc.pid, signal.SIGSTOP)  # a hang shorter than the client's timeout
         time.sleep(PAUSE_S)
         os.killpg(pg_server.proc.pid, signal.SIGCONT)
         pg_server.stop()  # an outage longer than the client's retries
         before = checkpoints(storage)
-        wait_for(lambda: "unreachable" in log.read_text() and checkpoints(storage) - before, driver, 300,
-                 "the driver noticed the outage while trials kept checkpointing")
+        wait_for(
+            lambda: "unreachable" in log.read_text() and checkpoints(storage) - before,
+            driver,
+            300,
+            "the driver noticed the outage while trials kept checkpointing",
+        )
         pg_server.start()
         assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
     finally:
@@ -83,25 +121,44 @@ def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, t
     check_store(pg_server.uri, experiment, LONG, "outage outlasted")
 
 
-def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_command_resumes(pg_server, tmp_path):
+def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_command_resumes(
+    pg_server, tmp_path
+):
     experiment, log = "outage-limit", tmp_path / "sweep.log"
-    overrides = [*SHORT, f"tracking.uri={pg_server.uri}", f"tracking.experiment={experiment}",
-                 f"cluster.storage={tmp_path}/ray", "tracking.outage_s=3"]
+    overrides = [
+        *SHORT,
+        f"tracking.uri={pg_server.uri}",
+        f"tracking.experiment={experiment}",
+        f"cluster.storage={tmp_path}/ray",
+        "tracking.outage_s=3",
+    ]
     env = {**subprocess_env(), **CLIENT}
     driver = start_sweep(overrides, log, env=env)
     try:
-        wait_for(lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed")
+        wait_for(
+            lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed"
+        )
         pg_server.stop()
         assert driver.wait(timeout=300) == 4, log.read_text()[-3000:]
     finally:
         kill_group(driver)
         pg_server.start()
     text = log.read_text()
-    assert "unreachable for" in text and "(tracking.outage_s=3)" in text and "start the same command again" in text
+    assert (
+        "unreachable for" in text
+        and "(tracking.outage_s=3)" in text
+        and "start the same command again" in text
+    )
     interrupted = interrupted_runs(pg_server.uri, "smoke", experiment)
     assert interrupted, "no run was left to resume"
-    again = subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", *overrides],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     for key, run in interrupted.items():  # resumed in its own run, from the checkpoint it recorded
         assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in again.stdout + again.stderr

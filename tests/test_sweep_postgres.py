@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from helpers import children, most_at_once, point_counts, sweep_trials
 from mlflow.tracking import MlflowClient
 
 from analysis import report
-from helpers import children, most_at_once, point_counts, sweep_trials
 from sweeper.sweep import main
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
 
@@ -18,8 +18,12 @@ pytestmark = pytest.mark.slow
 EXPERIMENT = "postgres-sweep"
 # 3 configurations of the `tau` sub-grid (so the report's convergence figure draws them) x 3 seeds = 9 trials,
 # half a CPU each: 4 run at once on 2 CPUs (a quarter would start twice the worker processes).
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "sweep.subgrids=[{name: tau, embedding: [onehot, binary, none]}]",
-         "train.steps=60"]
+SWEEP = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2, 3]",
+    "sweep.subgrids=[{name: tau, embedding: [onehot, binary, none]}]",
+    "train.steps=60",
+]
 
 
 @pytest.fixture
@@ -32,10 +36,16 @@ def ray_two_cpus():
     ray.shutdown()
 
 
-def test_sweep_through_a_server_on_postgres_then_report_both_ways(pg_server, postgres, ray_two_cpus, tmp_path,
-                                                                   capfd):
-    overrides = [*SWEEP, "cluster.cpus_per_trial=0.5", f"tracking.uri={pg_server.uri}",
-                 f"tracking.experiment={EXPERIMENT}", f"cluster.storage={tmp_path}/ray"]
+def test_sweep_through_a_server_on_postgres_then_report_both_ways(
+    pg_server, postgres, ray_two_cpus, tmp_path, capfd
+):
+    overrides = [
+        *SWEEP,
+        "cluster.cpus_per_trial=0.5",
+        f"tracking.uri={pg_server.uri}",
+        f"tracking.experiment={EXPERIMENT}",
+        f"cluster.storage={tmp_path}/ray",
+    ]
     assert main(overrides) == 0
     runs = children(pg_server.uri, "smoke", EXPERIMENT)
     trials = sweep_trials(SWEEP)
@@ -43,17 +53,30 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(pg_server, pos
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     stored, duplicated, lost = point_counts(MlflowClient(tracking_uri=pg_server.uri), runs, [])
     at_once = most_at_once(runs)
-    print(f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored}, duplicates {duplicated}, lost {lost}; "
-          f"most trials training at once: {at_once} (4 slots)")
+    print(
+        f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored}, duplicates {duplicated}, lost {lost}; "
+        f"most trials training at once: {at_once} (4 slots)"
+    )
     assert (duplicated, lost) == (0, 0)
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
 
     tables = {}
     for name, uri in (("server", pg_server.uri), ("direct", postgres)):
         capfd.readouterr()
-        assert report.main([f"tracking.uri='{uri}'", f"tracking.experiment={EXPERIMENT}", "select.sweep=smoke",
-                            f"out={tmp_path}/{name}", "figures=[convergence]", f"speed_json={tmp_path}/none.json",
-                            "eval.device=cpu"]) == 0
+        assert (
+            report.main(
+                [
+                    f"tracking.uri='{uri}'",
+                    f"tracking.experiment={EXPERIMENT}",
+                    "select.sweep=smoke",
+                    f"out={tmp_path}/{name}",
+                    "figures=[convergence]",
+                    f"speed_json={tmp_path}/none.json",
+                    "eval.device=cpu",
+                ]
+            )
+            == 0
+        )
         index = tmp_path / name / EXPERIMENT / "index.md"
         assert capfd.readouterr().out.strip().endswith(str(index.resolve()))
         assert "Runs used: 9" in index.read_text()

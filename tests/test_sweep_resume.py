@@ -10,9 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import (
+    check_histories,
+    children,
+    interrupted_runs,
+    kill_group,
+    start_sweep,
+    sweep_trials,
+    wait_for,
+)
 from mlflow.tracking import MlflowClient
 
-from helpers import check_histories, children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,39 +29,65 @@ pytestmark = pytest.mark.slow
 # 2 x 2 trials, two at a time: when the first pair finishes the next starts. 200 steps: a trial runs
 # seconds, far longer than the moment between seeing it checkpointed in the store and the kill.
 TRAIN = ["train.steps=200", "train.eval_every=10"]
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]", *TRAIN]
+SWEEP = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2]",
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+    *TRAIN,
+]
 
 
 # Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
 PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
 
 
-@pytest.mark.parametrize("pack, store", [([], "postgres"), (PACKED, "sqlite")],
-                         ids=["solo-postgres-server", "packed-sqlite"])
+@pytest.mark.parametrize(
+    "pack, store", [([], "postgres"), (PACKED, "sqlite")], ids=["solo-postgres-server", "packed-sqlite"]
+)
 def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pack, store, request):
     if store == "postgres":  # its own experiment: the session's server holds other tests' sweeps
         uri, experiment = request.getfixturevalue("pg_server").uri, "sigkill"
     else:
         uri, experiment = f"sqlite:///{tmp_path}/mlflow.db", "leaner-clustering"
-    overrides = [*SWEEP, *pack, f"tracking.uri={uri}", f"tracking.experiment={experiment}",
-                 f"cluster.storage={tmp_path}/ray", "cluster.cpus_per_trial=1"]
+    overrides = [
+        *SWEEP,
+        *pack,
+        f"tracking.uri={uri}",
+        f"tracking.experiment={experiment}",
+        f"cluster.storage={tmp_path}/ray",
+        "cluster.cpus_per_trial=1",
+    ]
     log = tmp_path / "sweep.log"
     first = start_sweep(overrides, log)
     try:
         # Mid-sweep: one trial completed (Tune prints it) and another's checkpoint is recorded in MLflow.
-        wait_for(lambda: "completed after" in log.read_text(errors="replace")
-                 and interrupted_runs(uri, "smoke", experiment), first, 600, "a trial completed and another checkpointed")
+        wait_for(
+            lambda: (
+                "completed after" in log.read_text(errors="replace")
+                and interrupted_runs(uri, "smoke", experiment)
+            ),
+            first,
+            600,
+            "a trial completed and another checkpointed",
+        )
     finally:
         kill_group(first)
     client = MlflowClient(tracking_uri=uri)
     before = {r.data.tags[CONFIG_HASH]: r for r in children(uri, "smoke", experiment)}
     interrupted = interrupted_runs(uri, "smoke", experiment)
     assert interrupted, "no trial was caught mid-run with a checkpoint"
-    print(f"killed with {len(interrupted)} trial(s) mid-run and "
-          f"{sum(r.data.tags.get(OUTCOME) == FINISHED for r in before.values())} finished")
+    print(
+        f"killed with {len(interrupted)} trial(s) mid-run and "
+        f"{sum(r.data.tags.get(OUTCOME) == FINISHED for r in before.values())} finished"
+    )
 
-    second = subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, capture_output=True,
-                            text=True, timeout=900)
+    second = subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     finished_before = sum(r.data.tags.get(OUTCOME) == FINISHED for r in before.values())
     assert f"{finished_before} of 4 trials already in MLflow" in second.stdout
@@ -69,4 +103,6 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
     check_histories(client, by_key, trials, [*TRAIN, *pack[2:]], packed=bool(pack))
-    print(f"SIGKILL {store}: trials {len(trials)}, runs {len(runs)}, resumed {len(interrupted)}, duplicates 0, lost 0")
+    print(
+        f"SIGKILL {store}: trials {len(trials)}, runs {len(runs)}, resumed {len(interrupted)}, duplicates 0, lost 0"
+    )

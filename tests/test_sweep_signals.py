@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials, wait_for
 from mlflow.tracking import MlflowClient
 
-from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials, wait_for
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,8 +23,14 @@ pytestmark = pytest.mark.slow
 
 STOP_BOUND_S = 120  # the driver must be gone this soon after the signal (it takes seconds)
 # 2 x 2 trials, two at a time, 200 steps: seconds a trial, so a signal sent at a checkpoint lands mid-trial.
-SWEEP = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-         "train.steps=200", "train.eval_every=10", "cluster.cpus_per_trial=1"]
+SWEEP = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2]",
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+    "train.steps=200",
+    "train.eval_every=10",
+    "cluster.cpus_per_trial=1",
+]
 PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
 
 
@@ -42,7 +48,7 @@ def stop_mid_trial(overrides: list[str], log: Path, uri: str, signum: int, seen:
         if signum == signal.SIGINT:
             os.killpg(driver.pid, signum)  # Ctrl-C in a terminal: the foreground process group
         else:
-            driver.send_signal(signum)     # Kubernetes: the container's main process
+            driver.send_signal(signum)  # Kubernetes: the container's main process
         code = driver.wait(timeout=STOP_BOUND_S)
         print(f"{signal.Signals(signum).name}: driver gone after {time.monotonic() - sent:.1f} s")
     finally:
@@ -52,12 +58,17 @@ def stop_mid_trial(overrides: list[str], log: Path, uri: str, signum: int, seen:
     command = " ".join(shlex.quote(w) for w in ["python", "-m", "sweeper.sweep", *overrides])
     assert f"Resume with the same command:\n  {command}\n" in text
     left = interrupted_runs(uri)
-    assert left and all(r.info.status == "KILLED" for r in left.values()), {k: r.info.status for k, r in left.items()}
+    assert left and all(r.info.status == "KILLED" for r in left.values()), {
+        k: r.info.status for k, r in left.items()
+    }
     return left
 
 
-@pytest.mark.parametrize("pack, signals", [([], (signal.SIGINT, signal.SIGTERM)),
-                                           (PACKED, (signal.SIGTERM, signal.SIGINT))], ids=["solo", "packed"])
+@pytest.mark.parametrize(
+    "pack, signals",
+    [([], (signal.SIGINT, signal.SIGTERM)), (PACKED, (signal.SIGTERM, signal.SIGINT))],
+    ids=["solo", "packed"],
+)
 def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_path, pack, signals):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     overrides = [*SWEEP, *pack, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
@@ -67,16 +78,25 @@ def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_pat
         left = stop_mid_trial(overrides, tmp_path / f"sweep{i}.log", uri, signum, seen)
         seen |= {r.data.tags[TUNE_CHECKPOINT] for r in left.values()}
         resumed.update({k: r.info.run_id for k, r in left.items()})
-    last = subprocess.run([sys.executable, "-m", "sweeper.sweep", *overrides], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    last = subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
     runs = children(uri, "smoke")
     trials = sweep_trials([*SWEEP, *pack])
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
-    assert all(by_key[key].info.run_id == run_id for key, run_id in resumed.items())  # continued, not replaced
+    assert all(
+        by_key[key].info.run_id == run_id for key, run_id in resumed.items()
+    )  # continued, not replaced
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     points, duplicated, lost = point_counts(MlflowClient(tracking_uri=uri), runs, pack[2:])
-    print(f"{'+'.join(signal.Signals(s).name for s in signals)} {'packed' if pack else 'solo'}: trials {len(trials)}, "
-          f"runs {len(runs)}, resumed {len(resumed)}, points {points}, duplicates {duplicated}, lost {lost}")
+    print(
+        f"{'+'.join(signal.Signals(s).name for s in signals)} {'packed' if pack else 'solo'}: trials {len(trials)}, "
+        f"runs {len(runs)}, resumed {len(resumed)}, points {points}, duplicates {duplicated}, lost {lost}"
+    )
     assert (duplicated, lost) == (0, 0)

@@ -17,7 +17,7 @@ from scipy import stats
 from models.lloyd import lloyd_step
 from tasks import FAMILIES, INITS, TaskSpec, choose_centers, sample_tasks, to_unit_cube, validation_tasks
 from tasks.init import choose_center_indices
-from tasks.sampler import standard_noise, sample_points
+from tasks.sampler import sample_points, standard_noise
 
 
 def gen(seed: int) -> torch.Generator:
@@ -200,9 +200,9 @@ def test_anisotropic_scales_spread_the_per_dimension_std() -> None:
     ratio = {}
     for equal in (True, False):
         resid, comp = components(replace(spec, equal_scales=equal), 4, 33)
-        stds = torch.stack([
-            torch.stack([resid[b][comp[b] == j].std(0) for j in range(3)]) for b in range(4)
-        ])  # (B, k, d)
+        stds = torch.stack(
+            [torch.stack([resid[b][comp[b] == j].std(0) for j in range(3)]) for b in range(4)]
+        )  # (B, k, d)
         assert torch.all(stds < 1.1 * spec.scale)  # s * U(0, 1) never exceeds s (up to sampling noise)
         ratio[equal] = stds.amax(dim=(1, 2)) / stds.amin(dim=(1, 2))
         if equal:
@@ -260,7 +260,9 @@ def test_bad_batch_names_it(batch: object) -> None:
 
 
 def test_bad_init_in_choose_centers_names_it() -> None:
-    with pytest.raises(ValueError, match=r"task.init='farthest' is not allowed: choose one of random, kmeans\+\+, gonzalez"):
+    with pytest.raises(
+        ValueError, match=r"task.init='farthest' is not allowed: choose one of random, kmeans\+\+, gonzalez"
+    ):
         choose_centers(torch.rand(1, 5, 2), 2, "farthest", gen(0))
 
 

@@ -8,17 +8,32 @@ import sys
 
 import pytest
 import torch
+from helpers import free_port
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME, MLFLOW_USER
 from omegaconf import OmegaConf
 
-from helpers import free_port
-from sweeper import exit_codes
 from config.compose import compose
 from config.identity import config_hash, configuration_name, flat_params
+from sweeper import exit_codes
 from sweeper.train import main
-from tracking.names import (BEST_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
-                            CONFIGURATION, CURVE_ARTIFACT, FINISHED, GIT_COMMIT, LAST_CHECKPOINT, METRICS, OUTCOME, SEED, TRAIN_LOSS, VAL_REL_LLOYD)
+from tracking.names import (
+    BEST_CHECKPOINT,
+    BEST_VAL_REL_LLOYD,
+    CHECKPOINT_DIR,
+    CONFIG_ARTIFACT,
+    CONFIG_HASH,
+    CONFIGURATION,
+    CURVE_ARTIFACT,
+    FINISHED,
+    GIT_COMMIT,
+    LAST_CHECKPOINT,
+    METRICS,
+    OUTCOME,
+    SEED,
+    TRAIN_LOSS,
+    VAL_REL_LLOYD,
+)
 from tracking.recorder import MlflowRecorder, TrackingError
 from training.loop import train
 
@@ -29,7 +44,9 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     result = train(cfg, MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment), tmp_path)
     client = MlflowClient(tracking_uri=mlflow_server)
     found = client.get_run(result.run_id)
-    assert found.info.status == "FINISHED" and found.info.run_name.startswith(f"train/{configuration_name(cfg)}/s153476998/")
+    assert found.info.status == "FINISHED" and found.info.run_name.startswith(
+        f"train/{configuration_name(cfg)}/s153476998/"
+    )
     assert found.data.params == flat_params(cfg)
     tags = found.data.tags
     assert (tags[CONFIG_HASH], tags[SEED], tags[OUTCOME]) == (config_hash(cfg), str(cfg.seed), FINISHED)
@@ -45,14 +62,21 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     assert "**onehot** token embedding" in tags[MLFLOW_RUN_NOTE] and "**tau 1**" in tags[MLFLOW_RUN_NOTE]
     assert (tags[MLFLOW_GIT_COMMIT], tags[MLFLOW_USER]) == (tags[GIT_COMMIT], getpass.getuser())
     assert tags[MLFLOW_SOURCE_NAME] == sys.modules["__main__"].__spec__.name  # this process's entry point
-    val = [m.value for m in sorted(client.get_metric_history(result.run_id, VAL_REL_LLOYD), key=lambda m: m.step)]
-    best = [m.value for m in sorted(client.get_metric_history(result.run_id, BEST_VAL_REL_LLOYD), key=lambda m: m.step)]
+    val = [
+        m.value for m in sorted(client.get_metric_history(result.run_id, VAL_REL_LLOYD), key=lambda m: m.step)
+    ]
+    best = [
+        m.value
+        for m in sorted(client.get_metric_history(result.run_id, BEST_VAL_REL_LLOYD), key=lambda m: m.step)
+    ]
     assert best == list(itertools.accumulate(val, min)) and best[-1] == result.best_val
     top = {a.path for a in client.list_artifacts(result.run_id)}
     assert top == {CONFIG_ARTIFACT, CHECKPOINT_DIR, CURVE_ARTIFACT}
     stored = {a.path for a in client.list_artifacts(result.run_id, CHECKPOINT_DIR)}
     assert stored == {f"{CHECKPOINT_DIR}/{BEST_CHECKPOINT}", f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"}
-    local = client.download_artifacts(result.run_id, f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}", str(tmp_path / "dl"))
+    local = client.download_artifacts(
+        result.run_id, f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}", str(tmp_path / "dl")
+    )
     state = torch.load(local, weights_only=True)
     assert (state["step"], state["run_id"]) == (40, result.run_id)
     yaml_path = client.download_artifacts(result.run_id, CONFIG_ARTIFACT, str(tmp_path / "dl"))

@@ -10,17 +10,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import subprocess_env
 from mlflow.tracking import MlflowClient
 
-from helpers import subprocess_env
-from models.transformer import ClusteringTransformer
-from sweeper import exit_codes
 from config.compose import compose
 from config.identity import config_hash, run_config
+from models.transformer import ClusteringTransformer
+from sweeper import exit_codes
 from sweeper.train import main
 from tasks.sampler import TaskSpec, validation_tasks
-from tracking.names import (DIVERGED, DIVERGED_AT, FINISHED, LR, METRICS, OUTCOME, TRAIN_LOSS, VAL_KMEANS,
-                            VAL_REL_LLOYD)
+from tracking.names import (
+    DIVERGED,
+    DIVERGED_AT,
+    FINISHED,
+    LR,
+    METRICS,
+    OUTCOME,
+    TRAIN_LOSS,
+    VAL_KMEANS,
+    VAL_REL_LLOYD,
+)
 from tracking.recorder import MemoryRecorder
 from training import checkpoint
 from training.checkpoint import CheckpointError
@@ -43,7 +52,12 @@ def test_same_seed_same_histories_other_seed_differs(tiny, tmp_path):
     assert [s for s, _ in first.metrics[VAL_REL_LLOYD]] == [0, 10, 20, 30, 40]
     assert first.metrics == again.metrics
     assert first.metrics[VAL_REL_LLOYD] != other.metrics[VAL_REL_LLOYD]
-    assert sorted(first.artifacts) == ["checkpoints/best.pt", "checkpoints/last.pt", "config.yaml", "curves.png"]
+    assert sorted(first.artifacts) == [
+        "checkpoints/best.pt",
+        "checkpoints/last.pt",
+        "config.yaml",
+        "curves.png",
+    ]
 
 
 def numpy_objective(X: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -66,7 +80,9 @@ def test_validation_metrics_match_an_independent_computation(tiny, tmp_path):
     recorder, result = run(tiny, tmp_path)
     cfg = compose(tiny)
     state = checkpoint.load(checkpoint.last_path(tmp_path))
-    model = ClusteringTransformer(cfg.task.d, cfg.task.k, cfg.model.embedding, cfg.model.gamma, cfg.model.dropout)
+    model = ClusteringTransformer(
+        cfg.task.d, cfg.task.k, cfg.model.embedding, cfg.model.gamma, cfg.model.dropout
+    )
     model.load_state_dict(state["model"])
     model.eval()
     spec = TaskSpec(**run_config(cfg)["task"])
@@ -74,7 +90,9 @@ def test_validation_metrics_match_an_independent_computation(tiny, tmp_path):
     with torch.no_grad():
         for X, C in validation_tasks(spec, cfg.seed, cfg.train.val_batches, cfg.train.batch):
             mine = numpy_objective(X.double().numpy(), model(X, C).double().numpy())
-            lloyd = numpy_objective(X.double().numpy(), numpy_lloyd_step(X.double().numpy(), C.double().numpy()))
+            lloyd = numpy_objective(
+                X.double().numpy(), numpy_lloyd_step(X.double().numpy(), C.double().numpy())
+            )
             objective.append(mine)
             ratio.append(mine / lloyd)
     # float32 model and objective against float64 NumPy: relative 1e-5.
@@ -147,10 +165,18 @@ KILLED_AT_20 = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_in_the_same_mlflow_run_with_identical_numbers(tiny, tmp_path, sqlite_uri, monkeypatch):
+def test_killed_run_resumes_in_the_same_mlflow_run_with_identical_numbers(
+    tiny, tmp_path, sqlite_uri, monkeypatch
+):
     overrides = tiny + [f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path / 'runs'}"]
-    killed = subprocess.run([sys.executable, "-c", KILLED_AT_20, *overrides], cwd=tmp_path, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=600)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_20, *overrides],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert killed.returncode == -9, killed.stderr
     workdir = default_workdir(compose(overrides))
     run_id = checkpoint.load(checkpoint.last_path(workdir))["run_id"]

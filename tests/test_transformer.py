@@ -19,7 +19,9 @@ def data(B: int = 3, n: int = 17, d: int = 4, k: int = 6, seed: int = 0) -> tupl
     return torch.rand(B, n, d, generator=g), torch.rand(B, k, d, generator=g)
 
 
-def reference_layer(model: ClusteringTransformer, Xt: torch.Tensor, Ct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_layer(
+    model: ClusteringTransformer, Xt: torch.Tensor, Ct: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The SPEC equations, with each module's attention written out (no SDPA)."""
 
     def attend(name: str, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -97,7 +99,9 @@ def test_default_hyperparameters_are_the_papers() -> None:
 @pytest.mark.parametrize("embedding", EMBEDDINGS)
 @pytest.mark.parametrize(("d", "k"), [(1, 2), (4, 6), (32, 10), (16, 25), (7, 100)])
 @pytest.mark.parametrize("qkv_mult", [1, 2])
-def test_parameter_count_closed_form_matches_the_models(embedding: str, d: int, k: int, qkv_mult: int) -> None:
+def test_parameter_count_closed_form_matches_the_models(
+    embedding: str, d: int, k: int, qkv_mult: int
+) -> None:
     learned = count_parameters(ClusteringTransformer(d, k, embedding, qkv_mult=qkv_mult))
     assert parameter_count(d, k, embedding, qkv_mult) == learned
     if embedding != "none" and qkv_mult == 1:
@@ -113,7 +117,9 @@ def test_parameter_growth_onehot_d_plus_k_squared_vs_binary_d_plus_log2k_squared
         assert parameter_count(d, k, "binary") == 12 * ((d + m) ** 2 + (d + m))
         assert parameter_count(d, k, "none") == 12 * (d * d + d)
     # Onehot grows quadratically in k, binary only in log k: the ratio grows without bound.
-    ratios = [parameter_count(d, k, "onehot") / parameter_count(d, k, "binary") for k in (4, 16, 64, 256, 1024)]
+    ratios = [
+        parameter_count(d, k, "onehot") / parameter_count(d, k, "binary") for k in (4, 16, 64, 256, 1024)
+    ]
     assert all(b > 2 * a for a, b in zip(ratios, ratios[1:]))
     assert parameter_count(d, 1024, "onehot") / ((d + 1024) ** 2) == pytest.approx(12, rel=1e-2)
     assert parameter_count(d, 1024, "binary") / ((d + 10) ** 2) == pytest.approx(12, rel=0.1)
@@ -121,8 +127,15 @@ def test_parameter_growth_onehot_d_plus_k_squared_vs_binary_d_plus_log2k_squared
 
 @pytest.mark.parametrize(
     ("field", "value", "allowed"),
-    [("gamma", 0.0, "> 0"), ("gamma", math.nan, "> 0"), ("dropout", 1.0, "in [0, 1)"), ("dropout", -0.1, "in [0, 1)"),
-     ("qkv_mult", 0, "integer >= 1"), ("qkv_mult", 1.5, "integer >= 1"), ("embedding", "ternary", "onehot, binary, none")],
+    [
+        ("gamma", 0.0, "> 0"),
+        ("gamma", math.nan, "> 0"),
+        ("dropout", 1.0, "in [0, 1)"),
+        ("dropout", -0.1, "in [0, 1)"),
+        ("qkv_mult", 0, "integer >= 1"),
+        ("qkv_mult", 1.5, "integer >= 1"),
+        ("embedding", "ternary", "onehot, binary, none"),
+    ],
 )
 def test_bad_model_arguments_name_field_value_and_allowed(field: str, value: object, allowed: str) -> None:
     with pytest.raises(ValueError) as err:

@@ -5,32 +5,38 @@ writes or reads runs imports these instead of repeating string literals.
 """
 
 # Metrics (step = training step).
-TRAIN_LOSS = "train_loss"        # running mean of the batch loss over train.log_every steps
-VAL_KMEANS = "val_kmeans"        # mean k-means objective after one model step, validation set
+TRAIN_LOSS = "train_loss"  # running mean of the batch loss over train.log_every steps
+VAL_KMEANS = "val_kmeans"  # mean k-means objective after one model step, validation set
 VAL_REL_LLOYD = "val_rel_lloyd"  # mean over tasks of model objective / one-Lloyd-step objective
-LR = "lr"                        # learning rate at each evaluation
+LR = "lr"  # learning rate at each evaluation
 BEST_VAL_REL_LLOYD = "best_val_rel_lloyd"  # lowest val_rel_lloyd so far: the one checkpoints/best.pt holds
 METRICS = (TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR, BEST_VAL_REL_LLOYD)
 
 # Tags.
-CONFIG_HASH = "config_hash"      # hash of the run configuration (config.identity.run_config), seed included
+CONFIG_HASH = "config_hash"  # hash of the run configuration (config.identity.run_config), seed included
 SEED = "seed"
 OUTCOME = "outcome"
 DIVERGED_AT = "diverged_at_step"
 GIT_COMMIT = "git_commit"
-RERUN_OF = "rerun_of"            # run id a `python -m sweeper.rerun` run reproduces
-SUBGRIDS = "subgrids"            # comma-separated named sub-grids of the sweeps naming a configuration
-SWEEP = "sweep"                  # comma-separated names of the sweeps a run belongs to (one that ran it, others adopt it)
-PACK = "pack"                    # set by the sweep driver (cluster.pack=seeds): the trial a model trained in with others
-TUNE_CHECKPOINT = "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
-BAD_CHECKPOINT = "bad_checkpoint"    # a resume found a damaged checkpoint: which, and where training restarted
+RERUN_OF = "rerun_of"  # run id a `python -m sweeper.rerun` run reproduces
+SUBGRIDS = "subgrids"  # comma-separated named sub-grids of the sweeps naming a configuration
+SWEEP = "sweep"  # comma-separated names of the sweeps a run belongs to (one that ran it, others adopt it)
+PACK = "pack"  # set by the sweep driver (cluster.pack=seeds): the trial a model trained in with others
+TUNE_CHECKPOINT = (
+    "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
+)
+BAD_CHECKPOINT = "bad_checkpoint"  # a resume found a damaged checkpoint: which, and where training restarted
 
 # Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
 EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
-CONFIGURATION = "configuration"  # seed-free: readable name plus hash (config.identity.configuration_name); UI "Group by"
-EVALUATION_LINK = "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
-DRIVER = "sweep_driver"          # on a sweep's parent run: the driver running it (sweeper.claim), while it runs
+CONFIGURATION = (
+    "configuration"  # seed-free: readable name plus hash (config.identity.configuration_name); UI "Group by"
+)
+EVALUATION_LINK = (
+    "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
+)
+DRIVER = "sweep_driver"  # on a sweep's parent run: the driver running it (sweeper.claim), while it runs
 
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"
@@ -38,7 +44,7 @@ DIVERGED = "diverged"
 
 # Artifact paths inside a run.
 CONFIG_ARTIFACT = "config.yaml"
-CHECKPOINT_DIR = "checkpoints"   # holds BEST_CHECKPOINT and LAST_CHECKPOINT
+CHECKPOINT_DIR = "checkpoints"  # holds BEST_CHECKPOINT and LAST_CHECKPOINT
 BEST_CHECKPOINT = "best.pt"
 LAST_CHECKPOINT = "last.pt"
 CURVE_ARTIFACT = "curves.png"
@@ -47,11 +53,11 @@ CURVE_ARTIFACT = "curves.png"
 STOPPED = "stopped"
 
 # The parent run of a sweep (sweeper.parent_run).
-COMMAND = "command"              # tag: the command line that (last) started the sweep
+COMMAND = "command"  # tag: the command line that (last) started the sweep
 PLAN_TAGS = ("plan.configurations", "plan.seeds", "plan.trials")  # tags: the plan's sizes
-PLAN_ARTIFACT = "plan.txt"       # the plan's table, as the dry run prints it
+PLAN_ARTIFACT = "plan.txt"  # the plan's table, as the dry run prints it
 PLAN_TRIALS_ARTIFACT = "plan.csv"  # one row per trial: run name, configuration, seed, sub-grids, config_hash
-SWEEP_ARTIFACT = "sweep.yaml"    # the sweep's definition (conf/sweep/ with the command line's overrides)
-REPORT_DIR = "report"            # analysis.report's figures, index.md and claims of the sweep
+SWEEP_ARTIFACT = "sweep.yaml"  # the sweep's definition (conf/sweep/ with the command line's overrides)
+REPORT_DIR = "report"  # analysis.report's figures, index.md and claims of the sweep
 PENDING = "pending"
 TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (FINISHED, DIVERGED, STOPPED, PENDING)}  # metrics

@@ -26,7 +26,9 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 class Recorder(Protocol):
     """What train() records. Metric points may be buffered until flush()."""
 
-    def start(self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None) -> str:
+    def start(
+        self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None
+    ) -> str:
         """Open a new run (run_id None) or reopen run_id to continue it; return the run id."""
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
@@ -49,8 +51,10 @@ def git_commit() -> str:
     Without a git checkout (docker/Dockerfile's image holds no .git), the GIT_COMMIT
     environment variable, which the image sets from its build argument.
     """
+
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=REPO_DIR, capture_output=True, text=True, timeout=10)
+
     fallback = os.environ.get("GIT_COMMIT") or "unknown"
     try:
         head = git("rev-parse", "HEAD")
@@ -73,18 +77,24 @@ class MlflowRecorder:
         self._pending: list[Metric] = []
         self._logged_up_to: dict[str, int] = {}
 
-    def start(self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None) -> str:
+    def start(
+        self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None
+    ) -> str:
         tags = {**tags, **self.extra_tags}
         if run_id is None:
-            run = self.client.create_run(store.experiment_id(self.client, self.experiment), run_name=name, tags=tags)
+            run = self.client.create_run(
+                store.experiment_id(self.client, self.experiment), run_name=name, tags=tags
+            )
             self.run_id = run.info.run_id
             self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
             return self.run_id
         try:
             run = self.client.get_run(run_id)
         except MlflowException:
-            raise TrackingError(f"cannot continue MLflow run {run_id}: it is not in {self.uri}; "
-                                "start over with train.resume=never") from None
+            raise TrackingError(
+                f"cannot continue MLflow run {run_id}: it is not in {self.uri}; "
+                "start over with train.resume=never"
+            ) from None
         self.run_id = run_id
         self.client.update_run(run_id, status="RUNNING")
         # Points logged after the checkpoint we resume from are already stored:
@@ -95,8 +105,11 @@ class MlflowRecorder:
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         now = int(time.time() * 1000)
-        self._pending += [Metric(key, float(value), now, step) for key, value in metrics.items()
-                          if step > self._logged_up_to.get(key, -1)]
+        self._pending += [
+            Metric(key, float(value), now, step)
+            for key, value in metrics.items()
+            if step > self._logged_up_to.get(key, -1)
+        ]
 
     def flush(self) -> None:
         if self._pending:
@@ -124,7 +137,9 @@ class MemoryRecorder:
         self.artifacts: list[str] = []
         self.status = "RUNNING"
 
-    def start(self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None) -> str:
+    def start(
+        self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None
+    ) -> str:
         self.params.update(params)
         self.tags.update(tags, name=name)
         return run_id or "memory"

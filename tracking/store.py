@@ -78,8 +78,10 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
             reply.read()
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
-        raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason}); start it "
-                            f"(mlflow server --host HOST --port PORT) or set tracking.uri") from None
+        raise TrackingError(
+            f"MLflow tracking server {uri} is unreachable ({reason}); start it "
+            f"(mlflow server --host HOST --port PORT) or set tracking.uri"
+        ) from None
     _probe_access(uri, timeout)
 
 
@@ -95,8 +97,10 @@ def _probe_access(uri: str, timeout: float) -> None:
             reply.read()
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
-            raise TrackingError(f"MLflow tracking server {uri} refused access ({err.code}): set "
-                                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
+            raise TrackingError(
+                f"MLflow tracking server {uri} refused access ({err.code}): set "
+                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+            ) from None
     except (urllib.error.URLError, OSError):
         pass  # reachable a moment ago: let MLflow's own client report anything else
 
@@ -104,7 +108,9 @@ def _probe_access(uri: str, timeout: float) -> None:
 def connect(uri: str) -> MlflowClient:
     """A client of the store at `uri`, once probe() found it reachable; MLflow's artifact progress bars off."""
     probe(uri)
-    os.environ.setdefault(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false")  # read by MLflow at every transfer
+    os.environ.setdefault(
+        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false"
+    )  # read by MLflow at every transfer
     if not uri.startswith("sqlite:///"):
         return MlflowClient(tracking_uri=uri)
     # Opening a SQLite store creates or migrates MLflow's schema; two processes doing it at once on a new file
@@ -119,8 +125,11 @@ def experiment_id(client: MlflowClient, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is None:
         try:
-            return client.create_experiment(name, artifact_location=_artifact_root(client.tracking_uri, name),
-                                            tags={EXPERIMENT_KIND: MODEL_TRAINING})
+            return client.create_experiment(
+                name,
+                artifact_location=_artifact_root(client.tracking_uri, name),
+                tags={EXPERIMENT_KIND: MODEL_TRAINING},
+            )
         except MlflowException:  # created meanwhile by another process
             found = client.get_experiment_by_name(name)
     if found.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
@@ -160,7 +169,9 @@ def search(client: MlflowClient, experiment_ids: list[str], query: str = "", pag
 
 def last_steps(client: MlflowClient, run: Run) -> dict[str, int]:
     """Metric -> the last step `run` holds. A resumed run replays its steps exactly, so it skips points up to it."""
-    return {key: max(m.step for m in client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics}
+    return {
+        key: max(m.step for m in client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics
+    }
 
 
 def histories(client: MlflowClient, run_ids: list[str], keys: list[str], fast: bool = True) -> pd.DataFrame:
@@ -179,8 +190,13 @@ def histories(client: MlflowClient, run_ids: list[str], keys: list[str], fast: b
         try:
             points = fast_path(client, run_ids, keys)
         except Exception as err:  # an optimisation must never cost an answer: any failure goes the public way
-            log.warning("metric histories: the fast path for a %s store failed (%s: %s); reading them through "
-                        "MLflow's public API instead", scheme, type(err).__name__, err)
+            log.warning(
+                "metric histories: the fast path for a %s store failed (%s: %s); reading them through "
+                "MLflow's public API instead",
+                scheme,
+                type(err).__name__,
+                err,
+            )
     if points is None:
         points = _public_points(client, run_ids, keys)
     return points[POINT_COLUMNS].astype(POINT_TYPES)
@@ -195,9 +211,11 @@ def _sqlite_points(client: MlflowClient, run_ids: list[str], keys: list[str]) ->
         columns = {row[1] for row in db.execute("PRAGMA table_info(metrics)")}
         if columns != METRICS_TABLE:
             raise _Unexpected(f"the metrics table has columns {sorted(columns)}, not {sorted(METRICS_TABLE)}")
-        query = ("SELECT run_uuid AS run_id, key, step, timestamp, CASE WHEN is_nan THEN NULL ELSE value END AS value "
-                 "FROM metrics WHERE run_uuid IN (SELECT value FROM json_each(?)) "
-                 f"AND key IN ({','.join('?' * len(keys))})")
+        query = (
+            "SELECT run_uuid AS run_id, key, step, timestamp, CASE WHEN is_nan THEN NULL ELSE value END AS value "
+            "FROM metrics WHERE run_uuid IN (SELECT value FROM json_each(?)) "
+            f"AND key IN ({','.join('?' * len(keys))})"
+        )
         return pd.read_sql_query(query, db, params=[json.dumps(run_ids), *keys])
 
 
@@ -206,9 +224,13 @@ def _bulk_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> p
     creds, frames = get_default_host_creds(client.tracking_uri), []
     for key in keys:
         for start in range(0, len(run_ids), BULK_RUNS):
-            chunk = run_ids[start:start + BULK_RUNS]
-            response = http_request(creds, BULK_ENDPOINT, "GET",
-                                    params={"run_id": chunk, "metric_key": key, "max_results": BULK_POINTS})
+            chunk = run_ids[start : start + BULK_RUNS]
+            response = http_request(
+                creds,
+                BULK_ENDPOINT,
+                "GET",
+                params={"run_id": chunk, "metric_key": key, "max_results": BULK_POINTS},
+            )
             if response.status_code != 200:
                 raise _Unexpected(f"{BULK_ENDPOINT} answered HTTP {response.status_code}")
             metrics = response.json()["metrics"]
@@ -223,12 +245,21 @@ def _bulk_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> p
 
 def _public_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:
     """MlflowClient.get_metric_history per run and key, eight at a time."""
+
     def one(job: tuple[str, str]) -> list[tuple]:
         run_id, key = job
         return [(run_id, key, m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key)]
 
     jobs = [(run_id, key) for run_id in run_ids for key in keys]
     with ThreadPoolExecutor(8) as pool:
-        parts = list(tqdm(pool.map(one, jobs), total=len(jobs), desc="metric histories", unit="history",
-                          leave=False, disable=len(jobs) < 1000))
+        parts = list(
+            tqdm(
+                pool.map(one, jobs),
+                total=len(jobs),
+                desc="metric histories",
+                unit="history",
+                leave=False,
+                disable=len(jobs) < 1000,
+            )
+        )
     return pd.DataFrame([row for part in parts for row in part], columns=POINT_COLUMNS)

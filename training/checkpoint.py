@@ -40,7 +40,9 @@ class Resume:
 
     state: dict | None = None
     run_id: str | None = None
-    damaged: str | None = None  # what was damaged and where training restarts (the tag metrics.BAD_CHECKPOINT)
+    damaged: str | None = (
+        None  # what was damaged and where training restarts (the tag metrics.BAD_CHECKPOINT)
+    )
 
 
 def save(state: dict, path: Path) -> None:
@@ -55,8 +57,10 @@ def load(path: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for a damaged file
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0].split('. ')[0][:200]})") from None
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({type(err).__name__}: "
+            f"{str(err).splitlines()[0].split('. ')[0][:200]})"
+        ) from None
     if not isinstance(state, dict) or "step" not in state or "model" not in state:
         raise CheckpointError(f"checkpoint {path} is not a training checkpoint")
     return state
@@ -93,8 +97,10 @@ def resume_state(workdir: Path, mode: str, config: dict) -> Resume:
         state = load(path)
     except CheckpointError as err:
         if mode == "must":
-            raise CheckpointError(f"{err}; train.resume=auto continues from the last good checkpoint, "
-                                  "train.resume=never starts from scratch") from None
+            raise CheckpointError(
+                f"{err}; train.resume=auto continues from the last good checkpoint, "
+                "train.resume=never starts from scratch"
+            ) from None
         log.error(f"{err}: not used")
         return fall_back(workdir, config)
     return continued(path, state, config, mode)
@@ -103,8 +109,10 @@ def resume_state(workdir: Path, mode: str, config: dict) -> Resume:
 def continued(path: Path, state: dict, config: dict, mode: str) -> Resume:
     """Continue state (read from path) unless its run finished; an error if it is another configuration's."""
     if state.get("config") != config:
-        raise CheckpointError(f"checkpoint {path} belongs to a different configuration; use another "
-                              "workdir, or train.resume=never to overwrite it")
+        raise CheckpointError(
+            f"checkpoint {path} belongs to a different configuration; use another "
+            "workdir, or train.resume=never to overwrite it"
+        )
     if state["step"] >= config["train"]["steps"]:
         if mode == "must":
             raise CheckpointError(f"train.resume=must but the run in {path} has already finished")
@@ -125,6 +133,8 @@ def fall_back(workdir: Path, config: dict) -> Resume:
     else:
         if resume.state is None:  # its run had finished: started again as a new run, as after a good last.pt
             return resume
-        resume.damaged = f"{LAST_CHECKPOINT} damaged; restarted from {BEST_CHECKPOINT} at step {resume.state['step']}"
+        resume.damaged = (
+            f"{LAST_CHECKPOINT} damaged; restarted from {BEST_CHECKPOINT} at step {resume.state['step']}"
+        )
     log.error(f"{workdir}: {resume.damaged}")
     return resume

@@ -21,33 +21,47 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from models.lloyd import lloyd_step
-from models.losses import kmeans_objective, smoothed_objective
-from models.transformer import ClusteringTransformer
 from config.compose import validate
 from config.identity import config_hash, flat_params, run_config, run_name
 from config.schema import ConfigError
+from models.lloyd import lloyd_step
+from models.losses import kmeans_objective, smoothed_objective
+from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
-from tracking.names import (BAD_CHECKPOINT, BEST_VAL_REL_LLOYD, CHECKPOINT_DIR, CONFIG_ARTIFACT, CONFIG_HASH,
-                            CURVE_ARTIFACT, DIVERGED, DIVERGED_AT, FINISHED, GIT_COMMIT, LR, OUTCOME, SEED, TRAIN_LOSS,
-                            VAL_KMEANS, VAL_REL_LLOYD)
+from tracking.names import (
+    BAD_CHECKPOINT,
+    BEST_VAL_REL_LLOYD,
+    CHECKPOINT_DIR,
+    CONFIG_ARTIFACT,
+    CONFIG_HASH,
+    CURVE_ARTIFACT,
+    DIVERGED,
+    DIVERGED_AT,
+    FINISHED,
+    GIT_COMMIT,
+    LR,
+    OUTCOME,
+    SEED,
+    TRAIN_LOSS,
+    VAL_KMEANS,
+    VAL_REL_LLOYD,
+)
 from tracking.recorder import Recorder, git_commit
 from training import checkpoint
 from training.checkpoint import CheckpointError
 from training.faults import InjectedCrash, crash_at_step, nan_at_step
 from training.run_tags import training_tags
 
-
-OnEval = Callable[[int, dict, Path], None]              # train(): (step, metrics, workdir) after each evaluation
-OnRound = Callable[[int, dict[Path, dict]], None]      # train_models(): (step, {workdir: metrics}) per round
+OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
+OnRound = Callable[[int, dict[Path, dict]], None]  # train_models(): (step, {workdir: metrics}) per round
 
 
 @dataclass
 class TrainResult:
-    outcome: str                       # metrics.FINISHED or metrics.DIVERGED
-    step: int                          # last step taken (the diverging one for a diverged run)
-    metrics: dict[str, float]          # the last evaluation: val_kmeans, val_rel_lloyd, lr
-    best_val: float                    # lowest val_rel_lloyd seen
+    outcome: str  # metrics.FINISHED or metrics.DIVERGED
+    step: int  # last step taken (the diverging one for a diverged run)
+    metrics: dict[str, float]  # the last evaluation: val_kmeans, val_rel_lloyd, lr
+    best_val: float  # lowest val_rel_lloyd seen
     run_id: str
     diverged_at: int | None = None
 
@@ -59,7 +73,9 @@ class Progress:
     step: int = 0
     best_val: float = math.inf
     window: list[float] = field(default_factory=list)  # batch losses since the last train_loss point
-    history: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> [[step, value]], for curves.png
+    history: dict[str, list[list[float]]] = field(
+        default_factory=dict
+    )  # metric -> [[step, value]], for curves.png
     metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
 
 
@@ -121,15 +137,19 @@ class Trainer:
         self.cfg, self.device = cfg, device
         torch.manual_seed(cfg.seed)  # model initialisation, then dropout
         m = cfg.model
-        self.model = ClusteringTransformer(cfg.task.d, cfg.task.k, m.embedding, m.gamma, m.dropout,
-                                           m.qkv_mult).to(device)
+        self.model = ClusteringTransformer(
+            cfg.task.d, cfg.task.k, m.embedding, m.gamma, m.dropout, m.qkv_mult
+        ).to(device)
         if cfg.train.compile == "cudagraphs" and device.type != "cuda":
-            raise ConfigError(f"train.compile=cudagraphs needs a CUDA device, and train.device={cfg.train.device} "
-                              f"is {device}: use train.compile=inductor or off")
+            raise ConfigError(
+                f"train.compile=cudagraphs needs a CUDA device, and train.device={cfg.train.device} "
+                f"is {device}: use train.compile=inductor or off"
+            )
         self.forward = compiled(self.model, cfg.train.compile)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.optim.lr)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, mode="min", factor=cfg.optim.lr_factor, patience=cfg.optim.lr_patience)
+            self.optimizer, mode="min", factor=cfg.optim.lr_factor, patience=cfg.optim.lr_patience
+        )
         # The stream of training tasks, drawn on the training device: on a GPU the host never holds a step up
         # (so a CUDA run draws other tasks than a CPU run of the same seed; the validation set is the same).
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -141,12 +161,21 @@ class Trainer:
     def state(self, run_id: str) -> dict:
         """The checkpoint: everything needed to continue bit-for-bit (loads with weights_only=True)."""
         p = self.progress
-        return dict(model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-                    scheduler=self.scheduler.state_dict(), generator=self.generator.get_state(),
-                    torch_rng=torch.get_rng_state(),
-                    cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                    step=p.step, run_id=run_id, best_val=p.best_val, config=run_config(self.cfg),
-                    window=p.window, history=p.history, metrics=p.metrics)
+        return dict(
+            model=self.model.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+            scheduler=self.scheduler.state_dict(),
+            generator=self.generator.get_state(),
+            torch_rng=torch.get_rng_state(),
+            cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            step=p.step,
+            run_id=run_id,
+            best_val=p.best_val,
+            config=run_config(self.cfg),
+            window=p.window,
+            history=p.history,
+            metrics=p.metrics,
+        )
 
     def restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -155,14 +184,17 @@ class Trainer:
         try:
             self.generator.set_state(state["generator"])
         except RuntimeError:  # a CPU generator's state does not fit a CUDA one, nor the other way round
-            raise CheckpointError(f"the checkpoint's task stream was drawn on another kind of device than "
-                                  f"train.device={self.cfg.train.device} ({self.device}): resume it on the kind "
-                                  "it started on, or start over with train.resume=never") from None
+            raise CheckpointError(
+                f"the checkpoint's task stream was drawn on another kind of device than "
+                f"train.device={self.cfg.train.device} ({self.device}): resume it on the kind "
+                "it started on, or start over with train.resume=never"
+            ) from None
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-        self.progress = Progress(state["step"], state["best_val"], list(state["window"]),
-                                 state["history"], state["metrics"])
+        self.progress = Progress(
+            state["step"], state["best_val"], list(state["window"]), state["history"], state["metrics"]
+        )
 
     def draw(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Start the next step: its batch of tasks (X, C0) from this model's own stream."""
@@ -199,7 +231,9 @@ def update(trainers: list[Trainer], losses: list[torch.Tensor]) -> list[tuple[fl
     for t in trainers:
         t.optimizer.step()
     # A non-finite parameter anywhere makes its model's sum non-finite.
-    totals = torch.stack([torch.stack([p.detach().sum() for p in t.model.parameters()]).sum() for t in trainers])
+    totals = torch.stack(
+        [torch.stack([p.detach().sum() for p in t.model.parameters()]).sum() for t in trainers]
+    )
     # One device sync per step: NaN parameters must not reach the next forward
     # pass (sparsemax of NaNs indexes out of bounds; on CUDA a device assert).
     return [(a, b) for a, b in torch.stack([loss.detach(), totals], 1).tolist()]
@@ -235,7 +269,12 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     trainer = Trainer(cfg, pick_device(cfg.train.device))
     if resume.state:
         trainer.restore(resume.state)
-    tags = {CONFIG_HASH: config_hash(cfg), SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(cfg)}
+    tags = {
+        CONFIG_HASH: config_hash(cfg),
+        SEED: str(cfg.seed),
+        GIT_COMMIT: git_commit(),
+        **training_tags(cfg),
+    }
     run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resume.run_id)
     if resume.damaged:
         recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
@@ -248,14 +287,21 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
 
 def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
     """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run."""
+
     def each(step: int, evaluated: dict[Path, dict]) -> None:
         for path, metrics in evaluated.items():
             on_eval(step, metrics, path)
+
     return train_models([cfg], [recorder], [Path(workdir)], solo_step, each if on_eval else None)[0]
 
 
-def train_models(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path], step: Step,
-                 on_eval: OnRound | None = None) -> list[TrainResult]:
+def train_models(
+    cfgs: list[DictConfig],
+    recorders: list[Recorder],
+    workdirs: list[Path],
+    step: Step,
+    on_eval: OnRound | None = None,
+) -> list[TrainResult]:
     """The training loop: result i is what model i trained alone would give (training.packed: to 1e-5).
 
     step(trainers) takes one optimizer step of each model (solo_step, or
@@ -273,8 +319,13 @@ def train_models(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: li
             evaluate(run)
         tell(on_eval, fresh)
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
-        bar = tqdm(total=cfgs[0].train.steps, initial=min((r.trainer.progress.step for r in active), default=0),
-                   desc="train", disable=not sys.stderr.isatty(), dynamic_ncols=True)
+        bar = tqdm(
+            total=cfgs[0].train.steps,
+            initial=min((r.trainer.progress.step for r in active), default=0),
+            desc="train",
+            disable=not sys.stderr.isatty(),
+            dynamic_ncols=True,
+        )
         while active:
             losses = step([run.trainer for run in active])
             tell(on_eval, [run for run, (loss, total) in zip(active, losses) if after_step(run, loss, total)])
@@ -284,7 +335,9 @@ def train_models(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: li
             show(bar, active[0].trainer)
             active = [run for run in active if run.result is None]
         bar.close()
-    except BaseException as err:  # a crash or Ctrl-C: every unfinished run stays resumable from its checkpoint
+    except (
+        BaseException
+    ) as err:  # a crash or Ctrl-C: every unfinished run stays resumable from its checkpoint
         for run in runs:
             if run.result is None:
                 run.recorder.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
@@ -312,8 +365,10 @@ def after_step(run: Run, loss: float, total: float) -> bool:
 
 def tell(on_eval: OnRound | None, evaluated: list[Run]) -> None:
     if on_eval is not None and evaluated:
-        on_eval(min(run.trainer.progress.step for run in evaluated),
-                {run.workdir: run.trainer.progress.metrics for run in evaluated})
+        on_eval(
+            min(run.trainer.progress.step for run in evaluated),
+            {run.workdir: run.trainer.progress.metrics for run in evaluated},
+        )
 
 
 def show(bar: tqdm, trainer: Trainer) -> None:
@@ -321,8 +376,12 @@ def show(bar: tqdm, trainer: Trainer) -> None:
     bar.update(1)
     p = trainer.progress
     if p.step % trainer.cfg.train.log_every == 0 and TRAIN_LOSS in p.history:
-        bar.set_postfix(loss=f"{p.history[TRAIN_LOSS][-1][1]:.4g}", val=f"{p.metrics[VAL_REL_LLOYD]:.4f}",
-                        lr=f"{trainer.lr:.2g}", refresh=False)
+        bar.set_postfix(
+            loss=f"{p.history[TRAIN_LOSS][-1][1]:.4g}",
+            val=f"{p.metrics[VAL_REL_LLOYD]:.4f}",
+            lr=f"{trainer.lr:.2g}",
+            refresh=False,
+        )
 
 
 def evaluate(run: Run) -> None:

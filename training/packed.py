@@ -26,17 +26,30 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from config.identity import config_hash
 from models.attention import distance_attention
 from models.embedding import embed
 from models.transformer import ClusteringTransformer, layer_equation
-from config.identity import config_hash
 from tracking.recorder import Recorder
 from training.loop import OnRound, Trainer, TrainResult, compiled, solo_step, train_models, update
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
-SHARED_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.gamma", "model.dropout", "model.qkv_mult",
-               "train.steps", "train.batch", "train.eval_every", "train.log_every", "train.val_batches",
-               "train.device", "train.compile")
+SHARED_KEYS = (
+    "task.n",
+    "task.d",
+    "task.k",
+    "model.embedding",
+    "model.gamma",
+    "model.dropout",
+    "model.qkv_mult",
+    "train.steps",
+    "train.batch",
+    "train.eval_every",
+    "train.log_every",
+    "train.val_batches",
+    "train.device",
+    "train.compile",
+)
 
 
 def check_packable(cfgs: list[DictConfig]) -> None:
@@ -46,8 +59,10 @@ def check_packable(cfgs: list[DictConfig]) -> None:
     for key in SHARED_KEYS:
         values = [OmegaConf.select(cfg, key) for cfg in cfgs]
         if any(v != values[0] for v in values):
-            raise ValueError(f"{key} differs within the pack ({', '.join(map(repr, values))}): packed models "
-                             f"must share {', '.join(SHARED_KEYS)}")
+            raise ValueError(
+                f"{key} differs within the pack ({', '.join(map(repr, values))}): packed models "
+                f"must share {', '.join(SHARED_KEYS)}"
+            )
     hashes = [config_hash(cfg) for cfg in cfgs]
     if len(set(hashes)) < len(hashes):
         raise ValueError("the pack holds the same configuration and seed twice")
@@ -62,7 +77,9 @@ def _linear(x: torch.Tensor, layers: list[torch.nn.Linear]) -> torch.Tensor:
     return out.view(P, *shape, -1)
 
 
-def _attend(models: list[ClusteringTransformer], name: str, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+def _attend(
+    models: list[ClusteringTransformer], name: str, queries: torch.Tensor, keys: torch.Tensor
+) -> torch.Tensor:
     """Attention module `name` of every model: queries (P, B, Lq, e), keys (P, B, Lk, e)."""
     mods = [getattr(m.layer, name) for m in models]
     first = mods[0]
@@ -84,7 +101,9 @@ def packed_forward(models: list[ClusteringTransformer], X: torch.Tensor, C: torc
     return C1[..., : models[0].d]
 
 
-_COMPILED: dict[str, Callable] = {}  # train.compile mode -> packed_forward through it, compiled once per process
+_COMPILED: dict[
+    str, Callable
+] = {}  # train.compile mode -> packed_forward through it, compiled once per process
 
 
 def packed_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
@@ -99,16 +118,19 @@ def packed_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
     return update(trainers, [t.loss(X[i], C1[i]) for i, t in enumerate(trainers)])
 
 
-def train_pack(cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path],
-               on_eval: OnRound | None = None) -> list[TrainResult]:
+def train_pack(
+    cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path], on_eval: OnRound | None = None
+) -> list[TrainResult]:
     """Train the models of a pack together; result i is what train(cfgs[i], recorders[i], workdirs[i]) returns.
 
     A pack of one is trained alone (exactly train()'s numbers). The loop and
     on_eval(step, {workdir: metrics}) as training.loop.train_models.
     """
     if not len(cfgs) == len(recorders) == len(workdirs):
-        raise ValueError(f"a pack needs one recorder and one workdir per configuration, got {len(cfgs)} "
-                         f"configurations, {len(recorders)} recorders, {len(workdirs)} workdirs")
+        raise ValueError(
+            f"a pack needs one recorder and one workdir per configuration, got {len(cfgs)} "
+            f"configurations, {len(recorders)} recorders, {len(workdirs)} workdirs"
+        )
     check_packable(cfgs)
     step = packed_step if len(cfgs) > 1 else solo_step
     return train_models(cfgs, recorders, [Path(w) for w in workdirs], step, on_eval)

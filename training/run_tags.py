@@ -12,8 +12,13 @@ import functools
 import getpass
 import sys
 
-from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE,
-                                      MLFLOW_USER)
+from mlflow.utils.mlflow_tags import (
+    MLFLOW_GIT_COMMIT,
+    MLFLOW_RUN_NOTE,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_SOURCE_TYPE,
+    MLFLOW_USER,
+)
 from omegaconf import DictConfig
 
 from config.identity import configuration_name, operational_values
@@ -27,8 +32,12 @@ def training_tags(cfg: DictConfig) -> dict[str, str]:
 
     In a sweep the driver, which opens the trials' runs, overrides the source tags with its own.
     """
-    return {CONFIGURATION: configuration_name(cfg), MLFLOW_RUN_NOTE: description(cfg), **source_tags(),
-            **operational_values(cfg)}
+    return {
+        CONFIGURATION: configuration_name(cfg),
+        MLFLOW_RUN_NOTE: description(cfg),
+        **source_tags(),
+        **operational_values(cfg),
+    }
 
 
 def description(cfg: DictConfig) -> str:
@@ -36,11 +45,13 @@ def description(cfg: DictConfig) -> str:
     t, m, loss, opt, tr = cfg.task, cfg.model, cfg.loss, cfg.optim, cfg.train
     weights = "equal" if t.equal_weights else "unequal"
     scales = "equal (isotropic)" if t.equal_scales else "unequal (anisotropic)"
-    return (f"One-layer clustering transformer, **{m.embedding}** token embedding (gamma {m.gamma:g}, dropout "
-            f"{m.dropout:g}), trained on the **{loss.regularizer}**-regularised min at **tau {loss.tau:g}**: "
-            f"{tr.steps} Adam steps at lr {opt.lr:g}, batches of {tr.batch} tasks. Tasks: {t.n} points from "
-            f"mixtures of **k={t.k} {t.family}** components in **d={t.d}** (scale {t.scale:g}, {weights} weights, "
-            f"{scales} scales), {t.init} initial centers. Seed {cfg.seed}.")
+    return (
+        f"One-layer clustering transformer, **{m.embedding}** token embedding (gamma {m.gamma:g}, dropout "
+        f"{m.dropout:g}), trained on the **{loss.regularizer}**-regularised min at **tau {loss.tau:g}**: "
+        f"{tr.steps} Adam steps at lr {opt.lr:g}, batches of {tr.batch} tasks. Tasks: {t.n} points from "
+        f"mixtures of **k={t.k} {t.family}** components in **d={t.d}** (scale {t.scale:g}, {weights} weights, "
+        f"{scales} scales), {t.init} initial centers. Seed {cfg.seed}."
+    )
 
 
 def source_tags() -> dict[str, str]:
@@ -57,8 +68,12 @@ def _source() -> tuple[tuple[str, str], ...]:
         user = getpass.getuser()
     except (KeyError, OSError):  # a container user without a passwd entry
         user = "unknown"
-    return ((MLFLOW_SOURCE_NAME, entry), (MLFLOW_SOURCE_TYPE, "LOCAL"), (MLFLOW_USER, user),
-            (MLFLOW_GIT_COMMIT, git_commit()))
+    return (
+        (MLFLOW_SOURCE_NAME, entry),
+        (MLFLOW_SOURCE_TYPE, "LOCAL"),
+        (MLFLOW_USER, user),
+        (MLFLOW_GIT_COMMIT, git_commit()),
+    )
 
 
 def evaluation_link(name: str, evaluation_run_id: str) -> tuple[str, str]:
