@@ -1,6 +1,6 @@
 """The one place where numbers are reduced: over tasks, then across seeds.
 
-Every curve in every figure is made the same way (SPEC 7): for each seed,
+Every curve in every figure is made the same way (docs/science.md section 7): for each seed,
 the mean over tasks of the log k-means objective (or a logged per-seed
 metric); then, at each x, the median across seeds with the inter-quartile
 band (25th-75th percentile, linear interpolation as numpy.percentile).

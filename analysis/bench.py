@@ -1,4 +1,4 @@
-"""`python -m analysis.bench COMMAND ...`, the benchmarks' name in SPEC section 8: they live in bench/
+"""`python -m analysis.bench COMMAND ...`, the benchmarks' name in docs/science.md section 8: they live in bench/
 (`python -m bench`, `leaner-bench`); this keeps that public name working."""
 
 import sys

@@ -1,4 +1,4 @@
-"""Evaluations of trained models, from their checkpoints, on fresh tasks (SPEC 7).
+"""Evaluations of trained models, from their checkpoints, on fresh tasks (docs/science.md section 7).
 
 Each evaluation takes one training run, loads one of its checkpoints
 (EvalSettings.checkpoint: the last, i.e. the model as trained, by default) and

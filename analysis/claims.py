@@ -1,4 +1,4 @@
-"""`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 14 claims (SPEC 7.1) against the store.
+"""`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 14 claims (docs/science.md section 7.1) against the store.
 
 A claim is judged only on its scope: the runs tagged with its sub-grid, in its
 slice (tau 0.1, d 4, ...), so other runs in the store never change a verdict.
@@ -64,7 +64,7 @@ SHIFTED = tuple(
 SPEED = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
 SHOWN = 4  # cases printed per part and outcome
 
-# The paper's words (SPEC 7.1), in the SPEC's order: the one place they are written.
+# The paper's words (docs/science.md section 7.1), in the order of docs/science.md: the one place they are written.
 PAPER = {
     "tau01_beats_lloyd": "At tau=0.1, both regularizers outperform one Lloyd step except with no token embedding",
     "l2_lower_train_loss": "The L2-regularized min gives tighter bounds",
@@ -119,7 +119,7 @@ class Claim:
     name: str
     status: str  # PASS, FAIL or UNTESTED
     numbers: str  # what was measured, and what is missing
-    paper: str  # the paper's words (SPEC 7.1)
+    paper: str  # the paper's words (docs/science.md section 7.1)
 
 
 @dataclass
@@ -630,7 +630,7 @@ def _speed_rows(path: Path | None) -> list[dict] | None:
 
 
 def check(ctx: Context) -> list[Claim]:
-    """Every claim of SPEC 7.1 against ctx's store, in the SPEC's order."""
+    """Every claim of docs/science.md section 7.1 against ctx's store, in the order of docs/science.md."""
     grid, T = paper_grid(), ctx.settings.steps
     judged = {name: judge_runs(name, ctx.runs, grid) for name in RUN_CLAIMS}
     for name, (evaluation, column, methods, _) in PROBE_CLAIMS.items():

@@ -1,4 +1,4 @@
-"""Every figure of SPEC 7 by name, in the order the report shows them."""
+"""Every figure of docs/science.md section 7 by name, in the order the report shows them."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def claims_section(ctx: Context) -> str:
     table = markdown(claims_table(claims)[["status", "name", "numbers", "paper"]])
     (ctx.out_dir / "claims.md").write_text(table + "\n")
     return (
-        "## claims\n\nThe paper's claims (SPEC 7.1) against this store (`python -m analysis.claims`), each judged "
+        "## claims\n\nThe paper's claims (docs/science.md section 7.1) against this store (`python -m analysis.claims`), each judged "
         "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n"
     )
 

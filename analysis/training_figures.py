@@ -21,7 +21,7 @@ from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_R
 from training.loop import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
-# Sub-grid (SPEC 6) -> the config key it varies: one ablation figure each, `ablation_<sub-grid>`.
+# Sub-grid (docs/science.md section 6) -> the config key it varies: one ablation figure each, `ablation_<sub-grid>`.
 ABLATIONS = {
     "lr": "optim.lr",
     "points": "task.n",

@@ -1,1 +1,1 @@
-"""Clustering transformers, Lloyd's algorithm and the losses (SPEC sections 2-4)."""
+"""Clustering transformers, Lloyd's algorithm and the losses (docs/science.md sections 2-4)."""

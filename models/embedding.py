@@ -1,4 +1,4 @@
-"""Token embeddings (SPEC section 2): points and centers plus scratch dimensions.
+"""Token embeddings (docs/science.md section 2): points and centers plus scratch dimensions.
 
 onehot: center j carries e_j (k scratch dims); binary: center j carries the
 0/1 digits of j (ceil(log2 k) scratch dims); none: no scratch. Points carry

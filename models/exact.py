@@ -1,4 +1,4 @@
-"""A transformer that executes Lloyd's algorithm exactly (SPEC section 3).
+"""A transformer that executes Lloyd's algorithm exactly (docs/science.md section 3).
 
 The same four-module layer as the learned model, with fixed weights and
 hard-max (gamma = inf) attention. With P the projection onto the d data

@@ -1,4 +1,4 @@
-"""The k-means objective and its smoothed upper bounds (SPEC section 4).
+"""The k-means objective and its smoothed upper bounds (docs/science.md section 4).
 
 r_ij = ||x_i - c_j||^2. The regularised min replaces min_j r_ij by <w_i, r_i>
 with w_i = argmin_{w in simplex} <w, r_i> + tau * Omega(w):

@@ -1,4 +1,4 @@
-"""The learned one-layer clustering transformer (SPEC section 3).
+"""The learned one-layer clustering transformer (docs/science.md section 3).
 
     X1 = X + CAX(X, C) + SAX(X, X)    # points attend to centers and points
     C1 = C + CAC(C, X1) + SAC(C, C)   # centers attend to updated points and centers

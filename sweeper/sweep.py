@@ -384,7 +384,7 @@ def main(argv: list[str]) -> int:
             f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
             f"{len(plan.seeds)} seeds of one configuration together"
         )
-    print(plan.summary(), flush=True)  # the plan's last line (SPEC section 8)
+    print(plan.summary(), flush=True)  # the plan's last line (docs/science.md section 8)
     if cfg.sweep.dry_run:
         return 0
     return run(cfg, plan, argv)

@@ -1,4 +1,4 @@
-"""Train one configuration (SPEC section 5): `python -m sweeper.train [hydra overrides]`.
+"""Train one configuration (docs/science.md section 5): `python -m sweeper.train [hydra overrides]`.
 
 The loop itself is training.loop; this is its command line: compose the
 configuration, record to MLflow, resume from the workdir's checkpoint.

@@ -1,4 +1,4 @@
-"""Distributions of clustering tasks (SPEC section 1)."""
+"""Distributions of clustering tasks (docs/science.md section 1)."""
 
 from tasks.init import INITS, choose_centers
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks, to_unit_cube, validation_tasks

@@ -1,4 +1,4 @@
-"""Batched sampling of clustering tasks (SPEC section 1).
+"""Batched sampling of clustering tasks (docs/science.md section 1).
 
 A task is n points X (n x d) drawn from a mixture of k components and k
 initial centers C0 (k x d) chosen among those points. Everything here is

@@ -57,7 +57,7 @@ def test_bench_step_prints_the_figures_as_json() -> None:
 
 
 def test_spec_name_analysis_bench_runs_the_same_benchmarks() -> None:
-    """SPEC section 8 names `python -m analysis.bench step ...`: JSON with seconds_per_step."""
+    """docs/science.md section 8 names `python -m analysis.bench step ...`: JSON with seconds_per_step."""
     out = bench("step", *TINY, "--repeats", "1", module="analysis.bench")
     assert positive(out["seconds_per_step"]) and positive(out["reference"]["seconds_per_step"])
 

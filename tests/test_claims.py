@@ -1,4 +1,4 @@
-"""The 14 claims of SPEC 7.1 judged on synthetic frames: no store, no training, no evaluation.
+"""The 14 claims of docs/science.md section 7.1 judged on synthetic frames: no store, no training, no evaluation.
 
 Runs frames are built from the paper grid (claims.paper_grid), one run per
 configuration and seed, with final values chosen so that a claim holds; then

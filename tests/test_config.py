@@ -31,7 +31,7 @@ from training.loop import Trainer, pick_device
 
 def test_defaults_are_the_papers():
     cfg = compose()
-    # SPEC 5 and the SPEC 6 baseline.
+    # docs/science.md section 5 and the docs/science.md section 6 baseline.
     assert (cfg.optim.lr, cfg.optim.lr_factor, cfg.optim.lr_patience) == (0.01, 0.5, 5)
     assert (cfg.train.batch, cfg.task.n, cfg.train.steps, cfg.train.eval_every, cfg.train.val_batches) == (
         32,

@@ -1,4 +1,4 @@
-"""Token embeddings (SPEC section 2) and distance attention (SPEC section 3)."""
+"""Token embeddings (docs/science.md section 2) and distance attention (docs/science.md section 3)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_re_embedding_resets_the_scratch_dimensions(embedding: str) -> None:
 def reference_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: float, d_emb: int
 ) -> torch.Tensor:
-    """The SPEC formula written out: softmax(-gamma * ||q_i - k_j||^2 / sqrt(d_emb)) V."""
+    """The formula of docs/science.md written out: softmax(-gamma * ||q_i - k_j||^2 / sqrt(d_emb)) V."""
     sq = (q.unsqueeze(-2) - k.unsqueeze(-3)).pow(2).sum(-1)
     return torch.softmax(-gamma * sq / math.sqrt(d_emb), dim=-1) @ v
 

@@ -1,4 +1,4 @@
-"""The exact Lloyd transformer (SPEC section 3) against a NumPy Lloyd loop and scikit-learn.
+"""The exact Lloyd transformer (docs/science.md section 3) against a NumPy Lloyd loop and scikit-learn.
 
 Primary oracle: a plain NumPy Lloyd loop. Second oracle: scikit-learn's
 KMeans(algorithm="lloyd", init=C0, n_init=1, max_iter=t, tol=0). Both agree

@@ -1,4 +1,4 @@
-"""k-means objective and its smoothed upper bounds (SPEC section 4)."""
+"""k-means objective and its smoothed upper bounds (docs/science.md section 4)."""
 
 from __future__ import annotations
 

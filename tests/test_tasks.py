@@ -1,4 +1,4 @@
-"""Clustering tasks (SPEC section 1): sampler, unit-cube map, initial centers, validation set.
+"""Clustering tasks (docs/science.md section 1): sampler, unit-cube map, initial centers, validation set.
 
 Oracles are NumPy/SciPy computations and closed-form distributions; random
 tests use fixed seeds, so each assertion is deterministic.
@@ -66,7 +66,7 @@ def test_unit_cube_map_is_the_spec_formula_and_keeps_lloyd_assignments() -> None
     raw, _ = sample_points(spec, 4, gen(5))
     raw = raw.double() * 7.0 - 3.0  # any scale and offset: the map must undo both
     mapped = to_unit_cube(raw)
-    # Oracle: the SPEC formula in NumPy, task by task.
+    # Oracle: the formula of docs/science.md in NumPy, task by task.
     for b in range(4):
         x = raw[b].numpy()
         shifted = x - x.min(axis=0)

@@ -1,4 +1,4 @@
-"""The learned one-layer clustering transformer (SPEC section 3) and parameter counts."""
+"""The learned one-layer clustering transformer (docs/science.md section 3) and parameter counts."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def data(B: int = 3, n: int = 17, d: int = 4, k: int = 6, seed: int = 0) -> tupl
 def reference_layer(
     model: ClusteringTransformer, Xt: torch.Tensor, Ct: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The SPEC equations, with each module's attention written out (no SDPA)."""
+    """The equations of docs/science.md, with each module's attention written out (no SDPA)."""
 
     def attend(name: str, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         m = getattr(model.layer, name)

@@ -1,4 +1,4 @@
-"""The training loop (SPEC section 5); its command line is sweeper.train.
+"""The training loop (docs/science.md section 5); its command line is sweeper.train.
 
 Adam on the batch mean of the smoothed k-means surrogate of the model's
 one-step centers; every train.eval_every steps the fixed validation set gives
