@@ -68,19 +68,22 @@ SHIFTS = {
     "scale_0.05": {"scale": 0.05},
     "scale_0.2": {"scale": 0.2},
 }
+# The paper tests lengths as ratios of its training length (n 512 -> 128, 256, 1024, 2048: section 4).
+LENGTH_RATIOS = (0.25, 0.5, 2.0, 4.0)
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Sizes of the evaluations and the checkpoint they load; the report's `eval.*` overrides set them (tests use small
-    ones). All but device, threads and max_elements are part of a cached result's key (Evaluator.key)."""
+    """Sizes of the evaluations and the checkpoint they load, set by the report's `eval.*` overrides
+    (tests use small ones). All but device, threads and max_elements are part of a cached result's key
+    (Evaluator.key)."""
 
     seed: int = 20261129  # fixes every evaluation task stream
     batches: int = 4  # task batches per condition and seed
     batch: int = 32  # tasks per batch
     steps: int = 20  # T, re-applications of the model
     inits: tuple[str, ...] = ("random", "kmeans++", "gonzalez")
-    lengths: tuple[int, ...] = (128, 256, 1024, 2048)
+    lengths: tuple[int, ...] = ()  # empty: each run's task.n x LENGTH_RATIOS; else these n for every run
     dissimilarity_tasks: int = 4  # tasks per family in the task-dissimilarity map (the paper: 4, and 16)
     surface_points: int = 21  # loss-surface grid points per direction
     surface_span: float = 1.0  # the grid covers [-span, span]^2 in units of the filter-normalised directions
@@ -98,7 +101,8 @@ class EvalSettings:
     def checkpoint_note(self) -> str:
         """Which checkpoint the probes used, in words (the report's header and every probe figure's notes)."""
         artifact, words = CHECKPOINTS[self.checkpoint]
-        return f"probes load each run's `{CHECKPOINT_DIR}/{artifact}` (eval.checkpoint={self.checkpoint}: {words})"
+        chosen = f"eval.checkpoint={self.checkpoint}: {words}"
+        return f"probes load each run's `{CHECKPOINT_DIR}/{artifact}` ({chosen})"
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
@@ -237,9 +241,14 @@ def mixture_shift(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
+def lengths_of(run: pd.Series, settings: EvalSettings) -> tuple[int, ...]:
+    """The test lengths of a run: settings.lengths when given, else its training n x LENGTH_RATIOS."""
+    return tuple(settings.lengths) or tuple(round(r * int(run["task.n"])) for r in LENGTH_RATIOS)
+
+
 def length(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
     rows = []
-    for n in settings.lengths:
+    for n in lengths_of(run, settings):
         tasks = fresh_tasks(spec_of(run, n=int(n)), settings, run[SEED], f"length/{n}")
         rows += curve_rows(model, tasks, settings.steps, ("reembed",), settings, n=int(n))
     return pd.DataFrame(rows)
@@ -256,7 +265,7 @@ def family_transfer(model, run: pd.Series, settings: EvalSettings) -> pd.DataFra
 def filter_normalized_direction(
     model: torch.nn.Module, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
-    """A random direction with each weight row scaled to that row's norm (Li et al., 2018); biases get none."""
+    """A random direction, each weight row scaled to that row's norm (Li et al., 2018); biases get none."""
     direction = {}
     for name, p in model.named_parameters():
         if p.dim() < 2:
@@ -269,7 +278,7 @@ def filter_normalized_direction(
 
 @torch.no_grad()
 def loss_surface(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
-    """The training loss on fresh tasks at weights + a*u + b*v over an a, b grid around the trained weights."""
+    """The training loss on fresh tasks at weights + a*u + b*v, an a, b grid around the trained weights."""
     device = settings.torch_device()
     generator = torch.Generator().manual_seed(zlib.crc32(f"{settings.seed}/{run[SEED]}/surface".encode()))
     u, v = filter_normalized_direction(model, generator), filter_normalized_direction(model, generator)

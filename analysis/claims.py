@@ -1,21 +1,28 @@
-"""`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 14 claims (docs/science.md section 7.1) against the store.
+"""`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 18 claims (docs/science.md 7.1).
 
-A claim is judged only on its scope: the runs tagged with its sub-grid, in its
-slice (tau 0.1, d 4, ...), so other runs in the store never change a verdict.
+Each claim is one Record in CLAIMS: its name, the paper's words and where they
+stand, its scope (the sub-grid and slice it is about) and its judge. A claim is
+judged only on its scope, so other runs in a store never change a verdict.
 Per configuration, the median across seeds of the final value, where a
 diverged seed counts as +inf (it beats nothing: neither Lloyd's nor a lower
 loss) and an unfinished one not at all; a configuration with fewer than 2
-seeds is left out. A claim is a few parts ("every OH/BN configuration < 1",
-"every NA one >= 1") over the cases its scope holds, partial coverage
-included: one failing case makes it FAIL, else a part without cases makes it
-UNTESTED (never PASS on zero cases), else PASS. Probes compare the models'
-median (over seeds) mean log objective with Lloyd's after the same T steps,
-from the report's cached evaluations.
+seeds is left out. A judge returns a few parts ("every OH/BN configuration
+< 1", "every NA one >= 1") over the cases its scope holds: one failing case
+makes the claim FAIL, else a part without cases makes it UNTESTED (never PASS
+on zero cases), else PASS. Probes compare the models' median (over seeds) mean
+log objective with Lloyd's after the same T steps, on the models the figures
+draw (analysis.eval_figures.PROBES).
 
-The judgments are pure functions of frames (judge_runs, judge_probe,
-judge_cauchy, judge_speed, judge_dissimilarity); `check` builds the frames
-from a Context. Prints every claim beside the paper's words and writes
-claims.csv into the report folder.
+Every case prints its margin (model minus reference: the difference of the two
+medians the verdict compares) and the seeds' IQR of that difference; a case
+whose IQR straddles zero is marked *marginal*, which informs and never changes
+a verdict. Records with `beyond=True` are the platform's own findings, judged
+by the same rules, reported under their own heading and never counted among
+the paper's claims.
+
+The judges are pure functions of an Evidence (frames and callables), so tests
+build one from synthetic frames; `check` builds it from a Context. Prints
+every claim beside the paper's words and writes claims.csv and claims.md.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Callable
@@ -31,12 +38,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.aggregate import divergence_note
-from analysis.checkpoint_eval import SHIFTS
+from analysis.checkpoint_eval import LLOYD_METHOD, SHIFTS
 from analysis.cli import job_config, open_context
-from analysis.context import Context, count_once, evaluation_rows, series_labels, tagged, varying
-from analysis.eval_figures import task_dissimilarity
-from analysis.plot import CURVE_COLUMNS, MissingInput
+from analysis.context import Context, count_once, evaluation_rows, scope, series_labels, varying
+from analysis.eval_figures import PROBES, task_dissimilarity
+from analysis.plot import MissingInput
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD, short
 from config.compose import compose
@@ -58,76 +64,56 @@ TAU, REG, EMB, D, K, FAMILY, LR = (
 AXES = (TAU, REG, EMB, D, K, FAMILY, LR)
 EMBEDDED = ("onehot", "binary")
 OTHER_FAMILIES = tuple(f for f in FAMILIES if f != "cauchy")
-SHIFTED = tuple(
-    name for name, changes in SHIFTS.items() if changes
-)  # unequal weights, anisotropic, scale 0.05, 0.2
+SHIFTED = tuple(name for name, changes in SHIFTS.items() if changes)  # weights, anisotropy, scale 0.05, 0.2
 SPEED = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
 SHOWN = 4  # cases printed per part and outcome
+# Per probe: the column of its evaluation table that names a panel, and the iterations the claims read.
+PANELS = {"multistep": "init", "length": "n", "mixture_shift": "shift", "family_transfer": "test_family"}
+METHODS = {"multistep": ("reembed", "naive")}
 
-# The paper's words (docs/science.md section 7.1), in the order of docs/science.md: the one place they are written.
-PAPER = {
-    "tau01_beats_lloyd": "At tau=0.1, both regularizers outperform one Lloyd step except with no token embedding",
-    "l2_lower_train_loss": "The L2-regularized min gives tighter bounds",
-    "l2_better_val_tau1_d4": "better validation performance than the NE-regularized min, especially at larger tau "
-    "and d = 4",
-    "reembed_beats_lloyd": "Re-embedding ... OH/BN models outperforming Lloyd's iterations while naive repeated "
-    "updates diverge",
-    "noembed_reembed_trails_lloyd": "models without token embeddings improve with re-embedding but underperform "
-    "Lloyd's",
-    "length_generalises": "Models trained on n = 512 points generalize to tasks with 128, 256, 1024, and 2048 points "
-    "... outperform Lloyd's iterations at each tested size",
-    "shift_generalises": "OH/BN models significantly outperform Lloyd's except at larger scale, where they trail "
-    "initially but overtake with more steps",
-    "cauchy_fails": "Cauchy training diverges and Cauchy testing remains noncompetitive",
-    "families_generalise": "with tau = 0.1, both regularizers and OH or BN embeddings can beat Lloyd across the other "
-    "tested distributions",
-    "ne_fails_gumbel_laplace_tau1": "At tau = 1, L2 generalizes better than NE, and NE fails to generalize on gumbel "
-    "and laplace tasks",
-    "clusters_d4_tau1": "For d = 4 and tau = 1, across k in {6, 10, 16, 25}, L2 learns somewhat but never matches one "
-    "Lloyd iteration, while NE fails to learn; BN deteriorates as k rises, unlike OH",
-    "large_lr_worse": "For d = 32, rates 0.1 and 1.0 converge to worse local minima; for d = 4, this is reported for "
-    "rate 1.0",
-    "binary_faster_leaner": "With k sufficiently larger than d, the binary model achieves up to 12x/9x "
-    "forward/backward speedups and almost 70% lower memory usage",
-    "cauchy_dissimilar": "cauchy tasks are similar mainly to other cauchy tasks and are substantially dissimilar from "
-    "other families",
-}
+Scope = tuple[str, dict]  # (sub-grid, slice): a slice maps a config key to a value or a tuple of values
 
-PROBED = {TAU: 0.1, D: 4, EMB: EMBEDDED}  # the models the paper iterates, shifts and lengthens
-# Claim -> (sub-grid, slice): the runs it is judged on. A slice maps a config key to a value or a tuple of
-# values.
-SCOPES = {
-    "tau01_beats_lloyd": ("tau", {TAU: 0.1}),
-    "l2_lower_train_loss": ("tau", {}),
-    "l2_better_val_tau1_d4": ("tau", {TAU: 1.0, D: 4, EMB: EMBEDDED}),
-    "reembed_beats_lloyd": ("tau", PROBED),
-    "noembed_reembed_trails_lloyd": ("tau", {**PROBED, EMB: "none"}),
-    "length_generalises": ("tau", PROBED),
-    "shift_generalises": ("tau", PROBED),
-    "cauchy_fails": ("family", {FAMILY: "cauchy"}),
-    "families_generalise": ("family", {TAU: 0.1, EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}),
-    "ne_fails_gumbel_laplace_tau1": ("family", {TAU: 1.0, EMB: EMBEDDED}),
-    "clusters_d4_tau1": ("clusters", {D: 4, TAU: 1.0}),
-    "large_lr_worse": ("lr", {}),
-}
-# cauchy_fails' second half: models trained at tau 0.1 on every other family, tested on cauchy tasks.
-CAUCHY_TRANSFER = SCOPES["families_generalise"]
+
+def within(probe: str, **narrower: object) -> Scope:
+    """A probe's models (the ones its figure draws), narrowed: the scope of a claim on that probe."""
+    subgrid, where = PROBES[probe]
+    return subgrid, {**where, **narrower}
+
+
+# ---- cases, parts, verdicts ----
 
 
 @dataclass
-class Claim:
-    name: str
-    status: str  # PASS, FAIL or UNTESTED
-    numbers: str  # what was measured, and what is missing
-    paper: str  # the paper's words (docs/science.md section 7.1)
+class Case:
+    """One comparison: `measured` in words, whether it holds, the margin (model minus reference, as the
+    verdict compares them) and the seeds' IQR of that difference."""
+
+    label: str
+    measured: str
+    holds: bool
+    margin: float = math.nan
+    iqr: tuple[float, float] = (math.nan, math.nan)
+
+    @property
+    def marginal(self) -> bool:
+        return bool(self.iqr[0] < 0 < self.iqr[1])
+
+    def describe(self) -> str:
+        if math.isnan(self.margin) and math.isnan(self.iqr[0]):
+            return f"{self.label} {self.measured}"
+        mark = ", marginal" if self.marginal else ""
+        return (
+            f"{self.label} {self.measured} (margin {signed(self.margin)}, "
+            f"IQR [{signed(self.iqr[0])}, {signed(self.iqr[1])}]{mark})"
+        )
 
 
 @dataclass
 class Part:
-    """One condition of a claim over its cases (label, measured, holds); `expected`: cases the paper grid has."""
+    """One condition of a claim over its cases; `expected`: how many cases the paper grid has."""
 
     what: str
-    cases: list[tuple[str, str, bool]]
+    cases: list[Case]
     expected: int | None = None
 
     def describe(self) -> str:
@@ -136,17 +122,20 @@ class Part:
             return f"{self.what}: untested, no case{of}"
         shown = []
         for word, holds in (("fails", False), ("holds", True)):
-            items = [f"{label} {measured}" for label, measured, ok in self.cases if ok == holds]
+            chosen = [c for c in self.cases if c.holds == holds]
+            items = [
+                c.describe() for c in sorted(chosen, key=lambda c: not c.marginal)
+            ]  # marginal ones first
             if items:
                 more = f" +{len(items) - SHOWN} more" if len(items) > SHOWN else ""
                 shown.append(f"{word}: {', '.join(items[:SHOWN])}{more}")
-        held = sum(ok for *_, ok in self.cases)
+        held = sum(c.holds for c in self.cases)
         return f"{self.what}: {held}/{len(self.cases)} cases{of} ({'; '.join(shown)})"
 
 
 def verdict(parts: list[Part]) -> str:
     """FAIL on any failing case (a counterexample decides); else UNTESTED if a part has no case; else PASS."""
-    if any(not ok for part in parts for *_, ok in part.cases):
+    if any(not c.holds for part in parts for c in part.cases):
         return FAIL
     return PASS if parts and all(part.cases for part in parts) else UNTESTED
 
@@ -155,34 +144,88 @@ def fmt(value: float) -> str:
     return "diverged" if value == math.inf else f"{value:.3f}"
 
 
-# ---- scopes and per-configuration values (pure) ----
+def signed(value: float) -> str:
+    return "inf" if value == math.inf else "-inf" if value == -math.inf else f"{value:+.3f}"
 
 
-def scope(runs: pd.DataFrame, subgrid: str, where: dict) -> pd.DataFrame:
-    """The runs tagged with `subgrid` whose config values lie in `where`: never a fallback to other runs."""
-    runs = tagged(runs, subgrid)
-    for key, allowed in where.items():
-        runs = (
-            runs[runs[key].isin(allowed if isinstance(allowed, tuple) else (allowed,))]
-            if key in runs
-            else runs[:0]
-        )
-    return runs
+def _iqr(diffs: np.ndarray) -> tuple[float, float]:
+    diffs = np.asarray(diffs, dtype=float)
+    if not len(diffs):
+        return math.nan, math.nan
+    with np.errstate(invalid="ignore"):  # a quartile between two infinities is NaN: no band, never marginal
+        q25, q75 = np.percentile(diffs, [25, 75])
+    return float(q25), float(q75)
 
 
-def per_configuration(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per configuration: `value`, the median across seeds of the final `metric`, a diverged seed as +inf,
-    and `seeds`, how many seeds finished or diverged (unfinished runs do not count; a rerun counts once)."""
+def _median(values: pd.Series) -> float:
+    return float(np.median(values.to_numpy(dtype=float)))
+
+
+def _margin(a: float, b: float) -> float:
+    return math.nan if a == b == math.inf else a - b
+
+
+def compare(
+    label: str,
+    model: pd.Series,
+    reference: pd.Series | float,
+    holds: Callable[[float, float], bool],
+    words: str,
+) -> Case:
+    """A case from per-seed values (indexed by seed): holds(median model, median reference); the IQR is of the
+    per-seed differences (seeds both sides have) or of model - reference for a fixed reference."""
+    a = _median(model)
+    if isinstance(reference, pd.Series):
+        b, common = _median(reference), model.index.intersection(reference.index)
+        diffs = [_margin(model[s], reference[s]) for s in common]
+    else:
+        b, diffs = float(reference), [_margin(v, float(reference)) for v in model]
+    measured = words.format(a=fmt(a), b=fmt(b))
+    return Case(label, measured, bool(holds(a, b)), _margin(a, b), _iqr(np.array(diffs)))
+
+
+def _lt(a: float, b: float) -> bool:
+    return a < b
+
+
+def _gt(a: float, b: float) -> bool:
+    return a > b
+
+
+def _ge(a: float, b: float) -> bool:
+    return a >= b
+
+
+# ---- per seed and per configuration (pure) ----
+
+
+def seed_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Config keys, seed and `value`, the final `metric` of every run that finished or diverged (+inf); a
+    repeated (configuration, seed), e.g. a rerun, counts once (its mean)."""
     keys = config_keys(runs.columns)
     ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
     value = ended[metric].astype(float).where(ended[OUTCOME] == FINISHED, math.inf)
-    per_seed = ended.assign(value=value).groupby(keys + [SEED], dropna=False)["value"].mean().reset_index()
+    return ended.assign(value=value).groupby(keys + [SEED], dropna=False)["value"].mean().reset_index()
+
+
+def per_configuration(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per configuration: `value`, the median across seeds of the final `metric`, and `seeds`, how many."""
+    per_seed = seed_values(runs, metric)
+    keys = config_keys(runs.columns)
     return per_seed.groupby(keys, dropna=False)["value"].agg(value="median", seeds="size").reset_index()
 
 
+def _enough_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
+    keys = [k for k in config_keys(per_seed.columns)]
+    seeds = (
+        per_seed.groupby(keys, dropna=False)[SEED].transform("nunique") if len(per_seed) else per_seed[SEED]
+    )
+    return per_seed[seeds >= 2]
+
+
 def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | None) -> str:
-    """What the scope holds: configurations with >= 2 seeds (of the paper grid's), those left out, diverged and
-    unfinished runs."""
+    """What the scope holds: configurations with >= 2 seeds (of the paper grid's), those left out, diverged
+    and unfinished runs."""
     slice_ = ", ".join(
         f"{AXIS_NAMES.get(k, k)} in {'/'.join(map(str, v))}"
         if isinstance(v, tuple)
@@ -206,8 +249,9 @@ def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | 
 
 
 def _keys(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[str]:
-    """The config keys that tell the rows apart (every axis for a single row), but `drop`."""
-    keys = varying(frame) if len(frame) > 1 else [k for k in AXES if k in frame]
+    """The config keys that tell the configurations apart (every axis for a single one), but `drop`."""
+    configs = frame[config_keys(frame.columns)].drop_duplicates()
+    keys = varying(configs) if len(configs) > 1 else [k for k in AXES if k in frame]
     return [k for k in keys if k not in drop]
 
 
@@ -215,291 +259,333 @@ def _label(row: pd.Series, keys: list[str]) -> str:
     return "-".join(short(k, row[k]) for k in keys) or "all"
 
 
-def _cases(table: pd.DataFrame, holds: Callable[[float], bool]) -> list[tuple[str, str, bool]]:
-    keys = _keys(table)
-    return [(_label(row, keys), fmt(row["value"]), bool(holds(row["value"]))) for _, row in table.iterrows()]
+def _groups(per_seed: pd.DataFrame, keys: list[str]):
+    """(configuration row, per-seed values indexed by seed) per configuration."""
+    for _, part in per_seed.groupby(config_keys(per_seed.columns), dropna=False, sort=False):
+        yield part.iloc[0], part.set_index(SEED)[keys]
 
 
-def _pair_cases(
-    table: pd.DataFrame, key: str, a: object, b: object, holds: Callable[[float, float], bool]
-) -> list[tuple[str, str, bool]]:
-    """Configurations with key == a beside those with key == b that agree on every other config key."""
-    others = [k for k in config_keys(table.columns) if k != key]
-    left = table.loc[table[key] == a, others + ["value"]]
-    pairs = left.merge(table.loc[table[key] == b, others + ["value"]], on=others, suffixes=("_a", "_b"))
-    keys = _keys(pairs, drop=(key,))
+def threshold_cases(
+    per_seed: pd.DataFrame, holds: Callable[[float, float], bool], level: float = 1.0
+) -> list[Case]:
+    """Per configuration: holds(its median, level); the margin is median - level."""
+    keys = _keys(per_seed)
     return [
-        (
-            _label(row, keys),
-            f"{short(key, a)} {fmt(row['value_a'])} vs {short(key, b)} {fmt(row['value_b'])}",
-            bool(holds(row["value_a"], row["value_b"])),
-        )
-        for _, row in pairs.iterrows()
+        compare(_label(row, keys), values["value"], level, holds, "{a}")
+        for row, values in _groups(per_seed, ["value"])
     ]
 
 
-def _rise_cases(table: pd.DataFrame) -> list[tuple[str, str, bool]]:
-    """BN's val_rel_lloyd rises from the smallest to the largest k (both embeddings have) by more than OH's."""
-    others = [k for k in config_keys(table.columns) if k not in (EMB, K)]
-    keys = [k for k in _keys(table) if k in others]
+def pair_cases(
+    per_seed: pd.DataFrame, key: str, a: object, b: object, holds: Callable[[float, float], bool]
+) -> list[Case]:
+    """Configurations with key == a beside those with key == b that agree on every other config key."""
+    others = [k for k in config_keys(per_seed.columns) if k != key]
+    right = {
+        match: part.set_index(SEED)["value"]
+        for match, part in per_seed[per_seed[key] == b].groupby(others, dropna=False, sort=False)
+    }
+    keys = _keys(per_seed[per_seed[key].isin((a, b))], drop=(key,))
+    words = f"{short(key, a)} {{a}} vs {short(key, b)} {{b}}"
+    return [
+        compare(_label(row, keys), values["value"], right[match], holds, words)
+        for row, values in _groups(per_seed[per_seed[key] == a], ["value"])
+        if (match := tuple(row[k] for k in others)) in right
+    ]
+
+
+def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "onehot") -> list[Case]:
+    """`rising`'s value rises from the smallest to the largest k (both embeddings have) by more than
+    `steady`'s (and at all): margin = rise - max(steady's rise, 0), per seed for the IQR."""
+    others = [k for k in config_keys(per_seed.columns) if k not in (EMB, K)]
+    keys = [k for k in _keys(per_seed) if k in others]
     cases = []
-    for _, part in table.groupby(others, dropna=False):
-        oh, bn = (part[part[EMB] == e].set_index(K)["value"] for e in ("onehot", "binary"))
-        ks = sorted(set(oh.index) & set(bn.index))
+    for _, part in per_seed.groupby(others, dropna=False):
+        by = {
+            e: part[part[EMB] == e].pivot_table(index=SEED, columns=K, values="value")
+            for e in (rising, steady)
+        }
+        ks = sorted(set(by[rising].columns) & set(by[steady].columns))
         if len(ks) < 2:
             continue
-        rise_oh, rise_bn = oh[ks[-1]] - oh[ks[0]], bn[ks[-1]] - bn[ks[0]]
+        medians = {e: by[e].median() for e in by}
+        rise = {e: medians[e][ks[-1]] - medians[e][ks[0]] for e in by}
+        seeds = by[rising].index.intersection(by[steady].index)
+        per_seed_rise = {e: by[e].loc[seeds, ks[-1]] - by[e].loc[seeds, ks[0]] for e in by}
+        diffs = per_seed_rise[rising] - per_seed_rise[steady].clip(lower=0.0)
+        margin = rise[rising] - max(rise[steady], 0.0)
+        words = (
+            f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "
+            f"vs {short(EMB, steady)} {rise[steady]:+.3f}"
+        )
+        cases.append(Case(_label(part.iloc[0], keys), words, bool(margin > 0), float(margin), _iqr(diffs)))
+    return cases
+
+
+# ---- probes: per-seed rows (panel, series, method, seed, step, value; Lloyd's series is LLOYD) ----
+
+
+def _at(rows: pd.DataFrame, step: int, method: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(Model values at `step` per panel, series and seed, of series with >= 2 seeds; Lloyd's per panel
+    and seed)."""
+    here = rows[rows["step"] == step]
+    lloyd = here[here["series"] == LLOYD].groupby(["panel", SEED])["value"].mean()
+    models = here[(here["series"] != LLOYD) & (here["method"] == method)]
+    models = models.groupby(["panel", "series", SEED])["value"].mean().reset_index()
+    seeds = models.groupby(["panel", "series"])[SEED].transform("nunique")
+    return models[seeds >= 2], lloyd
+
+
+def vs_lloyd(
+    rows: pd.DataFrame, T: int, holds: Callable[[float, float], bool], panels=None, method: str = "reembed"
+) -> list[Case]:
+    """Per panel and model series: holds(the model's median at T, Lloyd's median at T on the same tasks)."""
+    models, lloyd = _at(rows, T, method)
+    cases = []
+    for (panel, series), part in models.groupby(["panel", "series"], sort=False):
+        if (panels is not None and panel not in panels) or panel not in lloyd.index.get_level_values(0):
+            continue
+        words = "{a} vs Lloyd {b}"
+        cases.append(compare(f"{panel} {series}", part.set_index(SEED)["value"], lloyd[panel], holds, words))
+    return cases
+
+
+def vs_step1(
+    rows: pd.DataFrame, T: int, holds: Callable[[float, float], bool], panels=None, method: str = "reembed"
+) -> list[Case]:
+    """Per panel and model series: holds(its median at T, its median at t=1)."""
+    last, _ = _at(rows, T, method)
+    first = _at(rows, 1, method)[0].set_index(["panel", "series", SEED])["value"]
+    cases = []
+    for (panel, series), part in last.groupby(["panel", "series"], sort=False):
+        if (panels is not None and panel not in panels) or (panel, series) not in first.index.droplevel(SEED):
+            continue
+        words = "{b} at t=1 -> {a}"
         cases.append(
-            (
-                _label(part.iloc[0], keys),
-                f"k {ks[0]}->{ks[-1]}: BN {rise_bn:+.3f} vs OH {rise_oh:+.3f}",
-                bool(rise_bn > max(rise_oh, 0.0)),
-            )
+            compare(f"{panel} {series}", part.set_index(SEED)["value"], first[(panel, series)], holds, words)
         )
     return cases
 
 
-# ---- the claims on final logged values: per-configuration table -> parts (pure) ----
+# ---- the evidence a claim is judged on, and one claim's view of it ----
 
 
-def _tau01(t: pd.DataFrame) -> list[Part]:
+@dataclass
+class Evidence:
+    """What the judges read. runs: training runs (an `outcome` column); grid: paper_grid() to count the cases
+    the paper grid has; probe(runs, evaluation) -> (per-seed rows, why missing); history(runs) ->
+    val_rel_lloyd points (run_id, step, value); speed: speed_memory rows; blocks: task_dissimilarity's
+    family_blocks."""
+
+    runs: pd.DataFrame
+    grid: pd.DataFrame | None = None
+    T: int = 20
+    probe: Callable[[pd.DataFrame, str], tuple[pd.DataFrame, str]] | None = None
+    history: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    speed: list[dict] | None = None
+    speed_source: str = ""
+    blocks: pd.DataFrame | None = None
+
+
+@dataclass
+class View:
+    """One claim's access to the evidence: every read is limited to a scope (the claim's own by default), and
+    every scope read is summarised once in `notes`."""
+
+    evidence: Evidence
+    scope: Scope | None
+    notes: list[str] = field(default_factory=list)
+    probed: bool = False  # it read a probe (whose cases the paper grid cannot count)
+
+    @property
+    def T(self) -> int:
+        return self.evidence.T
+
+    def runs(self, where: Scope | None = None) -> pd.DataFrame:
+        subgrid, slice_ = where or self.scope
+        runs = scope(self.evidence.runs, subgrid, slice_)
+        note = summary(runs, subgrid, slice_, self.evidence.grid)
+        if note not in self.notes:
+            self.notes.append(note)
+        return runs
+
+    def finals(self, metric: str, where: Scope | None = None) -> pd.DataFrame:
+        """Per seed, the final `metric` of the scope's configurations with >= 2 seeds."""
+        return _enough_seeds(seed_values(self.runs(where), metric))
+
+    def histories(self, where: Scope | None = None) -> pd.DataFrame:
+        """Per seed: val_rel_lloyd's `first` evaluation, its `lowest`, its final `value` (diverged: +inf)."""
+        runs = self.runs(where)
+        per_seed = self.finals(VAL_REL_LLOYD, where)
+        if self.evidence.history is None or per_seed.empty:
+            return per_seed.assign(first=math.nan, lowest=math.nan)
+        points = self.evidence.history(runs).sort_values("step")
+        stats = points.groupby("run_id")["value"].agg(first="first", lowest="min")
+        keys = config_keys(runs.columns)
+        by_seed = runs[keys + [SEED, "run_id"]].merge(stats, left_on="run_id", right_index=True)
+        by_seed = by_seed.groupby(keys + [SEED], dropna=False)[["first", "lowest"]].mean().reset_index()
+        return per_seed.merge(by_seed, on=keys + [SEED], how="left")
+
+    def probe(self, evaluation: str, where: Scope | None = None) -> pd.DataFrame:
+        """Per-seed rows of `evaluation` on the scope's runs; why they are missing goes into the notes."""
+        self.probed = True
+        runs = self.runs(where)
+        if self.evidence.probe is None:
+            return pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"])
+        rows, missing = self.evidence.probe(runs, evaluation)
+        if missing:
+            self.notes.append(f"{evaluation} not evaluated: {missing}")
+        return rows
+
+
+@dataclass
+class Claim:
+    name: str
+    status: str  # PASS, FAIL or UNTESTED
+    numbers: str  # what was measured, and what is missing
+    paper: str  # the paper's words (docs/science.md section 7.1)
+    source: str = ""  # where the words stand in the paper
+    marginal: int = 0  # cases whose seeds' IQR of the margin straddles zero
+    beyond: bool = False  # a finding beyond the paper: its own heading, not among the paper's claims
+
+
+@dataclass(frozen=True)
+class Record:
+    """One claim: what the paper says, where, the runs it is about, and its judge (a View -> its parts)."""
+
+    name: str
+    paper: str
+    source: str
+    scope: Scope | None  # None: judged on a benchmark or on sampled tasks, not on runs
+    judge: Callable[[View], list[Part]]
+    beyond: bool = False
+
+
+def judge(record: Record, evidence: Evidence) -> Claim:
+    """A claim's verdict on the evidence; with evidence.grid, each part also says how many cases the paper
+    grid has (not for probe parts: the grid has no curves)."""
+    view = View(evidence, record.scope)
+    parts = record.judge(view)
+    if evidence.grid is not None and record.scope is not None:
+        full = View(Evidence(grid_runs(evidence.grid), history=_flat_history), record.scope)
+        for part, counted in zip(parts, record.judge(full)):
+            part.expected = None if full.probed else len(counted.cases)
+    numbers = "; ".join([*view.notes, *(part.describe() for part in parts)])
+    marginal = sum(c.marginal for part in parts for c in part.cases)
+    return Claim(record.name, verdict(parts), numbers, record.paper, record.source, marginal, record.beyond)
+
+
+# ---- the judges ----
+
+
+def _tau01(v: View) -> list[Part]:
+    t = v.finals(VAL_REL_LLOYD)
     return [
-        Part("OH/BN val_rel_lloyd < 1", _cases(t[t[EMB].isin(EMBEDDED)], lambda v: v < 1)),
-        Part("NA val_rel_lloyd >= 1", _cases(t[t[EMB] == "none"], lambda v: v >= 1)),
+        Part("OH/BN val_rel_lloyd < 1", threshold_cases(t[t[EMB].isin(EMBEDDED)], _lt)),
+        Part("NA val_rel_lloyd >= 1", threshold_cases(t[t[EMB] == "none"], _ge)),
     ]
 
 
-def _l2_lower_train_loss(t: pd.DataFrame) -> list[Part]:
-    return [Part("l2 final train_loss < ne's", _pair_cases(t, REG, "l2", "ne", lambda l2, ne: l2 < ne))]
+def _l2_lower_train_loss(v: View) -> list[Part]:
+    return [Part("l2 final train_loss < ne's", pair_cases(v.finals(TRAIN_LOSS), REG, "l2", "ne", _lt))]
 
 
-def _l2_better_val(t: pd.DataFrame) -> list[Part]:
-    return [Part("l2 val_rel_lloyd < ne's", _pair_cases(t, REG, "l2", "ne", lambda l2, ne: l2 < ne))]
+def _l2_better_val(v: View) -> list[Part]:
+    return [Part("l2 val_rel_lloyd < ne's", pair_cases(v.finals(VAL_REL_LLOYD), REG, "l2", "ne", _lt))]
 
 
-def _cauchy_trains(t: pd.DataFrame) -> list[Part]:
-    return [Part("cauchy configurations diverged or val_rel_lloyd >= 1", _cases(t, lambda v: v >= 1))]
+def _reembed(inits: tuple[str, ...]) -> Callable[[View], list[Part]]:
+    def parts(v: View) -> list[Part]:
+        rows, panels = v.probe("multistep"), tuple(f"init={i}" for i in inits)
+        return [
+            Part(f"re-embedded < Lloyd at T={v.T}", vs_lloyd(rows, v.T, _lt, panels)),
+            Part(f"naive at T={v.T} > at t=1", vs_step1(rows, v.T, _gt, panels, "naive")),
+        ]
+
+    return parts
 
 
-def _families(t: pd.DataFrame) -> list[Part]:
-    return [Part("val_rel_lloyd < 1", _cases(t, lambda v: v < 1))]
+def _noembed(v: View) -> list[Part]:
+    rows = v.probe("multistep")
+    return [
+        Part(f"re-embedded at T={v.T} < at t=1", vs_step1(rows, v.T, _lt, ("init=random",))),
+        Part(f"re-embedded > Lloyd at T={v.T}", vs_lloyd(rows, v.T, _gt, ("init=random",))),
+    ]
 
 
-def _ne_fails(t: pd.DataFrame) -> list[Part]:
+def _length(v: View) -> list[Part]:
+    return [Part(f"< Lloyd at T={v.T} at every n", vs_lloyd(v.probe("length"), v.T, _lt))]
+
+
+def _shift(v: View) -> list[Part]:
+    rows = v.probe("mixture_shift")
+    return [Part(f"< Lloyd at T={v.T} under {s}", vs_lloyd(rows, v.T, _lt, (f"shift={s}",))) for s in SHIFTED]
+
+
+TRANSFER_FROM = within(
+    "family_transfer", **{EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}
+)  # non-cauchy-trained OH/BN
+
+
+def _cauchy_fails(v: View) -> list[Part]:
+    rows = v.probe("family_transfer", TRANSFER_FROM)
+    return [
+        Part(
+            "cauchy configurations diverged or val_rel_lloyd >= 1",
+            threshold_cases(v.finals(VAL_REL_LLOYD), _ge),
+        ),
+        Part(
+            f"models trained on other families >= Lloyd on cauchy tasks at T={v.T}",
+            vs_lloyd(rows, v.T, _ge, ("test_family=cauchy",)),
+        ),
+    ]
+
+
+def _families(v: View) -> list[Part]:
+    return [Part("val_rel_lloyd < 1", threshold_cases(v.finals(VAL_REL_LLOYD), _lt))]
+
+
+def _ne_fails(v: View) -> list[Part]:
+    t = v.finals(VAL_REL_LLOYD)
     ne_fails = t[(t[REG] == "ne") & t[FAMILY].isin(("gumbel", "laplace"))]
     return [
         Part(
             "l2 val_rel_lloyd < ne's on every non-cauchy family",
-            _pair_cases(t[t[FAMILY] != "cauchy"], REG, "l2", "ne", lambda l2, ne: l2 < ne),
+            pair_cases(t[t[FAMILY] != "cauchy"], REG, "l2", "ne", _lt),
         ),
-        Part("ne val_rel_lloyd >= 1 on gumbel and laplace", _cases(ne_fails, lambda v: v >= 1)),
+        Part("ne val_rel_lloyd >= 1 on gumbel and laplace", threshold_cases(ne_fails, _ge)),
     ]
 
 
-def _clusters(t: pd.DataFrame) -> list[Part]:
+def _clusters_d4_tau1(v: View) -> list[Part]:
+    t = v.finals(VAL_REL_LLOYD)
+    l2 = t[t[REG] == "l2"]
     return [
-        Part("l2 val_rel_lloyd >= 1", _cases(t[t[REG] == "l2"], lambda v: v >= 1)),
-        Part("ne val_rel_lloyd > l2's", _pair_cases(t, REG, "ne", "l2", lambda ne, l2: ne > l2)),
-        Part("BN's val_rel_lloyd rises with k by more than OH's", _rise_cases(t)),
+        Part("l2 val_rel_lloyd >= 1", threshold_cases(l2, _ge)),
+        Part("ne val_rel_lloyd > l2's", pair_cases(t, REG, "ne", "l2", _gt)),
+        Part("among l2 models, BN's val_rel_lloyd rises with k by more than OH's", rise_cases(l2)),
     ]
 
 
-def _large_lr(t: pd.DataFrame) -> list[Part]:
-    worse = lambda big, base: big > base  # noqa: E731
+def _large_lr(v: View) -> list[Part]:
+    t = v.finals(TRAIN_LOSS)
     d32, d4 = t[t[D] == 32], t[t[D] == 4]
     return [
         Part(
             "d 32: final train_loss at lr 0.1 and 1.0 > at 0.01",
-            _pair_cases(d32, LR, 0.1, 0.01, worse) + _pair_cases(d32, LR, 1.0, 0.01, worse),
+            pair_cases(d32, LR, 0.1, 0.01, _gt) + pair_cases(d32, LR, 1.0, 0.01, _gt),
         ),
-        Part("d 4: final train_loss at lr 1.0 > at 0.01", _pair_cases(d4, LR, 1.0, 0.01, worse)),
+        Part("d 4: final train_loss at lr 1.0 > at 0.01", pair_cases(d4, LR, 1.0, 0.01, _gt)),
     ]
 
 
-RUN_CLAIMS: dict[str, tuple[str, Callable[[pd.DataFrame], list[Part]]]] = {
-    "tau01_beats_lloyd": (VAL_REL_LLOYD, _tau01),
-    "l2_lower_train_loss": (TRAIN_LOSS, _l2_lower_train_loss),
-    "l2_better_val_tau1_d4": (VAL_REL_LLOYD, _l2_better_val),
-    "families_generalise": (VAL_REL_LLOYD, _families),
-    "ne_fails_gumbel_laplace_tau1": (VAL_REL_LLOYD, _ne_fails),
-    "clusters_d4_tau1": (VAL_REL_LLOYD, _clusters),
-    "large_lr_worse": (TRAIN_LOSS, _large_lr),
-}
-
-
-def _run_parts(
-    name: str,
-    runs: pd.DataFrame,
-    grid: pd.DataFrame | None,
-    metric: str,
-    parts_of: Callable[[pd.DataFrame], list[Part]],
-) -> tuple[list[Part], str]:
-    """The parts of a claim on its scope's configurations with >= 2 seeds, and the scope's summary."""
-    subgrid, where = SCOPES[name]
-    runs = scope(runs, subgrid, where)
-    table = per_configuration(runs, metric)
-    parts = parts_of(table[table["seeds"] >= 2])
-    if grid is not None:  # the same parts on the paper grid count the cases it has
-        for part, full in zip(parts, parts_of(scope(grid, subgrid, where))):
-            part.expected = len(full.cases)
-    return parts, summary(runs, subgrid, where, grid)
-
-
-def _claim(name: str, parts: list[Part], *notes: str) -> Claim:
-    numbers = "; ".join([*filter(None, notes), *(part.describe() for part in parts)])
-    return Claim(name, verdict(parts), numbers, PAPER[name])
-
-
-def judge_runs(name: str, runs: pd.DataFrame, grid: pd.DataFrame | None = None) -> Claim:
-    """A claim of RUN_CLAIMS from the runs frame; `grid` (paper_grid()) adds how many cases the paper grid has."""
-    parts, scope_note = _run_parts(name, runs, grid, *RUN_CLAIMS[name])
-    return _claim(name, parts, scope_note)
-
-
-# ---- the probe claims: curves (as eval_curves returns them) -> parts (pure) ----
-
-
-def _at(curves: pd.DataFrame, step: int) -> pd.Series:
-    """Median at `step`, indexed by (panel, series), of the series with >= 2 seeds."""
-    hit = curves[(curves["x"] == step) & (curves["n_seeds"] >= 2)]
-    return hit.set_index(["panel", "series"])["median"]
-
-
-def _models(values: pd.Series, suffix: str, panels: tuple[str, ...] | None) -> list[tuple[str, str]]:
-    return [
-        (p, s)
-        for p, s in values.index
-        if s != LLOYD and s.endswith(suffix) and (panels is None or p in panels)
-    ]
-
-
-def _against_lloyd(
-    curves: pd.DataFrame,
-    T: int,
-    holds: Callable[[float, float], bool],
-    suffix: str = "",
-    panels: tuple[str, ...] | None = None,
-) -> list[tuple[str, str, bool]]:
-    """Per panel and model series: holds(the model's median at T, Lloyd's at T)."""
-    at = _at(curves, T)
-    return [
-        (
-            f"{p} {s}",
-            f"{fmt(at[(p, s)])} vs Lloyd {fmt(at[(p, LLOYD)])}",
-            bool(holds(at[(p, s)], at[(p, LLOYD)])),
-        )
-        for p, s in _models(at, suffix, panels)
-        if (p, LLOYD) in at.index
-    ]
-
-
-def _against_step1(
-    curves: pd.DataFrame, T: int, holds: Callable[[float, float], bool], suffix: str = ""
-) -> list[tuple[str, str, bool]]:
-    """Per panel and model series: holds(its median at T, its median at t=1)."""
-    at, first = _at(curves, T), _at(curves, 1)
-    return [
-        (
-            f"{p} {s}",
-            f"{fmt(first[(p, s)])} at t=1 -> {fmt(at[(p, s)])}",
-            bool(holds(at[(p, s)], first[(p, s)])),
-        )
-        for p, s in _models(at, suffix, None)
-        if (p, s) in first.index
-    ]
-
-
-def _lt(a: float, b: float) -> bool:
-    return a < b
-
-
-def _gt(a: float, b: float) -> bool:
-    return a > b
-
-
-def _reembed(curves: pd.DataFrame, T: int) -> list[Part]:
-    return [
-        Part(f"re-embedded < Lloyd at T={T}", _against_lloyd(curves, T, _lt, " reembed")),
-        Part(f"naive at T={T} > at t=1", _against_step1(curves, T, _gt, " naive")),
-    ]
-
-
-def _noembed(curves: pd.DataFrame, T: int) -> list[Part]:
-    return [
-        Part(f"re-embedded at T={T} < at t=1", _against_step1(curves, T, _lt)),
-        Part(f"re-embedded > Lloyd at T={T}", _against_lloyd(curves, T, _gt)),
-    ]
-
-
-def _length(curves: pd.DataFrame, T: int) -> list[Part]:
-    return [Part(f"< Lloyd at T={T} at every n", _against_lloyd(curves, T, _lt))]
-
-
-def _shift(curves: pd.DataFrame, T: int) -> list[Part]:
-    return [
-        Part(f"< Lloyd at T={T} under {shift}", _against_lloyd(curves, T, _lt, panels=(f"shift={shift}",)))
-        for shift in SHIFTED
-    ]
-
-
-def _transfer(curves: pd.DataFrame, T: int) -> Part:
-    return Part(
-        f"models trained on other families >= Lloyd on cauchy tasks at T={T}",
-        _against_lloyd(curves, T, lambda model, lloyd: model >= lloyd, panels=("test_family=cauchy",)),
-    )
-
-
-# Claim -> (evaluation, the evaluation table's column that names a panel, methods, parts from (curves, T)).
-PROBE_CLAIMS: dict[str, tuple[str, str, tuple[str, ...], Callable[[pd.DataFrame, int], list[Part]]]] = {
-    "reembed_beats_lloyd": ("multistep", "init", ("reembed", "naive"), _reembed),
-    "noembed_reembed_trails_lloyd": ("multistep", "init", ("reembed",), _noembed),
-    "length_generalises": ("length", "n", ("reembed",), _length),
-    "shift_generalises": ("mixture_shift", "shift", ("reembed",), _shift),
-}
-
-
-def judge_probe(
-    name: str,
-    runs: pd.DataFrame,
-    curves: pd.DataFrame,
-    T: int,
-    grid: pd.DataFrame | None = None,
-    missing: str = "",
-) -> Claim:
-    """A claim of PROBE_CLAIMS from its scope's curves (probe_curves); runs only for the scope's summary."""
-    subgrid, where = SCOPES[name]
-    evaluation, _, _, parts_of = PROBE_CLAIMS[name]
-    note = f"{evaluation} not evaluated: {missing}" if missing else ""
-    return _claim(name, parts_of(curves, T), summary(scope(runs, subgrid, where), subgrid, where, grid), note)
-
-
-def judge_cauchy(
-    runs: pd.DataFrame, curves: pd.DataFrame, T: int, grid: pd.DataFrame | None = None, missing: str = ""
-) -> Claim:
-    """cauchy_fails needs both halves: cauchy training (the runs) and transfer to cauchy tasks (family_transfer curves
-    of the CAUCHY_TRANSFER models); either half without cases leaves it UNTESTED."""
-    (trains,), trained = _run_parts("cauchy_fails", runs, grid, VAL_REL_LLOYD, _cauchy_trains)
-    transfer = _transfer(curves, T)
-    transferred = summary(scope(runs, *CAUCHY_TRANSFER), *CAUCHY_TRANSFER, grid)
-    numbers = [
-        trained,
-        trains.describe(),
-        f"transfer from {transferred}",
-        f"family_transfer not evaluated: {missing}" if missing else "",
-        transfer.describe(),
-    ]
-    return Claim(
-        "cauchy_fails", verdict([trains, transfer]), "; ".join(filter(None, numbers)), PAPER["cauchy_fails"]
-    )
-
-
-# ---- the benchmark and the task-dissimilarity claims (pure) ----
-
-
-def judge_speed(rows: list[dict] | None, source: str = "") -> Claim:
-    """binary_faster_leaner from `python -m bench speed_memory` rows ({d, k, onehot: {...}, binary: {...}})."""
+def _speed(v: View) -> list[Part]:
     rows = sorted(
-        (r for r in rows or [] if isinstance(r.get("onehot"), dict) and isinstance(r.get("binary"), dict)),
+        (
+            r
+            for r in v.evidence.speed or []
+            if isinstance(r.get("onehot"), dict) and isinstance(r.get("binary"), dict)
+        ),
         key=lambda r: (r["d"], r["k"]),
     )
     by_d: dict[int, list[dict]] = {}
@@ -512,7 +598,7 @@ def judge_speed(rows: list[dict] | None, source: str = "") -> Claim:
     largest = Part(
         "binary faster forward and backward and leaner at the largest k",
         [
-            (
+            Case(
                 f"d={d} k={rs[-1]['k']} {m}",
                 f"onehot/binary {ratio(rs[-1], m):.2f}",
                 rs[-1]["binary"][m] < rs[-1]["onehot"][m],
@@ -524,7 +610,7 @@ def judge_speed(rows: list[dict] | None, source: str = "") -> Claim:
     grows = Part(
         "onehot/binary grows from the smallest to the largest k",
         [
-            (
+            Case(
                 f"d={d} {m}",
                 f"k {rs[0]['k']}->{rs[-1]['k']}: {ratio(rs[0], m):.2f}->{ratio(rs[-1], m):.2f}",
                 ratio(rs[-1], m) > ratio(rs[0], m),
@@ -535,128 +621,372 @@ def judge_speed(rows: list[dict] | None, source: str = "") -> Claim:
         ],
     )
     if not rows:
-        return _claim(
-            "binary_faster_leaner", [largest, grows], f"needs the speed_memory benchmark's rows: {source}"
+        v.notes.append(f"needs the speed_memory benchmark's rows: {v.evidence.speed_source}")
+    else:
+        v.notes.append(
+            f"measured maxima: forward {max(ratio(r, SPEED[0]) for r in rows):.1f}x (paper up to 12x), "
+            f"backward {max(ratio(r, SPEED[1]) for r in rows):.1f}x (paper up to 9x), memory "
+            f"{max(1 - r['binary'][SPEED[2]] / max(r['onehot'][SPEED[2]], 1) for r in rows):.0%} lower "
+            f"(paper almost 70%)"
         )
-    maxima = (
-        f"measured maxima: forward {max(ratio(r, SPEED[0]) for r in rows):.1f}x (paper up to 12x), "
-        f"backward {max(ratio(r, SPEED[1]) for r in rows):.1f}x (paper up to 9x), memory "
-        f"{max(1 - r['binary'][SPEED[2]] / max(r['onehot'][SPEED[2]], 1) for r in rows):.0%} lower "
-        f"(paper almost 70%)"
-    )
-    return _claim("binary_faster_leaner", [largest, grows], maxima)
+    return [largest, grows]
 
 
-def judge_dissimilarity(blocks: pd.DataFrame) -> Claim:
-    """cauchy_dissimilar from the mean earth-mover distance per family pair (task_dissimilarity's family_blocks)."""
+def _dissimilar(v: View) -> list[Part]:
+    blocks = v.evidence.blocks if v.evidence.blocks is not None else pd.DataFrame()
     matrix = blocks.set_index("family_i") if "family_i" in blocks else blocks
     others = [f for f in matrix.index if f != "cauchy" and f in matrix.columns]
     if "cauchy" not in matrix.index or len(others) < 2:
-        return _claim(
-            "cauchy_dissimilar",
-            [Part("cauchy-to-others > between non-cauchy families", [])],
-            f"needs the distances of cauchy and >= 2 other families; the table has {list(matrix.index)}",
+        v.notes.append(
+            f"needs the distances of cauchy and >= 2 other families; the table has {list(matrix.index)}"
         )
+        return [Part("cauchy-to-others > between non-cauchy families", [])]
     to_others = float(matrix.loc["cauchy", others].mean())
     pairs = [(f, g) for i, f in enumerate(others) for g in others[i + 1 :]]
-    part = Part(
-        f"mean distance cauchy-to-others {to_others:.4g} > mean distance between two non-cauchy families",
-        [(f"{f}-{g}", f"{matrix.loc[f, g]:.4g}", bool(to_others > matrix.loc[f, g])) for f, g in pairs],
-    )
-    return _claim(
-        "cauchy_dissimilar", [part], f"cauchy-to-cauchy {float(matrix.loc['cauchy', 'cauchy']):.4g}"
-    )
+    v.notes.append(f"cauchy-to-cauchy {float(matrix.loc['cauchy', 'cauchy']):.4g}")
+    return [
+        Part(
+            f"mean distance cauchy-to-others {to_others:.4g} > mean distance between two non-cauchy families",
+            [
+                Case(f"{f}-{g}", f"{matrix.loc[f, g]:.4g}", bool(to_others > matrix.loc[f, g]))
+                for f, g in pairs
+            ],
+        )
+    ]
 
 
-# ---- building the frames from a Context ----
+def _ne_val_rises(v: View) -> list[Part]:
+    t = v.histories()
+    ne, l2 = t[t[REG] == "ne"], t[t[REG] == "l2"]
+
+    def cases(frame: pd.DataFrame, reference: str, holds, words: str) -> list[Case]:
+        keys = _keys(frame)
+        return [
+            compare(_label(row, keys), values["value"], values[reference], holds, words)
+            for row, values in _groups(frame, ["value", reference])
+        ]
+
+    return [
+        Part("ne ends above its lowest val_rel_lloyd", cases(ne, "lowest", _gt, "final {a} vs lowest {b}")),
+        Part("l2 ends below its first val_rel_lloyd", cases(l2, "first", _lt, "final {a} vs first {b}")),
+    ]
+
+
+def _family_transfer(v: View) -> list[Part]:
+    rows = v.probe("family_transfer")
+    return [
+        Part(f"< Lloyd at T={v.T} on {f} tasks", vs_lloyd(rows, v.T, _lt, (f"test_family={f}",)))
+        for f in OTHER_FAMILIES
+    ]
+
+
+def _clusters_d4_tau01(v: View) -> list[Part]:
+    t = v.finals(VAL_REL_LLOYD)
+    l2 = t[t[REG] == "l2"]
+    return [
+        Part("OH/L2 val_rel_lloyd < 1 at every k", threshold_cases(l2[l2[EMB] == "onehot"], _lt)),
+        Part("BN/L2's val_rel_lloyd rises with k by more than OH/L2's", rise_cases(l2)),
+    ]
+
+
+def _clusters_d32(v: View) -> list[Part]:
+    t = v.finals(VAL_REL_LLOYD)
+    return [
+        Part("tau 1, l2: val_rel_lloyd < 1", threshold_cases(t[(t[TAU] == 1.0) & (t[REG] == "l2")], _lt)),
+        Part("tau 0.1, l2 and ne: val_rel_lloyd < 1", threshold_cases(t[t[TAU] == 0.1], _lt)),
+    ]
+
+
+PROBED_OH_BN = within("multistep", **{EMB: EMBEDDED})
+
+# The claims of docs/science.md section 7.1, in its order; `beyond` ones last. A new claim is a new Record.
+CLAIMS = (
+    Record(
+        "tau01_beats_lloyd",
+        "At tau=0.1, both regularizers outperform one Lloyd step except with no token embedding",
+        "section 3, Figure 3",
+        ("tau", {TAU: 0.1}),
+        _tau01,
+    ),
+    Record(
+        "l2_lower_train_loss",
+        "The L2-regularized min gives tighter bounds",
+        "section 3, Figure 3",
+        ("tau", {}),
+        _l2_lower_train_loss,
+    ),
+    Record(
+        "l2_better_val_tau1_d4",
+        "better validation performance than the NE-regularized min, especially at larger tau and d = 4",
+        "section 3, Figure 3",
+        ("tau", {TAU: 1.0, D: 4, EMB: EMBEDDED}),
+        _l2_better_val,
+    ),
+    Record(
+        "reembed_beats_lloyd",
+        "Re-embedding ... OH/BN models outperforming Lloyd's iterations while naive repeated updates diverge",
+        "section 4, Figure 5; App. D (init: k sampled data points)",
+        PROBED_OH_BN,
+        _reembed(("random",)),
+    ),
+    Record(
+        "noembed_reembed_trails_lloyd",
+        "models without token embeddings improve with re-embedding but underperform Lloyd's",
+        "section 4, Figure 5",
+        within("multistep", **{EMB: "none"}),
+        _noembed,
+    ),
+    Record(
+        "length_generalises",
+        "Models trained on n = 512 points generalize to tasks with 128, 256, 1024, and 2048 points ... "
+        "outperform Lloyd's iterations at each tested size",
+        "section 4, Figure 6",
+        within("length", **{EMB: EMBEDDED}),
+        _length,
+    ),
+    Record(
+        "shift_generalises",
+        "OH/BN models significantly outperform Lloyd's except at larger scale, where they trail initially "
+        "but overtake with more steps",
+        "section 4, Figure 7",
+        within("mixture_shift", **{EMB: EMBEDDED}),
+        _shift,
+    ),
+    Record(
+        "cauchy_fails",
+        "Cauchy training diverges and Cauchy testing remains noncompetitive",
+        "section 4, Figure 8, Table 1",
+        ("family", {FAMILY: "cauchy"}),
+        _cauchy_fails,
+    ),
+    Record(
+        "families_generalise",
+        "with tau = 0.1, both regularizers and OH or BN embeddings can beat Lloyd across the other tested "
+        "distributions",
+        "App. F, family ablation",
+        ("family", {TAU: 0.1, EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}),
+        _families,
+    ),
+    Record(
+        "ne_fails_gumbel_laplace_tau1",
+        "At tau = 1, L2 generalizes better than NE, and NE fails to generalize on gumbel and laplace tasks",
+        "App. F, family ablation",
+        ("family", {TAU: 1.0, EMB: EMBEDDED}),
+        _ne_fails,
+    ),
+    Record(
+        "clusters_d4_tau1",
+        "For d = 4 and tau = 1, across k in {6, 10, 16, 25}, L2 learns somewhat but never matches one Lloyd "
+        "iteration, while NE fails to learn; BN deteriorates as k rises, unlike OH",
+        "App. F, pp. 26-28",
+        ("clusters", {D: 4, TAU: 1.0}),
+        _clusters_d4_tau1,
+    ),
+    Record(
+        "large_lr_worse",
+        "For d = 32, rates 0.1 and 1.0 converge to worse local minima; for d = 4, this is reported for "
+        "rate 1.0",
+        "App. F, learning-rate ablation",
+        ("lr", {}),
+        _large_lr,
+    ),
+    Record(
+        "binary_faster_leaner",
+        "With k sufficiently larger than d, the binary model achieves up to 12x/9x forward/backward speedups "
+        "and almost 70% lower memory usage",
+        "section 2, Figure 2",
+        None,
+        _speed,
+    ),
+    Record(
+        "cauchy_dissimilar",
+        "cauchy tasks are similar mainly to other cauchy tasks and are substantially dissimilar from other "
+        "families",
+        "section 4, Figure 9",
+        None,
+        _dissimilar,
+    ),
+    Record(
+        "ne_val_rises_tau1",
+        "at tau=1, only L2 reduces unseen-task loss as training progresses. With NE regularization at tau=1, "
+        "validation loss increases during training",
+        "section 3, p. 8",
+        ("tau", {TAU: 1.0, EMB: EMBEDDED}),
+        _ne_val_rises,
+    ),
+    Record(
+        "family_transfer_multistep",
+        "Across non-Cauchy distribution-family evaluations, OH/BN models generalize well and significantly "
+        "outperform Lloyd's",
+        "section 4, Figures 8 and 18 (T = 20)",
+        TRANSFER_FROM,
+        _family_transfer,
+    ),
+    Record(
+        "clusters_d4_tau01",
+        "With d = 4 and tau = 0.1, OH with L2-regularized min beats Lloyd for all tested k, while BN "
+        "performance slows as k grows",
+        "App. F, pp. 26-28",
+        ("clusters", {D: 4, TAU: 0.1}),
+        _clusters_d4_tau01,
+    ),
+    Record(
+        "clusters_d32",
+        "at d = 32, tau = 1, OH and BN with L2 beat Lloyd across k ... At d = 32 and tau = 0.1, both "
+        "regularizers with OH and BN beat Lloyd",
+        "App. F, pp. 26-28",
+        ("clusters", {D: 32, EMB: EMBEDDED}),
+        _clusters_d32,
+    ),
+    Record(
+        "reembed_from_good_inits",
+        "(beyond the paper) the reembed_beats_lloyd test from kmeans++ and gonzalez centers, inits the "
+        "models never trained on",
+        "not in the paper: its tasks start from k sampled data points (App. D)",
+        PROBED_OH_BN,
+        _reembed(("kmeans++", "gonzalez")),
+        beyond=True,
+    ),
+)
+RECORDS = {record.name: record for record in CLAIMS}
+PAPER = {record.name: record.paper for record in CLAIMS if not record.beyond}  # the paper's 18, in order
+
+
+# ---- building the evidence from a Context ----
 
 
 @cache
 def paper_grid() -> pd.DataFrame:
-    """The paper grid's configurations (conf/sweep/paper.yaml): axis values and `subgrids` tag (do not modify)."""
+    """The paper grid's configurations (conf/sweep/paper.yaml): axis values and `subgrids` tag (read only)."""
     plan = expand(compose(["sweep=paper"]).sweep)
-    grid = pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
-    return grid.assign(value=0.0)  # the parts count cases on it as on a per-configuration table
+    return pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
 
 
-def probe_curves(
-    ctx: Context, runs: pd.DataFrame, evaluation: str, column: str, methods: tuple[str, ...]
-) -> pd.DataFrame:
-    """eval_curves' frame for these runs: one series per configuration, panels '<column>=<value>', and a diverged
-    model counted as +inf at every panel and step (it beats nothing) where eval_curves leaves it out."""
+def grid_runs(grid: pd.DataFrame) -> pd.DataFrame:
+    """Two finished seeds of every grid configuration, every metric 0: a judge counts the grid's cases."""
+    seeds = [
+        grid.assign(**{SEED: s, OUTCOME: FINISHED, "run_id": [f"g{s}-{i}" for i in range(len(grid))]})
+        for s in (1, 2)
+    ]
+    return pd.concat(seeds, ignore_index=True).assign(**{TRAIN_LOSS: 0.0, VAL_REL_LLOYD: 0.0})
+
+
+def _flat_history(runs: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"run_id": runs["run_id"], "step": 0, "value": 0.0})
+
+
+def probe_rows(ctx: Context, runs: pd.DataFrame, evaluation: str) -> pd.DataFrame:
+    """Per-seed rows of `evaluation` for these runs (cached evaluations): one series per configuration, panels
+    '<column>=<value>', and a diverged model counted as +inf at every panel and step (it beats nothing)."""
     labels, _ = series_labels(runs, varying(runs) or [EMB])
-    rows = count_once(
-        evaluation_rows(
-            ctx, runs, evaluation, lambda t, r: column + "=" + t[column].astype(str), labels, methods
-        )
-    )
-    suffixes = [f" {m}" for m in methods] if len(methods) > 1 else [""]
-    points = rows.loc[rows["series"] != LLOYD, ["panel", "step"]].drop_duplicates()
-    lost = [
-        points.assign(series=labels[i] + suffix, unit=run["run_id"], value=math.inf, **{SEED: run[SEED]})
-        for i, run in runs[runs[OUTCOME] == DIVERGED].iterrows()
-        for suffix in suffixes
-    ]
-    grouped = pd.concat([rows, *lost], ignore_index=True).groupby(["panel", "series", "step"], sort=False)[
-        "value"
-    ]
-    with np.errstate(invalid="ignore"):  # a quartile between two +inf is NaN; only the median is judged
-        curves = pd.DataFrame(
-            {
-                "median": grouped.median(),
-                "q25": grouped.quantile(0.25),
-                "q75": grouped.quantile(0.75),
-                "n_seeds": grouped.size(),
-            }
-        )
-    curves = curves.reset_index().rename(columns={"step": "x"})
-    notes = runs.groupby(labels)[OUTCOME].agg(lambda o: divergence_note((o == DIVERGED).sum(), len(o)))
-    curves["diverged"] = curves["series"].str.split(" ").str[0].map(notes).fillna("")
-    return curves[CURVE_COLUMNS]
+    column = PANELS[evaluation]
+    frames = []
+    for method in METHODS.get(evaluation, ("reembed",)):
+        panel = lambda t, r: column + "=" + t[column].astype(str)  # noqa: E731
+        rows = count_once(evaluation_rows(ctx, runs, evaluation, panel, labels, (method,)))
+        points = rows.loc[rows["series"] != LLOYD, ["panel", "step"]].drop_duplicates()
+        lost = [
+            points.assign(series=labels[i], unit=run["run_id"], value=math.inf, **{SEED: run[SEED]})
+            for i, run in runs[runs[OUTCOME] == DIVERGED].iterrows()
+        ]
+        frames.append(pd.concat([rows, *lost], ignore_index=True).assign(method=method))
+    rows = pd.concat(frames, ignore_index=True)
+    rows.loc[rows["series"] == LLOYD, "method"] = LLOYD_METHOD
+    return rows[["panel", "series", "method", SEED, "step", "value"]]
 
 
-def _curves(
-    ctx: Context, runs: pd.DataFrame, evaluation: str, column: str, methods: tuple[str, ...]
-) -> tuple[pd.DataFrame, str]:
-    """probe_curves, or no curves and why (no finished model, a missing checkpoint)."""
-    try:
-        return probe_curves(ctx, runs, evaluation, column, methods), ""
-    except (MissingInput, FileNotFoundError) as err:
-        return pd.DataFrame(columns=CURVE_COLUMNS), str(err)
+def _probe(ctx: Context) -> Callable[[pd.DataFrame, str], tuple[pd.DataFrame, str]]:
+    def rows(runs: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
+        try:
+            return probe_rows(ctx, runs, evaluation), ""
+        except (MissingInput, FileNotFoundError) as err:
+            return pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"]), str(err)
+
+    return rows
+
+
+def _history(ctx: Context) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def points(runs: pd.DataFrame) -> pd.DataFrame:
+        h = ctx.histories()
+        return h[(h["key"] == VAL_REL_LLOYD) & h["run_id"].isin(runs["run_id"])][["run_id", "step", "value"]]
+
+    return points
 
 
 def _speed_rows(path: Path | None) -> list[dict] | None:
     return json.loads(path.read_text()).get("rows", []) if path is not None and path.exists() else None
 
 
-def check(ctx: Context) -> list[Claim]:
-    """Every claim of docs/science.md section 7.1 against ctx's store, in the order of docs/science.md."""
-    grid, T = paper_grid(), ctx.settings.steps
-    judged = {name: judge_runs(name, ctx.runs, grid) for name in RUN_CLAIMS}
-    for name, (evaluation, column, methods, _) in PROBE_CLAIMS.items():
-        curves, missing = _curves(ctx, scope(ctx.runs, *SCOPES[name]), evaluation, column, methods)
-        judged[name] = judge_probe(name, ctx.runs, curves, T, grid, missing)
-    curves, missing = _curves(
-        ctx, scope(ctx.runs, *CAUCHY_TRANSFER), "family_transfer", "test_family", ("reembed",)
-    )
-    judged["cauchy_fails"] = judge_cauchy(ctx.runs, curves, T, grid, missing)
-    judged["binary_faster_leaner"] = judge_speed(
+def evidence(ctx: Context) -> Evidence:
+    return Evidence(
+        ctx.runs,
+        paper_grid(),
+        ctx.settings.steps,
+        _probe(ctx),
+        _history(ctx),
         _speed_rows(ctx.speed_json),
         f"{ctx.speed_json} (`python -m bench speed_memory --out FILE`, then speed_json=FILE)",
+        task_dissimilarity(ctx).tables["family_blocks"],
     )
-    judged["cauchy_dissimilar"] = judge_dissimilarity(task_dissimilarity(ctx).tables["family_blocks"])
-    return [judged[name] for name in PAPER]
+
+
+def check(ctx: Context) -> list[Claim]:
+    """Every claim of docs/science.md section 7.1 against ctx's store, in order, then the ones beyond it."""
+    found = evidence(ctx)
+    return [judge(record, found) for record in CLAIMS]
+
+
+COLUMNS = ["name", "status", "numbers", "paper", "source", "marginal", "beyond"]
 
 
 def claims_table(claims: list[Claim]) -> pd.DataFrame:
-    return pd.DataFrame([asdict(c) for c in claims], columns=["name", "status", "numbers", "paper"])
+    return pd.DataFrame([asdict(c) for c in claims], columns=COLUMNS)
 
 
 def write_csv(claims: list[Claim], out_dir: Path) -> Path:
-    """claims.csv (name, status, numbers, paper) in the report folder."""
+    """claims.csv (name, status, numbers, paper, source, marginal, beyond) in the report folder."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "claims.csv"
     claims_table(claims).to_csv(path, index=False)
+    return path
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(claims: list[Claim], level: int = 2) -> str:
+    """claims.md: the paper's claims, then those beyond the paper under their own heading; a claim with
+    marginal cases says how many (its verdict unchanged)."""
+
+    def table(chosen: list[Claim]) -> str:
+        lines = ["| status | name | numbers | paper |", "|---|---|---|---|"]
+        for c in chosen:
+            mark = f" ({c.marginal} marginal)" if c.marginal else ""
+            words = f'"{c.paper}" ({c.source})' if c.source else f'"{c.paper}"'
+            lines.append(f"| {c.status}{mark} | `{c.name}` | {_cell(c.numbers)} | {_cell(words)} |")
+        return "\n".join(lines)
+
+    paper = [c for c in claims if not c.beyond]
+    counts = ", ".join(f"{sum(c.status == s for c in paper)} {s}" for s in (PASS, FAIL, UNTESTED))
+    heading = "#" * level
+    text = (
+        f"{heading} The paper's claims\n\n{len(paper)} claims: {counts}. A case is *marginal* when the "
+        f"seeds' IQR of its margin straddles zero; it still counts as it falls.\n\n{table(paper)}\n"
+    )
+    beyond = [c for c in claims if c.beyond]
+    if beyond:
+        text += (
+            f"\n{heading} Beyond the paper\n\nJudged by the same rules, not counted among the paper's claims."
+            f"\n\n{table(beyond)}\n"
+        )
+    return text
+
+
+def write_markdown(claims: list[Claim], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "claims.md"
+    path.write_text(markdown(claims))
     return path
 
 
@@ -665,9 +995,14 @@ def main(argv: list[str]) -> int:
     ctx, _ = open_context(argv)
     claims = check(ctx)
     for claim in claims:
+        mark = f" ({claim.marginal} marginal)" if claim.marginal else ""
+        beyond = " [beyond the paper]" if claim.beyond else ""
         print(
-            f'{claim.status:<8} {claim.name}\n{"":9}paper:    "{claim.paper}"\n{"":9}measured: {claim.numbers}'
+            f"{claim.status:<8} {claim.name}{beyond}{mark}\n"
+            f'{"":9}paper:    "{claim.paper}" ({claim.source})\n'
+            f"{'':9}measured: {claim.numbers}"
         )
+    write_markdown(claims, ctx.out_dir)
     print(write_csv(claims, ctx.out_dir).resolve())
     return 0
 

@@ -94,6 +94,19 @@ def tagged(runs: pd.DataFrame, name: str) -> pd.DataFrame:
     return runs[runs[SUBGRIDS].fillna("").map(lambda s: name in s.split(","))]
 
 
+def scope(runs: pd.DataFrame, subgrid: str, where: dict) -> pd.DataFrame:
+    """The runs tagged with `subgrid` whose config values lie in `where` (a value or a tuple of values per key):
+    never a fallback to other runs."""
+    runs = tagged(runs, subgrid)
+    for key, allowed in where.items():
+        runs = (
+            runs[runs[key].isin(allowed if isinstance(allowed, tuple) else (allowed,))]
+            if key in runs
+            else runs[:0]
+        )
+    return runs
+
+
 def varying(runs: pd.DataFrame) -> list[str]:
     return [key for key in config_keys(runs.columns) if runs[key].astype(str).nunique() > 1]
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from analysis.claims import check, claims_table, write_csv
+from analysis.claims import check, write_csv, write_markdown
+from analysis.claims import markdown as claims_markdown
 from analysis.cli import job_config, open_context
 from analysis.context import Context
 from analysis.figures import FIGURES
@@ -134,8 +135,8 @@ def claims_section(ctx: Context) -> str:
     """The paper's claims (analysis.claims), written as claims.csv and claims.md, and their table for the index."""
     claims = check(ctx)
     write_csv(claims, ctx.out_dir)
-    table = markdown(claims_table(claims)[["status", "name", "numbers", "paper"]])
-    (ctx.out_dir / "claims.md").write_text(table + "\n")
+    write_markdown(claims, ctx.out_dir)
+    table = claims_markdown(claims, level=3)
     return (
         "## claims\n\nThe paper's claims (docs/science.md section 7.1) against this store (`python -m analysis.claims`), each judged "
         "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n"

@@ -1,9 +1,12 @@
-"""The 14 claims of docs/science.md section 7.1 judged on synthetic frames: no store, no training, no evaluation.
+"""The claims of docs/science.md section 7.1 on synthetic evidence: no store, no training, no evaluation.
 
 Runs frames are built from the paper grid (claims.paper_grid), one run per
 configuration and seed, with final values chosen so that a claim holds; then
 broken at one configuration (FAIL), thinned out (UNTESTED), or padded with
-runs outside the claim's scope that would flip it if they were counted.
+runs outside the claim's scope that would flip it if they were counted. Probe
+claims get per-seed rows as analysis.claims.probe_rows returns them, with
+panels outside their scope (other inits, Cauchy tasks) that would flip them.
+Every Record of claims.CLAIMS has a PASS, a FAIL and an UNTESTED input here.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import pytest
 
 from analysis import claims
 from analysis.claims import EMB, FAIL, FAMILY, LR, PASS, REG, TAU, UNTESTED, D, K
-from analysis.context import eval_curves
-from analysis.plot import CURVE_COLUMNS
+from analysis.context import eval_curves, scope
+from analysis.eval_figures import PROBES
 from analysis.style import LLOYD
 from tasks.sampler import FAMILIES
 from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 
 GRID = claims.paper_grid()
 T = 20
+ROWS = ["panel", "series", "method", SEED, "step", "value"]
 
 
 def runs_of(grid: pd.DataFrame, value, seeds=(1, 2), outcome: str = FINISHED, start: int = 0) -> pd.DataFrame:
@@ -51,13 +55,28 @@ def runs_of(grid: pd.DataFrame, value, seeds=(1, 2), outcome: str = FINISHED, st
     return pd.DataFrame(rows)
 
 
+def history(runs: pd.DataFrame) -> pd.DataFrame:
+    """val_rel_lloyd points of each run at steps 0, 50, 100: ne starts at 1.0 and dips to 0.95, l2 starts at
+    1.5 and passes 1.2; both end at the run's final value."""
+    rows = []
+    for _, run in runs.iterrows():
+        first, middle = (1.0, 0.95) if run[REG] == "ne" else (1.5, 1.2)
+        for step, value in ((0, first), (50, middle), (100, run[VAL_REL_LLOYD])):
+            rows.append({"run_id": run["run_id"], "step": step, "value": value})
+    return pd.DataFrame(rows, columns=["run_id", "step", "value"])
+
+
+def judged(name: str, runs: pd.DataFrame, grid=GRID, **evidence) -> claims.Claim:
+    return claims.judge(claims.RECORDS[name], claims.Evidence(runs, grid, T, history=history, **evidence))
+
+
 def matching(grid: pd.DataFrame, where: dict) -> pd.DataFrame:
     return grid[np.logical_and.reduce([grid[k] == v for k, v in where.items()])]
 
 
 # claim -> (final value making it hold, one in-scope configuration, the value there that breaks it,
 #           a change of slice that puts that configuration out of scope, or None when the claim takes a whole
-# sub-grid)
+#           sub-grid)
 RUN_CASES = {
     "tau01_beats_lloyd": (
         lambda c: 0.9 if c[EMB] != "none" else 1.1,
@@ -96,6 +115,19 @@ RUN_CASES = {
         {D: 32},
     ),
     "large_lr_worse": (lambda c: 1.0 + c[LR], {LR: 1.0, D: 4, REG: "ne", EMB: "binary", TAU: 0.1}, 0.5, None),
+    "ne_val_rises_tau1": (
+        lambda c: 1.1 if c[REG] == "ne" else 0.9,
+        {TAU: 1.0, D: 32, REG: "ne", EMB: "onehot"},
+        0.9,  # ends at its lowest point
+        {TAU: 0.5},
+    ),
+    "clusters_d4_tau01": (
+        lambda c: 0.9 + (0.01 if c[EMB] == "binary" else 0.001) * c[K],
+        {D: 4, TAU: 0.1, REG: "l2", EMB: "onehot", K: 16},
+        1.1,
+        {TAU: 1.0},
+    ),
+    "clusters_d32": (lambda c: 0.9, {D: 32, TAU: 0.1, REG: "ne", EMB: "binary", K: 10}, 1.1, {D: 4}),
 }
 
 
@@ -109,9 +141,9 @@ def broken(name: str, **kw) -> pd.DataFrame:
 
 
 def poison(name: str, how: str) -> pd.DataFrame:
-    """Three more seeds of the breaking value, outside the scope: tagged with another sub-grid, or in another slice."""
+    """Three more seeds of the breaking value, outside the scope: tagged with another sub-grid, or sliced."""
     _, where, bad, outside = RUN_CASES[name]
-    configs = matching(claims.scope(GRID, *claims.SCOPES[name]), where).copy()
+    configs = matching(scope(GRID, *claims.RECORDS[name].scope), where).copy()
     assert len(configs) == 1
     if how == "tag":
         configs[SUBGRIDS] = "elsewhere"
@@ -123,25 +155,18 @@ def poison(name: str, how: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("name", RUN_CASES)
 def test_run_claims_pass_fail_untested(name: str) -> None:
-    passed = claims.judge_runs(name, holding(name), GRID)
+    passed = judged(name, holding(name))
     assert passed.status == PASS, passed.numbers
-    assert (
-        passed.paper == claims.PAPER[name]
-        and "of " in passed.numbers
-        and "in the paper grid" in passed.numbers
-    )
-    failed = claims.judge_runs(name, broken(name), GRID)
+    assert passed.paper == claims.PAPER[name] and " cases of " in passed.numbers
+    assert "in the paper grid" in passed.numbers and "margin" in passed.numbers
+    failed = judged(name, broken(name))
     assert failed.status == FAIL and "fails:" in failed.numbers, failed.numbers
-    one_seed = claims.judge_runs(name, holding(name, seeds=(1,)), GRID)
-    assert (
-        one_seed.status == UNTESTED
-        and "with fewer left out" in one_seed.numbers
-        and "no case" in one_seed.numbers
-    )
-    unfinished = claims.judge_runs(name, holding(name, outcome="other"), GRID)
+    one_seed = judged(name, holding(name, seeds=(1,)))
+    assert one_seed.status == UNTESTED, one_seed.numbers
+    assert "with fewer left out" in one_seed.numbers and "no case" in one_seed.numbers
+    unfinished = judged(name, holding(name, outcome="other"))
     assert unfinished.status == UNTESTED and "unfinished" in unfinished.numbers
-    empty = holding(name).assign(**{SUBGRIDS: "demo"})
-    assert claims.judge_runs(name, empty, GRID).status == UNTESTED
+    assert judged(name, holding(name).assign(**{SUBGRIDS: "demo"})).status == UNTESTED
 
 
 @pytest.mark.parametrize(
@@ -155,28 +180,43 @@ def test_run_claims_pass_fail_untested(name: str) -> None:
 )
 def test_runs_outside_the_scope_never_change_a_verdict(name: str, how: str) -> None:
     extra = poison(name, how)
-    counted = claims.judge_runs(
-        name, pd.concat([holding(name), extra.assign(**{SUBGRIDS: claims.SCOPES[name][0]})])
-    )
-    if how == "tag":
-        assert counted.status == FAIL  # the extra runs would flip the verdict if they were counted ...
-    claim = claims.judge_runs(name, pd.concat([holding(name), extra]), GRID)
+    subgrid = claims.RECORDS[name].scope[0]
+    if how == "tag":  # the extra runs would flip the verdict if they were counted ...
+        assert judged(name, pd.concat([holding(name), extra.assign(**{SUBGRIDS: subgrid})])).status == FAIL
+    claim = judged(name, pd.concat([holding(name), extra]))
     assert claim.status == PASS, claim.numbers  # ... but they are outside the scope
 
 
 def test_slice_poison_would_flip_an_unscoped_judgment() -> None:
-    """The slice changes above matter: tau01 counting every tau of the `tau` sub-grid would FAIL."""
+    """The slice changes above matter: tau01 judged on every tau of the `tau` sub-grid would FAIL."""
     runs = pd.concat([holding("tau01_beats_lloyd"), poison("tau01_beats_lloyd", "slice")])
-    table = claims.per_configuration(claims.tagged(runs, "tau"), VAL_REL_LLOYD)
-    _, judge = claims.RUN_CLAIMS["tau01_beats_lloyd"]
-    assert claims.verdict(judge(table)) == FAIL
-    assert claims.judge_runs("tau01_beats_lloyd", runs, GRID).status == PASS
+    wide = claims.Record("wide", "", "", ("tau", {}), claims.RECORDS["tau01_beats_lloyd"].judge)
+    assert claims.judge(wide, claims.Evidence(runs)).status == FAIL
+    assert judged("tau01_beats_lloyd", runs).status == PASS
+
+
+def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
+    """NE models (which the paper says fail to learn) with BN falling as k rises would break the clause."""
+    good = RUN_CASES["clusters_d4_tau1"][0]
+    ne_bn = lambda c: c[REG] == "ne" and c[EMB] == "binary"  # noqa: E731
+    ne_falls = lambda c: 2.0 - 0.02 * c[K] if ne_bn(c) else good(c)  # noqa: E731
+    claim = judged("clusters_d4_tau1", runs_of(GRID, ne_falls))
+    assert claim.status == PASS and "among l2 models" in claim.numbers, claim.numbers
+
+
+def test_ne_val_rises_needs_the_histories() -> None:
+    claim = claims.judge(
+        claims.RECORDS["ne_val_rises_tau1"], claims.Evidence(holding("ne_val_rises_tau1"), GRID)
+    )
+    assert claim.status == FAIL  # no history: nan first and lowest compare false, never a PASS
+    claim = judged("ne_val_rises_tau1", holding("ne_val_rises_tau1"))
+    assert "final 1.100 vs lowest 0.950" in claim.numbers and "final 0.900 vs first 1.500" in claim.numbers
 
 
 def test_never_pass_on_zero_cases() -> None:
-    """tau01 with OH/BN configurations all below 1 but no NA configuration: UNTESTED, saying what is missing."""
+    """tau01 with OH/BN configurations all below 1 but no NA one: UNTESTED, saying what is missing."""
     runs = holding("tau01_beats_lloyd")
-    claim = claims.judge_runs("tau01_beats_lloyd", runs[runs[EMB] != "none"], GRID)
+    claim = judged("tau01_beats_lloyd", runs[runs[EMB] != "none"])
     assert claim.status == UNTESTED
     assert "NA val_rel_lloyd >= 1: untested, no case of 4 in the paper grid" in claim.numbers
     assert claims.verdict([]) == UNTESTED
@@ -184,8 +224,7 @@ def test_never_pass_on_zero_cases() -> None:
 
 def test_partial_coverage_is_judged_and_reported() -> None:
     runs = holding("tau01_beats_lloyd")
-    runs = runs[runs[D] == 4]
-    claim = claims.judge_runs("tau01_beats_lloyd", runs, GRID)
+    claim = judged("tau01_beats_lloyd", runs[runs[D] == 4])
     assert claim.status == PASS
     assert "6/12 configurations" in claim.numbers and "4/4 cases of 8 in the paper grid" in claim.numbers
 
@@ -195,45 +234,108 @@ def test_diverged_and_unfinished_runs_are_counted_and_diverged_ones_beat_nothing
     scoped = (runs[TAU] == 0.1) & (runs[EMB] == "onehot") & (runs[REG] == "l2") & (runs[D] == 4)
     runs.loc[scoped & (runs[SEED] == 3), "outcome"] = DIVERGED
     runs.loc[(runs[TAU] == 0.1) & (runs[EMB] == "none") & (runs[SEED] == 3), "outcome"] = "other"
-    claim = claims.judge_runs("tau01_beats_lloyd", runs, GRID)
+    claim = judged("tau01_beats_lloyd", runs)
     assert claim.status == PASS  # one diverged seed of three: the median still beats Lloyd
     assert "diverged 1, unfinished 4 of 36 runs" in claim.numbers
     runs.loc[scoped, "outcome"] = DIVERGED
-    claim = claims.judge_runs("tau01_beats_lloyd", runs, GRID)
+    claim = judged("tau01_beats_lloyd", runs)
     assert claim.status == FAIL and "L2-OH-d=4 diverged" in claim.numbers and "diverged 3" in claim.numbers
 
 
-# ---- probe claims: curves as eval_curves returns them ----
+# ---- margins, their IQR, marginal cases ----
 
 
-def curves_of(series: dict[tuple[str, str], tuple[float, float]], n_seeds: int = 2) -> pd.DataFrame:
-    """(panel, series) -> (median at t=1, median at T); t=0 as t=1."""
-    rows = [
-        {"panel": p, "series": s, "x": x, "median": v, "q25": v, "q75": v, "n_seeds": n_seeds, "diverged": ""}
-        for (p, s), (first, last) in series.items()
-        for x, v in ((0, first), (1, first), (T, last))
-    ]
-    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
+def test_margin_is_the_difference_of_medians_and_its_iqr_that_of_the_seeds_differences() -> None:
+    model = pd.Series([0.90, 0.97, 1.02, 0.95], index=[1, 2, 3, 4])
+    lloyd = pd.Series([1.00, 0.96, 0.99, 1.01], index=[1, 2, 3, 4])
+    case = claims.compare("c", model, lloyd, lambda a, b: a < b, "{a} vs {b}")
+    assert case.margin == pytest.approx(np.median(model) - np.median(lloyd))
+    assert case.iqr == pytest.approx(tuple(np.percentile(model - lloyd, [25, 75])))
+    assert case.holds and case.marginal  # below on the medians, the seeds' differences straddle zero
+    assert claims.compare("c", model - 0.2, lloyd, lambda a, b: a < b, "").marginal is False
+    fixed = claims.compare("c", model, 1.0, lambda a, b: a < b, "")
+    assert fixed.iqr == pytest.approx(tuple(np.percentile(model - 1.0, [25, 75])))
+
+
+def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> None:
+    runs = holding("tau01_beats_lloyd", seeds=(1, 2, 3))
+    one = (runs[TAU] == 0.1) & (runs[EMB] == "binary") & (runs[REG] == "ne") & (runs[D] == 32)
+    runs.loc[one, VAL_REL_LLOYD] = runs.loc[one, SEED].map({1: 0.9, 2: 0.95, 3: 1.2})  # median 0.95 < 1
+    claim = judged("tau01_beats_lloyd", runs)
+    assert claim.status == PASS and claim.marginal == 1, claim.numbers
+    assert "NE-BN-d=32 0.950 (margin -0.050, IQR [-0.075, +0.075], marginal)" in claim.numbers
+    text = claims.markdown([claim])
+    assert "| PASS (1 marginal) | `tau01_beats_lloyd` |" in text
+    claims.write_markdown([claim], tmp_path)
+    assert (tmp_path / "claims.md").read_text() == text
+
+
+# ---- probe claims: per-seed rows as probe_rows returns them ----
+
+
+def rows_of(series: dict[tuple[str, str], tuple[float, float]], seeds=(1, 2)) -> pd.DataFrame:
+    """(panel, 'series method') -> (value at t=1, value at T) for every seed; t=0 as t=1."""
+    rows = []
+    for (panel, name), (first, last) in series.items():
+        label, _, method = name.partition(" ")
+        method = "lloyd" if label == LLOYD else method or "reembed"
+        for seed in seeds:
+            for step, value in ((0, first), (1, first), (T, last)):
+                rows.append(
+                    {
+                        "panel": panel,
+                        "series": label,
+                        "method": method,
+                        SEED: seed,
+                        "step": step,
+                        "value": value,
+                    }
+                )
+    return pd.DataFrame(rows, columns=ROWS)
 
 
 def with_lloyd(panels: list[str], models: dict[str, tuple[float, float]], lloyd=(1.0, 0.8)) -> dict:
     return {(p, s): v for p in panels for s, v in {**models, LLOYD: lloyd}.items()}
 
 
-INITS = ["init=random", "init=gonzalez"]
+def probe_judged(name: str, series: dict, seeds=(1, 2), missing: str = "", runs=None) -> claims.Claim:
+    seen = []
+
+    def probe(scoped: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
+        seen.append((evaluation, scoped))
+        return rows_of(series, seeds), missing
+
+    claim = judged(name, holding("tau01_beats_lloyd") if runs is None else runs, probe=probe)
+    claim.seen = seen
+    return claim
+
+
+INITS = ["init=random", "init=kmeans++", "init=gonzalez"]
 SHIFTS = [f"shift={s}" for s in ("train", "unequal_weights", "anisotropic", "scale_0.05", "scale_0.2")]
 LENGTHS = [f"n={n}" for n in (128, 256, 1024, 2048)]
-# claim -> (holding curves, failing curves, curves it cannot judge)
+TESTED = [f"test_family={f}" for f in FAMILIES]
+GOOD_REEMBED = {"L2-OH reembed": (1.0, 0.5), "L2-OH naive": (1.0, 2.0)}
+BAD_REEMBED = {"L2-OH reembed": (1.0, 0.9), "L2-OH naive": (1.0, 2.0)}
+# claim -> (holding rows, failing rows, rows it cannot judge); each holding input has a panel outside the
+# claim (another init, Cauchy tasks) that would fail it if it were read.
 PROBE_CASES = {
     "reembed_beats_lloyd": (
-        with_lloyd(INITS, {"L2-OH reembed": (1.0, 0.5), "L2-OH naive": (1.0, 2.0)}),
-        with_lloyd(INITS, {"L2-OH reembed": (1.0, 0.9), "L2-OH naive": (1.0, 2.0)}),
-        with_lloyd(INITS, {"L2-OH naive": (1.0, 2.0)}),
-    ),  # no re-embedded series
+        {**with_lloyd(INITS[:1], GOOD_REEMBED), **with_lloyd(INITS[1:], BAD_REEMBED)},
+        with_lloyd(INITS, BAD_REEMBED),
+        with_lloyd(INITS[1:], GOOD_REEMBED),  # no random init
+    ),
+    "reembed_from_good_inits": (
+        {**with_lloyd(INITS[1:], GOOD_REEMBED), **with_lloyd(INITS[:1], BAD_REEMBED)},
+        {**with_lloyd(INITS[1:], GOOD_REEMBED), ("init=gonzalez", "L2-OH reembed"): (1.0, 0.81)},
+        with_lloyd(INITS[:1], GOOD_REEMBED),  # only the random init
+    ),
     "noembed_reembed_trails_lloyd": (
-        with_lloyd(INITS, {"L2": (1.2, 1.0)}),
-        with_lloyd(INITS, {"L2": (1.2, 0.7)}),
-        with_lloyd([], {}),
+        {
+            **with_lloyd(INITS[:1], {"L2 reembed": (1.2, 1.0)}),
+            **with_lloyd(INITS[1:], {"L2 reembed": (1.2, 0.5)}),
+        },
+        with_lloyd(INITS, {"L2 reembed": (1.2, 0.7)}),
+        with_lloyd(INITS[1:], {"L2 reembed": (1.2, 1.0)}),
     ),
     "length_generalises": (
         with_lloyd(LENGTHS, {"L2-OH": (1.0, 0.5), "L2-BN": (1.0, 0.6)}),
@@ -243,36 +345,55 @@ PROBE_CASES = {
     "shift_generalises": (
         with_lloyd(SHIFTS, {"L2-OH": (1.0, 0.5)}),
         {**with_lloyd(SHIFTS, {"L2-OH": (1.0, 0.5)}), ("shift=scale_0.2", "L2-OH"): (1.0, 0.81)},
-        with_lloyd(SHIFTS[:-1], {"L2-OH": (1.0, 0.5)}),
-    ),  # scale 0.2 never evaluated
+        with_lloyd(SHIFTS[:-1], {"L2-OH": (1.0, 0.5)}),  # scale 0.2 never evaluated
+    ),
+    "family_transfer_multistep": (
+        {
+            **with_lloyd(TESTED, {"L2-OH-family=gumbel": (1.0, 0.5)}),
+            ("test_family=cauchy", "L2-OH-family=gumbel"): (1.0, 0.9),
+        },
+        {
+            **with_lloyd(TESTED, {"L2-OH-family=gumbel": (1.0, 0.5)}),
+            ("test_family=laplace", "L2-OH-family=gumbel"): (1.0, 0.85),
+        },
+        with_lloyd(TESTED[:-1], {"L2-OH-family=gumbel": (1.0, 0.5)}),  # lognormal tasks never evaluated
+    ),
 }
 
 
 @pytest.mark.parametrize("name", PROBE_CASES)
 def test_probe_claims_pass_fail_untested(name: str) -> None:
     good, bad, partial = PROBE_CASES[name]
-    runs = holding("tau01_beats_lloyd")
-    passed = claims.judge_probe(name, runs, curves_of(good), T, GRID)
-    assert passed.status == PASS and passed.paper == claims.PAPER[name], passed.numbers
-    assert "configurations with >= 2 seeds" in passed.numbers
-    failed = claims.judge_probe(name, runs, curves_of(bad), T, GRID)
+    runs = runs_of(GRID, lambda c: 0.9)
+    passed = probe_judged(name, good, runs=runs)
+    assert passed.status == PASS and passed.paper == claims.RECORDS[name].paper, passed.numbers
+    assert "configurations with >= 2 seeds" in passed.numbers and "IQR" in passed.numbers
+    failed = probe_judged(name, bad, runs=runs)
     assert failed.status == FAIL and "fails:" in failed.numbers, failed.numbers
-    assert claims.judge_probe(name, runs, curves_of(partial), T, GRID).status == UNTESTED
-    one_seed = claims.judge_probe(name, runs, curves_of(good, n_seeds=1), T, GRID)
-    assert one_seed.status == UNTESTED
-    missing = claims.judge_probe(name, runs, curves_of({}), T, GRID, missing="no finished run to evaluate")
+    assert probe_judged(name, partial, runs=runs).status == UNTESTED
+    assert probe_judged(name, good, seeds=(1,), runs=runs).status == UNTESTED
+    missing = probe_judged(name, {}, missing="no finished run to evaluate", runs=runs)
     assert missing.status == UNTESTED and "not evaluated: no finished run to evaluate" in missing.numbers
+    (evaluation, scoped), *_ = passed.seen  # the probe saw exactly the claim's scope
+    assert len(scoped) == len(scope(runs, *claims.RECORDS[name].scope)) > 0
 
 
-@pytest.mark.parametrize("name", [*PROBE_CASES, "cauchy_transfer"])
-def test_probe_scopes_take_only_their_slice(name: str) -> None:
-    subgrid, where = claims.CAUCHY_TRANSFER if name == "cauchy_transfer" else claims.SCOPES[name]
+@pytest.mark.parametrize("name", [r.name for r in claims.CLAIMS if r.scope is not None])
+def test_probe_claims_judge_models_the_figures_draw(name: str) -> None:
+    """A claim's probe reads runs of the probe's figure (analysis.eval_figures.PROBES): one set of models."""
+    record = claims.RECORDS[name]
     everything = runs_of(GRID, lambda c: 1.0)
-    runs = claims.scope(pd.concat([everything, everything.assign(**{SUBGRIDS: "elsewhere"})]), subgrid, where)
-    assert len(runs) == 2 * len(claims.scope(GRID, subgrid, where)) > 0
-    assert runs[SUBGRIDS].str.split(",").map(lambda tags: subgrid in tags).all()
-    for key, allowed in where.items():
-        assert runs[key].isin(allowed if isinstance(allowed, tuple) else (allowed,)).all()
+    evaluations = []
+    claims.judge(
+        record,
+        claims.Evidence(
+            everything,
+            probe=lambda runs, ev: (evaluations.append((ev, runs)), (pd.DataFrame(columns=ROWS), ""))[1],
+        ),
+    )
+    for evaluation, scoped in evaluations:
+        figure = scope(everything, *PROBES[evaluation])
+        assert not scoped.empty and set(scoped["run_id"]) <= set(figure["run_id"]), (name, evaluation)
 
 
 # ---- cauchy_fails: both halves ----
@@ -284,35 +405,32 @@ def cauchy_runs(value: float = 1.2, outcome: str = FINISHED) -> pd.DataFrame:
     return pd.concat([runs_of(family[family[FAMILY] != "cauchy"], lambda c: 0.9), cauchy])
 
 
-TRANSFER = curves_of(
-    {
-        **{("test_family=cauchy", f"L2-OH-family={f}"): (1.0, 0.9) for f in FAMILIES[2:]},
-        ("test_family=cauchy", LLOYD): (1.0, 0.8),
-        ("test_family=normal", LLOYD): (1.0, 0.8),
-        ("test_family=normal", "L2-OH-family=gumbel"): (1.0, 0.5),
-    }
-)
+TRANSFER = {
+    **{("test_family=cauchy", f"L2-OH-family={f}"): (1.0, 0.9) for f in FAMILIES[2:]},
+    ("test_family=cauchy", LLOYD): (1.0, 0.8),
+    ("test_family=normal", LLOYD): (1.0, 0.8),
+    ("test_family=normal", "L2-OH-family=gumbel"): (1.0, 0.5),
+}
 
 
 def test_cauchy_fails_needs_both_halves() -> None:
-    passed = claims.judge_cauchy(cauchy_runs(), TRANSFER, T, GRID)
+    passed = probe_judged("cauchy_fails", TRANSFER, runs=cauchy_runs())
     assert passed.status == PASS and "3/3 cases" in passed.numbers and "12/12 cases" in passed.numbers, (
         passed.numbers
     )
-    diverged = claims.judge_cauchy(cauchy_runs(outcome=DIVERGED), TRANSFER, T, GRID)
+    diverged = probe_judged("cauchy_fails", TRANSFER, runs=cauchy_runs(outcome=DIVERGED))
     assert diverged.status == PASS and "diverged 24" in diverged.numbers
-    assert claims.judge_cauchy(cauchy_runs(value=0.95), TRANSFER, T, GRID).status == FAIL
-    transfers = TRANSFER.copy()
-    transfers.loc[(transfers["series"] == "L2-OH-family=laplace") & (transfers["x"] == T), "median"] = 0.7
-    assert claims.judge_cauchy(cauchy_runs(), transfers, T, GRID).status == FAIL
-    untransferred = claims.judge_cauchy(
-        cauchy_runs(), curves_of({}), T, GRID, missing="no finished run to evaluate"
+    assert probe_judged("cauchy_fails", TRANSFER, runs=cauchy_runs(value=0.95)).status == FAIL
+    beaten = {**TRANSFER, ("test_family=cauchy", "L2-OH-family=laplace"): (1.0, 0.7)}
+    assert probe_judged("cauchy_fails", beaten, runs=cauchy_runs()).status == FAIL
+    untransferred = probe_judged(
+        "cauchy_fails", {}, missing="no finished run to evaluate", runs=cauchy_runs()
     )
     assert untransferred.status == UNTESTED and "family_transfer not evaluated" in untransferred.numbers
-    unfinished = claims.judge_cauchy(cauchy_runs(outcome="other"), TRANSFER, T, GRID)
+    unfinished = probe_judged("cauchy_fails", TRANSFER, runs=cauchy_runs(outcome="other"))
     assert unfinished.status == UNTESTED and "unfinished 24" in unfinished.numbers
     extra = cauchy_runs(value=0.5).assign(**{SUBGRIDS: "elsewhere", SEED: 7})
-    assert claims.judge_cauchy(pd.concat([cauchy_runs(), extra]), TRANSFER, T, GRID).status == PASS
+    assert probe_judged("cauchy_fails", TRANSFER, runs=pd.concat([cauchy_runs(), extra])).status == PASS
 
 
 # ---- binary_faster_leaner and cauchy_dissimilar ----
@@ -336,17 +454,24 @@ def speed_rows(ks=(8, 64, 256), slow_at: int | None = None) -> list[dict]:
     ]
 
 
+def speed(rows, source: str = "") -> claims.Claim:
+    return claims.judge(
+        claims.RECORDS["binary_faster_leaner"],
+        claims.Evidence(pd.DataFrame(), speed=rows, speed_source=source),
+    )
+
+
 def test_binary_faster_leaner() -> None:
-    claim = claims.judge_speed(speed_rows())
+    claim = speed(speed_rows())
     assert claim.status == PASS and "forward 21.7x (paper up to 12x)" in claim.numbers, (
         claim.numbers
     )  # 260 / 12
     assert (
         "backward 21.7x (paper up to 9x)" in claim.numbers and "95% lower (paper almost 70%)" in claim.numbers
     )
-    assert claims.judge_speed(speed_rows(slow_at=16)).status == FAIL
-    assert claims.judge_speed(speed_rows(ks=(256,))).status == UNTESTED  # growth with k needs two k
-    absent = claims.judge_speed(None, "reports/speed_memory.json")
+    assert speed(speed_rows(slow_at=16)).status == FAIL
+    assert speed(speed_rows(ks=(256,))).status == UNTESTED  # growth with k needs two k
+    absent = speed(None, "reports/speed_memory.json")
     assert absent.status == UNTESTED and "reports/speed_memory.json" in absent.numbers
 
 
@@ -361,15 +486,27 @@ def blocks(cauchy_to_others: float = 5.0, normal_lognormal: float = 1.0, familie
     return matrix.rename_axis("family_i").reset_index()
 
 
+def dissimilar(table: pd.DataFrame) -> claims.Claim:
+    return claims.judge(claims.RECORDS["cauchy_dissimilar"], claims.Evidence(pd.DataFrame(), blocks=table))
+
+
 def test_cauchy_dissimilar() -> None:
-    passed = claims.judge_dissimilarity(blocks())
+    passed = dissimilar(blocks())
     assert passed.status == PASS and "cauchy-to-others 5" in passed.numbers and "6/6 cases" in passed.numbers
-    assert claims.judge_dissimilarity(blocks(normal_lognormal=6.0)).status == FAIL
-    untested = claims.judge_dissimilarity(blocks(families=("normal", "gumbel", "laplace")))
+    assert dissimilar(blocks(normal_lognormal=6.0)).status == FAIL
+    untested = dissimilar(blocks(families=("normal", "gumbel", "laplace")))
     assert untested.status == UNTESTED and "needs the distances of cauchy" in untested.numbers
 
 
-def test_the_fourteen_claims_in_the_specs_order() -> None:
+# ---- the records ----
+
+
+def test_every_record_has_a_pass_a_fail_and_an_untested_input_here() -> None:
+    covered = {*RUN_CASES, *PROBE_CASES, "cauchy_fails", "binary_faster_leaner", "cauchy_dissimilar"}
+    assert covered == set(claims.RECORDS)
+
+
+def test_the_eighteen_claims_in_the_specs_order_and_one_beyond() -> None:
     assert list(claims.PAPER) == [
         "tau01_beats_lloyd",
         "l2_lower_train_loss",
@@ -385,27 +522,37 @@ def test_the_fourteen_claims_in_the_specs_order() -> None:
         "large_lr_worse",
         "binary_faster_leaner",
         "cauchy_dissimilar",
+        "ne_val_rises_tau1",
+        "family_transfer_multistep",
+        "clusters_d4_tau01",
+        "clusters_d32",
     ]
-    judged = {
-        *claims.RUN_CLAIMS,
-        *claims.PROBE_CLAIMS,
-        "cauchy_fails",
-        "binary_faster_leaner",
-        "cauchy_dissimilar",
-    }
-    assert judged == set(claims.PAPER)
-    table = claims.claims_table([claims.judge_speed(None)])
-    assert list(table.columns) == ["name", "status", "numbers", "paper"]
+    assert [r.name for r in claims.CLAIMS if r.beyond] == ["reembed_from_good_inits"]
+    assert all(r.source for r in claims.CLAIMS)
+    table = claims.claims_table([speed(None)])
+    assert list(table.columns) == ["name", "status", "numbers", "paper", "source", "marginal", "beyond"]
 
 
-# ---- evaluation curves: every model counts, Lloyd's once per set of tasks ----
+def test_claims_md_puts_findings_beyond_the_paper_under_their_own_heading() -> None:
+    runs = runs_of(GRID, lambda c: 0.9)
+    judged_all = [
+        probe_judged(r.name, PROBE_CASES["reembed_beats_lloyd"][0], runs=runs) for r in claims.CLAIMS
+    ]
+    text = claims.markdown(judged_all)
+    paper, beyond = text.split("## Beyond the paper")
+    assert paper.startswith("## The paper's claims\n\n18 claims: ")
+    assert "`reembed_from_good_inits`" in beyond and "`reembed_from_good_inits`" not in paper
+    assert all(f"`{name}`" in paper for name in claims.PAPER)
+
+
+# ---- evaluation curves and rows: every model counts, Lloyd's once per set of tasks ----
 
 
 def transfer_store(
     families=FAMILIES[:1] + FAMILIES[2:], seeds=(1, 2)
 ) -> tuple[pd.DataFrame, SimpleNamespace]:
-    """Onehot models trained on four families; a fake evaluator: a model's value is its training family's index,
-    Lloyd's depends on the seed and test family only (the same tasks for every model of a seed)."""
+    """Onehot models trained on four families; a fake evaluator: a model's value is its training family's
+    index, Lloyd's depends on the seed and test family only (the same tasks for every model of a seed)."""
     runs = pd.DataFrame(
         [
             {
@@ -462,12 +609,18 @@ def test_family_transfer_counts_models_trained_on_every_family() -> None:
     assert on_cauchy.loc[LLOYD, "median"] == 17.0
 
 
-def test_probe_curves_count_a_diverged_model_as_beating_nothing() -> None:
+def test_probe_rows_count_a_diverged_model_as_beating_nothing() -> None:
     runs, ctx = transfer_store(families=("normal", "gumbel"), seeds=(1, 2, 3))
     runs.loc[(runs[FAMILY] == "gumbel") & (runs[SEED] > 1), "outcome"] = DIVERGED
-    curves = claims.probe_curves(ctx, runs, "family_transfer", "test_family", ("reembed",))
-    at = curves[(curves["panel"] == "test_family=cauchy") & (curves["x"] == 2)].set_index("series")
-    assert at.loc["family=normal", "median"] == 2.0 and at.loc["family=normal", "n_seeds"] == 3
-    assert at.loc["family=gumbel", "median"] == math.inf and at.loc["family=gumbel", "n_seeds"] == 3
-    assert at.loc["family=gumbel", "diverged"] == "2/3 diverged"
-    assert at.loc[LLOYD, "n_seeds"] == 3
+    rows = claims.probe_rows(ctx, runs, "family_transfer")
+    at = rows[(rows["panel"] == "test_family=cauchy") & (rows["step"] == 2)]
+    normal, gumbel = (
+        at[at["series"] == f"family={f}"].set_index(SEED)["value"] for f in ("normal", "gumbel")
+    )
+    assert list(normal) == [2.0] * 3 and sorted(gumbel) == [4.0, math.inf, math.inf]  # gumbel is family 2
+    assert sorted(at.loc[at["series"] == LLOYD, "value"]) == [12.0, 22.0, 32.0]  # once per seed
+    cases = claims.vs_lloyd(rows, 2, lambda a, b: a < b, ("test_family=cauchy",))
+    assert {c.label: c.holds for c in cases} == {
+        "test_family=cauchy family=normal": True,
+        "test_family=cauchy family=gumbel": False,
+    }
