@@ -25,13 +25,17 @@ demo: $(STAMP)
 	$(PY) -m analysis.report select.sweep=demo eval.batches=1 eval.threads=2 'eval.lengths=[128,256,1024]'
 
 # The paper's sub-grids at laptop scale (conf/sweep/lite.yaml): sweep, benchmark, report and
-# claims into reports/leaner-clustering-lite/; measured at about an hour on 2 cores (README).
+# claims into reports/leaner-clustering-lite/; budget: an hour on 2 cores (README).
 LITE := tracking.experiment=leaner-clustering-lite
 LITE_OUT := reports/leaner-clustering-lite
-# One batch of 32 fresh tasks per probe condition and seed (the paper's report: 4); both cores.
-LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json eval.batches=1 eval.threads=2
+# How lite's trials are packed (cluster.pack): its 10,000-step probe slice fits the hour only with packs
+# of 10-30 models at 3-5x the solo rate (conf/sweep/lite.yaml); set `make reproduce LITE_PACK=shapes`
+# (issue "Packs that pay") where that mode exists. none: one model per trial, about 105 minutes.
+LITE_PACK ?= none
+# The probes' default of 4 batches of 32 fresh tasks per condition and seed (128, as the report); both cores.
+LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json eval.threads=2
 reproduce: $(STAMP)
-	$(PY) -m sweeper.sweep sweep=lite $(LITE)
+	$(PY) -m sweeper.sweep sweep=lite $(LITE) cluster.pack=$(LITE_PACK)
 	$(PY) -m bench speed_memory --quick --repeats 3 --out $(LITE_OUT)/speed_memory.json
 	$(PY) -m analysis.report select.sweep=lite $(LITE) $(LITE_EVAL)
 	$(PY) -m analysis.claims select.sweep=lite $(LITE) $(LITE_EVAL)

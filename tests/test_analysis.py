@@ -306,14 +306,14 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
     printed = capsys.readouterr().out
     assert claims.PAPER["tau01_beats_lloyd"] in printed and printed.strip().endswith("claims.csv")
     table = pd.read_csv(tmp_path / experiment / "claims.csv").set_index("name")
-    assert list(table.index) == list(claims.PAPER)
+    assert list(table.index) == [record.name for record in claims.CLAIMS]
     status = table["status"]
     assert (
         status["tau01_beats_lloyd"] == claims.FAIL
         and "0/2 cases" in table.loc["tau01_beats_lloyd", "numbers"]
     )
     assert not (status.drop("cauchy_dissimilar") == claims.PASS).any(), table
-    probed = ["reembed_beats_lloyd", "length_generalises", "shift_generalises"]
+    probed = ["reembed_beats_lloyd", "length_generalises", "shift_generalises", "reembed_from_good_inits"]
     assert (status[probed] != claims.UNTESTED).all(), table.loc[probed, "numbers"]
     assert all("2/4 configurations with >= 2 seeds" in table.loc[name, "numbers"] for name in probed)
     absent = [
@@ -326,8 +326,18 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
         "clusters_d4_tau1",
         "large_lr_worse",
         "binary_faster_leaner",
+        "ne_val_rises_tau1",
+        "family_transfer_multistep",
+        "clusters_d4_tau01",
+        "clusters_d32",
     ]
     assert (status[absent] == claims.UNTESTED).all(), table.loc[absent, "numbers"]
+    assert "## Beyond the paper" in (tmp_path / experiment / "claims.md").read_text()
+    # The figures draw exactly the models the claims judged (one set): the tau 0.1, d 4 runs of `tau`.
+    runs = load_runs(smoke_store, experiment)
+    ctx = Context.build(smoke_store, experiment, runs, SMALL, tmp_path / experiment)
+    for name in ("multistep", "length", "mixture_shift"):
+        assert set(FIGURES[name](ctx).run_ids) == set(runs["run_id"]), name
 
 
 def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, capsys) -> None:
