@@ -233,3 +233,41 @@ def test_every_torch_load_is_weights_only():
         assert "weights_only=True" in call.group(1), f"{path.relative_to(ROOT)}: {call.group(0)}"
     readme_calls = re.findall(r"torch\.load\(([^)]*)\)", README.read_text())
     assert readme_calls and all("weights_only=True" in c for c in readme_calls)
+
+
+SCIENCE = ROOT / "docs" / "science.md"
+
+
+def test_every_claim_is_written_up_in_docs_science():
+    from analysis import claims
+
+    text = SCIENCE.read_text()
+    missing = [record.name for record in claims.CLAIMS if f"`{record.name}`" not in text]
+    assert not missing, f"docs/science.md section 7.1 lacks {missing}"
+    assert "### 7.1 The paper's claims" in text
+    headings = re.findall(r"^## (\d+)\. ", text, flags=re.M)
+    assert headings == [str(n) for n in range(1, 9)]  # the section numbers the code cites
+
+
+def test_no_reference_points_outside_the_repository():
+    """Code, configs, the Makefile and the docs cite docs/science.md, never a spec outside the clone.
+    docs/results/ is one run's committed output and is rewritten by the next run."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = [
+        ROOT / name
+        for name in tracked.stdout.split()
+        if (name.endswith((".py", ".yaml", ".md", ".toml")) or name == "Makefile")
+        and not name.startswith("docs/results/")
+        and ROOT / name != Path(__file__)  # this test spells the patterns out
+    ]
+    assert README in files and SCIENCE in files or not SCIENCE.exists()
+    outside = re.compile(r"\bSPEC\b|SPEC\.md|/work/|paper_grid\.csv beside|shared/paper")
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in files
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
+    assert not found, found
+    cited = {int(n) for p in files for n in re.findall(r"docs/science\.md,? sections? (\d+)", p.read_text())}
+    assert cited <= set(range(1, 9)), cited
