@@ -99,8 +99,10 @@ class Case:
         return bool(self.iqr[0] < 0 < self.iqr[1])
 
     def describe(self) -> str:
-        if math.isnan(self.margin) and math.isnan(self.iqr[0]):
-            return f"{self.label} {self.measured}"
+        if math.isnan(self.iqr[0]) and math.isnan(self.iqr[1]):  # one measurement, no seeds to spread over
+            return f"{self.label} {self.measured}" + (
+                "" if math.isnan(self.margin) else f" (margin {signed(self.margin)})"
+            )
         mark = ", marginal" if self.marginal else ""
         return (
             f"{self.label} {self.measured} (margin {signed(self.margin)}, "
@@ -602,6 +604,7 @@ def _speed(v: View) -> list[Part]:
                 f"d={d} k={rs[-1]['k']} {m}",
                 f"onehot/binary {ratio(rs[-1], m):.2f}",
                 rs[-1]["binary"][m] < rs[-1]["onehot"][m],
+                rs[-1]["binary"][m] / max(rs[-1]["onehot"][m], 1e-12) - 1,  # binary relative to onehot
             )
             for d, rs in by_d.items()
             for m in SPEED
@@ -614,6 +617,7 @@ def _speed(v: View) -> list[Part]:
                 f"d={d} {m}",
                 f"k {rs[0]['k']}->{rs[-1]['k']}: {ratio(rs[0], m):.2f}->{ratio(rs[-1], m):.2f}",
                 ratio(rs[-1], m) > ratio(rs[0], m),
+                ratio(rs[-1], m) - ratio(rs[0], m),
             )
             for d, rs in by_d.items()
             if len(rs) > 1
@@ -648,7 +652,12 @@ def _dissimilar(v: View) -> list[Part]:
         Part(
             f"mean distance cauchy-to-others {to_others:.4g} > mean distance between two non-cauchy families",
             [
-                Case(f"{f}-{g}", f"{matrix.loc[f, g]:.4g}", bool(to_others > matrix.loc[f, g]))
+                Case(
+                    f"{f}-{g}",
+                    f"{matrix.loc[f, g]:.4g}",
+                    bool(to_others > matrix.loc[f, g]),
+                    float(matrix.loc[f, g] - to_others),  # the pair's distance minus cauchy-to-others
+                )
                 for f, g in pairs
             ],
         )

@@ -28,7 +28,7 @@ PROBES = {
     "mixture_shift": ("tau", {"loss.tau": 0.1, "task.d": 4}),
     "family_transfer": ("family", {"loss.tau": 0.1, "model.embedding": TRANSFERRED}),
 }
-SERIES_KEYS = ["model.embedding", "loss.regularizer"]  # what tells a probe's models apart in its legend
+SERIES_KEYS = ["model.embedding", "loss.regularizer"]  # first in a legend, when they vary
 
 
 def probed(
@@ -48,9 +48,11 @@ def probed(
     ]
 
 
-def _series(runs: pd.DataFrame) -> tuple[pd.Series, dict[str, dict]]:
-    keys = [k for k in SERIES_KEYS if k in varying(runs)] or SERIES_KEYS[:1]
-    return series_labels(runs, keys)
+def _series(runs: pd.DataFrame, panel_key: str = "") -> tuple[pd.Series, dict[str, dict]]:
+    """A series per configuration (every key that varies but the one naming the panels), OH-L2 style."""
+    keys = [k for k in varying(runs) if k != panel_key]
+    keys = [k for k in SERIES_KEYS if k in keys] + [k for k in keys if k not in SERIES_KEYS]
+    return series_labels(runs, keys or SERIES_KEYS[:1])
 
 
 def multistep(ctx: Context) -> Figure:
@@ -111,7 +113,7 @@ def length(ctx: Context) -> Figure:
 def family_transfer(ctx: Context) -> Figure:
     """Train family x test family, T steps, against Lloyd's; and the table of steps 0, 1 and T (Table 1)."""
     runs, caveat = probed(ctx, "family_transfer", ctx.subgrid("family"), ["task.family", "model.embedding"])
-    series, styles = _series(runs)
+    series, styles = _series(runs, "task.family")
     trained = [f for f in FAMILIES if f in set(runs["task.family"])]
     of = {f: runs["task.family"] == f for f in trained}
     status = {f: divergence_note((of[f] & (runs["outcome"] == DIVERGED)).sum(), of[f].sum()) for f in trained}
