@@ -144,6 +144,7 @@ def figures(times: list[float], flops: int, models: int, peak: int | None, matmu
     return {
         "seconds_per_step": seconds,
         "seconds_per_step_min": min(times),
+        "seconds_per_step_mean": statistics.fmean(times),  # with the rare steps (chunked task draws) in it
         "model_steps_per_second": models / seconds,
         "peak_memory_bytes": peak,
         "flop_rate": models * flops / seconds,

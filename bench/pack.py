@@ -14,6 +14,11 @@ paper's two, packs up to 100, threads 1 and 2, which takes the better part of
 an hour on 2 cores and about 12 GB at n 512 with P 100; `--quick` measures
 the laptop size at 1 thread with packs up to 10. `pack_step` is the one
 function that knows training.packed's entry points.
+
+A timed call is `--steps` training steps. A step that does more than most
+(tasks drawn for several steps at once, a read-back) shows in
+seconds_per_step_mean, not in the median: give --steps a multiple of such a
+period (e.g. train.log_every) for the amortised figure.
 """
 
 from __future__ import annotations
