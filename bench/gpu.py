@@ -157,7 +157,7 @@ def measure_compile(device: torch.device, tiny: bool) -> dict:
     mode = "cudagraphs" if device.type == "cuda" else "aot_eager"
     out = {"mode": mode}
     size = (16, 4, 6) if tiny else (512, 32, 10)
-    plan = Plan(sizes={"compile": size}, packs=(1,), threads=(1,), op_packs=(), repeats=1 if tiny else 5)
+    plan = Plan(sizes={"compile": size}, packs=(), threads=(1,), op_packs=(), repeats=1 if tiny else 5)
     for name, setting in (("off", "off"), (mode, mode)):
         cfg = compose(
             [f"train.device={device}", f"train.compile={setting}"] + (["train.batch=4"] if tiny else [])
@@ -234,7 +234,7 @@ def table(report: dict) -> str:
             lines.append(
                 f"steps      n={row['n']} d={row['d']} k={row['k']} {row['embedding']}: solo "
                 f"{row['solo']['model_steps_per_second']:.0f} model-steps/s "
-                f"({row['solo']['flop_rate'] / 1e9:.1f} GFLOP/s); {packs}; per pack step {calls}"
+                f"({row['solo']['flop_rate'] / 1e9:.2f} GFLOP/s); {packs}; per pack step {calls}"
             )
     else:
         lines.append(f"steps      {steps}")

@@ -51,6 +51,7 @@ SIZES = {"laptop": (128, 4, 6), "paper_k10": (512, 32, 10), "paper_k25": (512, 3
 PACKS = (1, 3, 10, 30, 100)
 THREADS = (1, 2)
 OP_PACKS = (1, 10, 100)  # the pack sizes whose operator calls per step are counted
+OP_STEPS = 3  # steps profiled one by one per pack size
 QUICK = {"sizes": ("laptop",), "packs": (1, 3, 10), "threads": (1,), "op_packs": (1, 10), "repeats": 3}
 SIZE_KEYS = ("task.n", "task.d", "task.k")
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
@@ -95,17 +96,28 @@ def repeat(fn: Callable[[], object], steps: int) -> Callable[[], None]:
     return run
 
 
-def op_calls(step: Callable[[], object], device: torch.device) -> dict:
-    """Operator calls of one (warm) step: aten:: calls, nested included; on CUDA also kernel launches."""
+def op_calls(step: Callable[[], object], device: torch.device, steps: int = OP_STEPS) -> dict:
+    """Operator calls of a (warm) step: aten:: calls, nested included; on CUDA also kernel launches.
+
+    Each of `steps` steps is profiled alone: the median is the typical step, the
+    max one that does more (a chunk of task draws, a read-back).
+    """
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
-        step()
-    names = [event.name for event in prof.events()]
+    aten, launches = [], []
+    for _ in range(steps):
+        with profile(activities=activities) as prof:
+            step()
+        names = [event.name for event in prof.events()]
+        aten.append(sum(name.startswith("aten::") for name in names))
+        launches.append(sum(name in LAUNCHES for name in names))
+    cuda = device.type == "cuda"
     return {
-        "aten_ops": sum(name.startswith("aten::") for name in names),
-        "kernel_launches": sum(name in LAUNCHES for name in names) if device.type == "cuda" else None,
+        "aten_ops": statistics.median_low(aten),
+        "aten_ops_max": max(aten),
+        "kernel_launches": statistics.median_low(launches) if cuda else None,
+        "kernel_launches_max": max(launches) if cuda else None,
     }
 
 
@@ -137,7 +149,7 @@ def measure_threads(
 def measure_size(cfg: DictConfig, name: str, plan: Plan, device: torch.device) -> dict:
     """Every thread count and pack of one size, then the operator calls of its op_packs."""
     flops = step_flops(cfg)
-    seeds = max((*plan.packs, *plan.op_packs))
+    seeds = max((1, *plan.packs, *plan.op_packs))
     cfgs = [seeded(cfg, cfg.seed + i) for i in range(seeds)]
     steps = {"solo": pack_step(cfgs[:1], device, packed=False)}
     steps.update({f"pack{P}": pack_step(cfgs[:P], device) for P in plan.packs})
@@ -238,12 +250,16 @@ def table(result: dict) -> str:
             ]
             lines.append(f"{row['threads']:<8}{cells[0]:>18}" + "".join(f"{c:>24}" for c in cells[1:]))
         if size["op_calls"]:
-            lines.append(
-                "operator calls per pack step: "
-                + ", ".join(
-                    f"P {c['pack']}: {c['aten_ops']} aten"
-                    + (f", {c['kernel_launches']} launches" if c["kernel_launches"] is not None else "")
-                    for c in size["op_calls"]
-                )
-            )
+            lines.append("operator calls per pack step: " + ", ".join(map(calls, size["op_calls"])))
     return "\n".join(lines)
+
+
+def calls(row: dict) -> str:
+    """One pack size's operator calls per step: typical (and the most, where a step did more)."""
+
+    def count(key: str, what: str) -> str:
+        most = row[f"{key}_max"]
+        return f"{row[key]} {what}" + (f" (max {most})" if most != row[key] else "")
+
+    launches = f", {count('kernel_launches', 'launches')}" if row["kernel_launches"] is not None else ""
+    return f"P {row['pack']}: {count('aten_ops', 'aten')}{launches}"
