@@ -1,15 +1,8 @@
-"""Speed and memory benchmarks and probes: `python -m bench COMMAND [options] [hydra overrides]`.
+"""Speed and memory benchmarks and probes: `python -m bench COMMAND [options] [key=value overrides]`.
 
-    step          the real training step against the straightforward one, alternately (bench/step.py)
-    pack          solo against packed training, pack sizes 1, 2, 5, 10, 30 (bench/pack.py)
-    sweep         projected wall time of the paper grid from measured step times (bench/sweep.py)
-    speed_memory  binary against onehot: forward/backward time and peak memory over d and k (bench/speed_memory.py)
-    gpu           the one-shot check of a GPU node: `python -m bench gpu --out FILE [--tiny]` (bench/gpu.py)
-    scale         the sweep driver at 300 to 3,000 trials: `python -m bench scale [TRIALS ...]` (bench/scale.py)
-
-The first four print JSON on stdout and progress on stderr; `gpu` and `scale`
-have their own options (`python -m bench gpu --help`). Exit codes
-as for every command (sweeper/exit_codes.py; 1: a check of gpu or scale failed).
+`python -m bench COMMAND --help` lists a command's options. step, pack, sweep
+and speed_memory print JSON on stdout and progress on stderr; gpu and scale
+print JSON and a table.
 """
 
 from __future__ import annotations
@@ -18,50 +11,139 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.common import configure
+from bench.common import configure, exit_codes_help, log, write
+from bench.pack import OP_PACKS, PACKS, SIZES, THREADS, bench_pack, parse_size, plan_from, table
 from config.compose import compose
 from sweeper.entry import command
 
-MEASURES = ("step", "pack", "sweep", "speed_memory")
-PROBES = ("gpu", "scale")
+COMMANDS = {
+    "step": "the real training step against the straightforward one, alternately (bench/step.py)",
+    "pack": "model-steps/s solo and in packs, and operator calls per pack step (bench/pack.py)",
+    "sweep": "projected wall time of the paper grid from measured solo and pack steps (bench/sweep.py)",
+    "speed_memory": "binary against onehot: forward/backward time and peak memory over d and k",
+    "gpu": "the one-shot check of a GPU node (bench/gpu.py; `python -m bench gpu --help`)",
+    "scale": "the sweep driver at 300 to 3,000 trials (bench/scale.py; `python -m bench scale --help`)",
+}
+PROBES = ("gpu", "scale")  # with parsers of their own
+
+
+def some(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers >= 1, or '' for none."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = (0,)
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers >= 1")
+    return values
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers >= 1, at least one."""
+    if not some(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers >= 1, at least one")
+    return some(text)
+
+
+def sizes(text: str) -> dict[str, tuple[int, int, int]]:
+    try:
+        return {s: parse_size(s) for s in text.split(",")}
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: an integer >= 1")
+    return int(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    top = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, epilog=exit_codes_help(), formatter_class=raw
+    )
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, about in COMMANDS.items():
+        sub.add_parser(
+            name,
+            help=about,
+            description=about,
+            usage=f"python -m bench {name} [options] [key=value overrides]",
+            epilog=exit_codes_help(),
+            formatter_class=raw,
+        )
+    for name in ("step", "sweep", "speed_memory"):
+        options = sub.choices[name]
+        options.add_argument("--repeats", type=positive, default=5, help="measured rounds per variant (5)")
+        options.add_argument("--threads", type=positive, help="torch threads (default: PyTorch's, all cores)")
+    sub.choices["speed_memory"].add_argument("--quick", action="store_true", help="drops k = 1024")
+    sub.choices["sweep"].add_argument(
+        "--sweep-pack",
+        type=int,
+        default=10,
+        help="also time packs of this many seeds per shape (0, 1: solo only)",
+    )
+    pack_options(sub.choices["pack"])
+    for name in ("step", "pack", "sweep", "speed_memory"):
+        sub.choices[name].add_argument("--out", type=Path, help="also write the JSON to this file")
+    return top
+
+
+def pack_options(options: argparse.ArgumentParser) -> None:
+    def listed(values: tuple) -> str:
+        return ",".join(map(str, values))
+
+    options.add_argument(
+        "--sizes",
+        type=sizes,
+        help=f"names of {', '.join(f'{k} {v}' for k, v in SIZES.items())} or NxDxK, comma-separated "
+        "(default: all, or the configured size when task.n/d/k are overridden)",
+    )
+    options.add_argument("--packs", type=counts, help=f"pack sizes ({listed(PACKS)})")
+    options.add_argument(
+        "--threads", type=counts, help=f"torch thread counts, each measured ({listed(THREADS)})"
+    )
+    options.add_argument(
+        "--op-packs",
+        type=some,
+        help=f"pack sizes whose operator calls are counted ({listed(OP_PACKS)}; '' none)",
+    )
+    options.add_argument("--repeats", type=positive, help="measured rounds per variant (5)")
+    options.add_argument("--steps", type=positive, default=1, help="training steps per timed call (1)")
+    options.add_argument(
+        "--memory", action="store_true", help="peak memory on CPU too (slow); always on CUDA"
+    )
+    options.add_argument(
+        "--quick", action="store_true", help="laptop size, 1 thread, packs 1,3,10, ops of 1,10, 3 rounds"
+    )
+    options.add_argument("--table", type=Path, help="also write the table (printed on stderr) to this file")
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The options of the four measuring commands; the rest are config overrides."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=MEASURES + PROBES)
-    parser.add_argument("--repeats", type=int, default=5, help="measured rounds per variant (default 5)")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: PyTorch's, all cores)"
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds (speed_memory)")
-    parser.add_argument("--packs", type=str, default="1,2,5,10,30", help="pack sizes for `pack`")
-    parser.add_argument(
-        "--sweep-pack",
-        type=int,
-        default=10,
-        help="`sweep`: also time packs of this many seeds per shape (0 or 1: solo only)",
-    )
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
-    args, overrides = parser.parse_known_args(argv)
+    top = parser()
+    args, overrides = top.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]
     if unknown:
-        parser.error(f"unknown option(s) {' '.join(unknown)}; config overrides are key=value")
-    if args.repeats < 1:
-        parser.error(f"--repeats={args.repeats} is not allowed: an integer >= 1")
+        top.error(f"unknown option(s) {' '.join(unknown)}; config overrides are key=value")
     return args, overrides
 
 
 def measure(args: argparse.Namespace, overrides: list[str]) -> dict:
     cfg = compose(overrides)
+    if args.command == "pack":
+        result = bench_pack(cfg, plan_from(args, cfg, overrides))
+        text = table(result)
+        log(text)
+        if args.table:
+            write(args.table, text)
+        return result
+    configure(args.threads)
     if args.command == "step":
         from bench.step import bench_step
 
         return bench_step(cfg, args.repeats)
-    if args.command == "pack":
-        from bench.pack import bench_pack
-
-        return bench_pack(cfg, [int(p) for p in args.packs.split(",")], args.repeats)
     if args.command == "sweep":
         from bench.sweep import bench_sweep
 
@@ -73,20 +155,13 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict:
 
 @command("leaner-bench", own_options=True)
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == "gpu":
-        from bench import gpu
+    if argv and argv[0] in PROBES:
+        from importlib import import_module
 
-        return gpu.main(argv[1:])
-    if argv and argv[0] == "scale":
-        from bench import scale
-
-        return scale.main(argv[1:])
+        return import_module(f"bench.{argv[0]}").main(argv[1:])
     args, overrides = parse(argv)
-    configure(args.threads)
-    result = measure(args, overrides)
-    text = json.dumps(result, indent=2)
+    text = json.dumps(measure(args, overrides), indent=2)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write(args.out, text)
     return 0

@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from models.embedding import embedding_dim
+from sweeper.exit_codes import TABLE
 
 MATMUL_SIZE = 1024  # the dense fp32 matmul whose FLOP rate is the machine's reference
 
@@ -138,16 +139,32 @@ def configure(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def figures(times: list[float], flops: int, models: int, peak: int, matmul_rate: float) -> dict:
+def figures(times: list[float], flops: int, models: int, peak: int | None, matmul_rate: float) -> dict:
     seconds = statistics.median(times)
     return {
         "seconds_per_step": seconds,
         "seconds_per_step_min": min(times),
+        "seconds_per_step_mean": statistics.fmean(times),  # with the rare steps (chunked task draws) in it
         "model_steps_per_second": models / seconds,
         "peak_memory_bytes": peak,
         "flop_rate": models * flops / seconds,
         "flop_fraction": models * flops / seconds / matmul_rate,
     }
+
+
+def write(path: Path, text: str) -> None:
+    """An output file of a benchmark (--out, --table), its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def exit_codes_help() -> str:
+    """The exit codes for --help (sweeper/exit_codes.py's table); bench itself ends with 0, 1 or 2."""
+    rows = [f"  {row.code:<4} {row.meaning}" for row in TABLE]
+    return (
+        "exit codes (sweeper/exit_codes.py; bench: 0, 1 when a check of gpu or scale failed, 2):\n"
+        + "\n".join(rows)
+    )
 
 
 def memory_measure(device: torch.device) -> str:

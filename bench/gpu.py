@@ -6,8 +6,9 @@ What no CPU machine can show, measured on the first device of `train.device`
   exact       the exact Lloyd transformer equals Lloyd's step on the device (float64, TF32 off; 1e-5)
   packed      a pack trained on the device equals its models trained alone (model.dropout 0; 1e-5)
   resume      a run that crashes mid-way and resumes from its checkpoint equals one that did not (bit for bit)
-  steps       seconds per training step, solo and in packs of 1/10/30/100, at (d, k) = (4, 6), (32, 10),
-              (32, 25), onehot and binary, with peak device memory
+  steps       model-steps per second solo and in packs of 1/3/10/30/100 at bench/pack.py's sizes (n, d, k) =
+              (128, 4, 6), (512, 32, 10), (512, 32, 25), onehot and binary, with the FLOP rate and peak device
+              memory, and the operator calls (aten ops, kernel launches) of one pack step for P = 1, 10, 100
   compile     train.compile=cudagraphs against off (aot_eager on a CPU, where CUDA graphs do not exist)
   projection  the 3,000-model paper grid's device-hours, solo and in packs of ten (bench/sweep.py)
 
@@ -27,8 +28,8 @@ from typing import Callable
 
 import torch
 
-from bench.common import log
-from bench.pack import bench_pack
+from bench.common import exit_codes_help, log
+from bench.pack import OP_PACKS, PACKS, SIZES, Plan, bench_pack
 from bench.sweep import bench_sweep
 from config.compose import compose
 from models.exact import ExactLloydTransformer
@@ -41,7 +42,6 @@ from training.packed import train_pack
 
 TOLERANCE = 1e-5
 SHAPES = ((4, 6), (32, 10), (32, 25))
-PACKS = (1, 10, 30, 100)
 # A small run that still takes every path: evaluation, the LR schedule, checkpoints.
 SMALL_RUN = [
     "task.n=64",
@@ -111,7 +111,7 @@ def check_packed(device: torch.device, tiny: bool, root: Path) -> dict:
 
 
 def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
-    """A run stopped by a crash at its second evaluation, then resumed with the same call, against an unbroken run."""
+    """A run crashed at its second evaluation and resumed by the same call, against an unbroken run."""
     cfg = compose(SMALL_RUN + [f"train.device={device}"] + (["task.n=16"] if tiny else []))
     train(cfg, MemoryRecorder(), root / "straight")
 
@@ -133,22 +133,22 @@ def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
 
 
 def measure_steps(device: torch.device, tiny: bool) -> list[dict]:
-    """Seconds per step, solo and packed (bench/pack.py), with peak memory, per shape and embedding."""
-    shapes, packs = (SHAPES[:1], (1, 2)) if tiny else (SHAPES, PACKS)
+    """Model-steps/s solo and in packs, operator calls per pack step (bench/pack.py), per size, embedding."""
+    plan = Plan(
+        sizes={"tiny": (16, 4, 6)} if tiny else SIZES,
+        packs=(1, 2) if tiny else PACKS,
+        threads=(1,),  # the host's share of a device step
+        op_packs=(1, 2) if tiny else OP_PACKS,
+        repeats=1 if tiny else 3,
+    )
     rows = []
-    for d, k in shapes:
-        for embedding in ("onehot", "binary"):
-            overrides = [
-                f"task.d={d}",
-                f"task.k={k}",
-                f"model.embedding={embedding}",
-                f"train.device={device}",
-            ]
-            cfg = compose(overrides + (["task.n=16", "train.batch=4"] if tiny else []))
-            result = bench_pack(cfg, list(packs), 1 if tiny else 3)
-            rows.append(
-                {"d": d, "k": k, "embedding": embedding, "solo": result["solo"], "packs": result["packs"]}
-            )
+    for embedding in ("onehot", "binary"):
+        cfg = compose(
+            [f"model.embedding={embedding}", f"train.device={device}"] + (["train.batch=4"] if tiny else [])
+        )
+        for size in bench_pack(cfg, plan)["sizes"]:
+            (measured,) = size.pop("threads")
+            rows.append({"embedding": embedding, **size, **measured})
     return rows
 
 
@@ -156,15 +156,15 @@ def measure_compile(device: torch.device, tiny: bool) -> dict:
     """Seconds per step with the forward compiled (cudagraphs on CUDA, aot_eager elsewhere) against eager."""
     mode = "cudagraphs" if device.type == "cuda" else "aot_eager"
     out = {"mode": mode}
+    size = (16, 4, 6) if tiny else (512, 32, 10)
+    plan = Plan(sizes={"compile": size}, packs=(), threads=(1,), op_packs=(), repeats=1 if tiny else 5)
     for name, setting in (("off", "off"), (mode, mode)):
         cfg = compose(
-            [f"train.device={device}", "task.d=32", "task.k=10", f"train.compile={setting}"]
-            + (["task.n=16", "train.batch=4", "task.d=4", "task.k=6"] if tiny else [])
+            [f"train.device={device}", f"train.compile={setting}"] + (["train.batch=4"] if tiny else [])
         )
-        result = bench_pack(
-            cfg, [1], 1 if tiny else 5
-        )  # its solo entry times Trainer.step, compiled as configured
-        out[name] = result["solo"]["seconds_per_step"]
+        (size_row,) = bench_pack(cfg, plan)["sizes"]
+        # Its solo entry times Trainer.step, compiled as configured.
+        out[name] = size_row["threads"][0]["solo"]["seconds_per_step"]
     out["speedup"] = out["off"] / out[mode]
     return out
 
@@ -211,9 +211,8 @@ def run_checks(tiny: bool) -> dict:
 
 def table(report: dict) -> str:
     """The report as lines a person reads."""
-    lines = [
-        f"gpu_check on {report['device_name']} ({report['device']}), torch {report['torch']}, {report['date']}"
-    ]
+    where = f"{report['device_name']} ({report['device']})"
+    lines = [f"gpu_check on {where}, torch {report['torch']}, {report['date']}"]
     for key in ("exact", "packed", "resume"):
         entry = report[key]
         lines.append(
@@ -227,9 +226,15 @@ def table(report: dict) -> str:
                 f"pack {p['pack']}: {p['model_steps_per_second']:.0f}/s ({p['speedup_vs_solo']:.1f}x)"
                 for p in row["packs"]
             )
+            calls = ", ".join(
+                f"P {c['pack']}: {c['aten_ops']} ops"
+                + (f" {c['kernel_launches']} launches" if c["kernel_launches"] is not None else "")
+                for c in row["op_calls"]
+            )
             lines.append(
-                f"steps      d={row['d']} k={row['k']} {row['embedding']}: solo "
-                f"{row['solo']['model_steps_per_second']:.0f} model-steps/s; {packs}"
+                f"steps      n={row['n']} d={row['d']} k={row['k']} {row['embedding']}: solo "
+                f"{row['solo']['model_steps_per_second']:.0f} model-steps/s "
+                f"({row['solo']['flop_rate'] / 1e9:.2f} GFLOP/s); {packs}; per pack step {calls}"
             )
     else:
         lines.append(f"steps      {steps}")
@@ -239,7 +244,12 @@ def table(report: dict) -> str:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench gpu",
+        description=__doc__,
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON to this file")
     parser.add_argument("--tiny", action="store_true", help="toy sizes (for tests on a CPU)")
     return parser.parse_args(argv)

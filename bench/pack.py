@@ -1,52 +1,265 @@
-"""`python -m bench pack`: solo against packed training (training.packed), in packs of P seeds."""
+"""`python -m bench pack`: what packs (training.packed) pay, measured side by side in one run.
+
+For each size (task n, d, k) and thread count: model-steps per second of solo
+training and of packs of P seeds, with the FLOP rate beside each figure and
+the ratio to solo (the median over rounds of paired ratios: the variants are
+timed round robin, bench.common.alternate); and the operator calls of one pack
+step for a few P, counted with torch.profiler (every aten:: call, nested ones
+included; on CUDA also the kernel launches). A pack step whose operator count
+grows with P pays per model for what a launch-bound GPU pays most: the count,
+unlike the time, is the same on any machine, so a CPU shows it.
+
+The defaults are the issue's full matrix (issue 20): the laptop size and the
+paper's two, packs up to 100, threads 1 and 2, which takes the better part of
+an hour on 2 cores and about 12 GB at n 512 with P 100; `--quick` measures
+the laptop size at 1 thread with packs up to 10. `pack_step` is the one
+function that knows training.packed's entry points.
+
+A timed call is `--steps` training steps. A step that does more than most
+(tasks drawn for several steps at once, a read-back) shows in
+seconds_per_step_mean, not in the median: give --steps a multiple of such a
+period (e.g. train.log_every) for the amortised figure.
+"""
 
 from __future__ import annotations
 
+import argparse
 import statistics
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from omegaconf import DictConfig
 
-from bench.common import alternate, describe, log, memory_measure, peak_memory_bytes, seeded, step_flops
+from bench.common import (
+    MATMUL_SIZE,
+    alternate,
+    describe,
+    figures,
+    log,
+    matmul_flop_rate,
+    memory_measure,
+    paired_ratio,
+    peak_memory_bytes,
+    seeded,
+    step_flops,
+)
 from training.loop import Trainer, pick_device
 from training.packed import packed_step
 
+SIZES = {"laptop": (128, 4, 6), "paper_k10": (512, 32, 10), "paper_k25": (512, 32, 25)}  # name: (n, d, k)
+PACKS = (1, 3, 10, 30, 100)
+THREADS = (1, 2)
+OP_PACKS = (1, 10, 100)  # the pack sizes whose operator calls per step are counted
+OP_STEPS = 3  # steps profiled one by one per pack size
+QUICK = {"sizes": ("laptop",), "packs": (1, 3, 10), "threads": (1,), "op_packs": (1, 10), "repeats": 3}
+SIZE_KEYS = ("task.n", "task.d", "task.k")
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
-def bench_pack(cfg: DictConfig, sizes: list[int], repeats: int) -> dict:
-    """Model-steps per second, solo (Trainer.step) against packs of P seeds (packed_step)."""
-    device = pick_device(cfg.train.device)
-    solo = Trainer(cfg, device)
-    packs = {P: [Trainer(seeded(cfg, cfg.seed + i), device) for i in range(P)] for P in sizes}
-    log(f"pack: {describe(cfg)} on {device}, pack sizes {sizes}, {repeats} rounds")
-    variants = {"solo": solo.step, **{f"pack{P}": (lambda ts=ts: packed_step(ts)) for P, ts in packs.items()}}
-    times = alternate(variants, repeats, device)
-    solo_seconds = statistics.median(times["solo"])
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run of the benchmark measures."""
+
+    sizes: dict[str, tuple[int, int, int]]
+    packs: tuple[int, ...]
+    threads: tuple[int, ...]
+    op_packs: tuple[int, ...]
+    repeats: int
+    steps: int = 1  # training steps per timed call
+    memory: bool = False  # peak memory on CPU (slow: the profiler's memory timeline); always on CUDA
+
+
+def pack_step(cfgs: list[DictConfig], device: torch.device, packed: bool = True) -> Callable[[], object]:
+    """One training step of the models of cfgs, as training takes it: packed, or one model alone (solo).
+
+    The one place that knows training.packed's entry points: adapt it when they change.
+    """
+    trainers = [Trainer(cfg, device) for cfg in cfgs]
+    if not packed:
+        (trainer,) = trainers
+        return trainer.step
+    return lambda: packed_step(trainers)
+
+
+def sized(cfg: DictConfig, size: tuple[int, int, int]) -> DictConfig:
+    out = cfg.copy()
+    out.task.n, out.task.d, out.task.k = size
+    return out
+
+
+def repeat(fn: Callable[[], object], steps: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(steps):
+            fn()
+
+    return run
+
+
+def op_calls(step: Callable[[], object], device: torch.device, steps: int = OP_STEPS) -> dict:
+    """Operator calls of a (warm) step: aten:: calls, nested included; on CUDA also kernel launches.
+
+    Each of `steps` steps is profiled alone: the median is the typical step, the
+    max one that does more (a chunk of task draws, a read-back).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    aten, launches = [], []
+    for _ in range(steps):
+        with profile(activities=activities) as prof:
+            step()
+        names = [event.name for event in prof.events()]
+        aten.append(sum(name.startswith("aten::") for name in names))
+        launches.append(sum(name in LAUNCHES for name in names))
+    cuda = device.type == "cuda"
+    return {
+        "aten_ops": statistics.median_low(aten),
+        "aten_ops_max": max(aten),
+        "kernel_launches": statistics.median_low(launches) if cuda else None,
+        "kernel_launches_max": max(launches) if cuda else None,
+    }
+
+
+def measure_threads(
+    steps: dict[str, Callable[[], object]], plan: Plan, flops: int, device: torch.device
+) -> dict:
+    """Solo and every pack at the current thread count, round robin with the reference matmul."""
+    variants = {name: repeat(fn, plan.steps) for name, fn in steps.items()}
+    times = alternate({**variants, "matmul": matmul_flop_rate(device)}, plan.repeats, device)
+    rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times.pop("matmul"))
+    per_step = {name: [t / plan.steps for t in ts] for name, ts in times.items()}
+
+    def peak(name: str) -> int | None:
+        return peak_memory_bytes(steps[name], device) if plan.memory or device.type == "cuda" else None
+
+    out = {
+        "threads": torch.get_num_threads(),
+        "matmul_flop_rate": rate,
+        "solo": figures(per_step["solo"], flops, 1, peak("solo"), rate),
+        "packs": [],
+    }
+    for P in plan.packs:
+        row = {"pack": P, **figures(per_step[f"pack{P}"], flops, P, peak(f"pack{P}"), rate)}
+        row["speedup_vs_solo"] = P * paired_ratio(per_step["solo"], per_step[f"pack{P}"])
+        out["packs"].append(row)
+    return out
+
+
+def measure_size(cfg: DictConfig, name: str, plan: Plan, device: torch.device) -> dict:
+    """Every thread count and pack of one size, then the operator calls of its op_packs."""
     flops = step_flops(cfg)
+    seeds = max((1, *plan.packs, *plan.op_packs))
+    cfgs = [seeded(cfg, cfg.seed + i) for i in range(seeds)]
+    steps = {"solo": pack_step(cfgs[:1], device, packed=False)}
+    steps.update({f"pack{P}": pack_step(cfgs[:P], device) for P in plan.packs})
+    log(f"pack: {name} {describe(cfg)} on {device}, packs {plan.packs}, threads {plan.threads}")
     rows = []
-    for P in sizes:
-        seconds = statistics.median(times[f"pack{P}"])
-        rows.append(
-            {
-                "pack": P,
-                "seconds_per_step": seconds,
-                "model_steps_per_second": P / seconds,
-                "speedup_vs_solo": statistics.median(
-                    P * s / p for s, p in zip(times["solo"], times[f"pack{P}"])
-                ),
-                "flop_rate": P * flops / seconds,
-                "peak_memory_bytes": peak_memory_bytes(lambda ts=packs[P]: packed_step(ts), device),
-            }
-        )
+    for threads in plan.threads:
+        torch.set_num_threads(threads)
+        rows.append(measure_threads(steps, plan, flops, device))
+    calls = []
+    for P in plan.op_packs:
+        step = steps.get(f"pack{P}") or pack_step(cfgs[:P], device)
+        step()  # warm: first calls allocate and initialise optimizer state
+        calls.append({"pack": P, **op_calls(step, device)})
+    t = cfg.task
+    return {
+        "size": name,
+        "n": t.n,
+        "d": t.d,
+        "k": t.k,
+        "flops_per_step": flops,
+        "threads": rows,
+        "op_calls": calls,
+    }
+
+
+def bench_pack(cfg: DictConfig, plan: Plan) -> dict:
+    """The benchmark's JSON: model-steps/s and operator calls per step, per size (module docstring)."""
+    device = pick_device(cfg.train.device)
+    before = torch.get_num_threads()
+    try:
+        sizes = [measure_size(sized(cfg, size), name, plan, device) for name, size in plan.sizes.items()]
+    finally:
+        torch.set_num_threads(before)
     return {
         "command": "pack",
         "config": describe(cfg),
         "device": str(device),
-        "threads": torch.get_num_threads(),
+        "dtype": "float32",
+        "steps_per_round": plan.steps,
+        "repeats": plan.repeats,
         "memory_measure": memory_measure(device),
-        "solo": {
-            "seconds_per_step": solo_seconds,
-            "model_steps_per_second": 1 / solo_seconds,
-            "peak_memory_bytes": peak_memory_bytes(solo.step, device),
-        },
-        "packs": rows,
+        "sizes": sizes,
     }
+
+
+def plan_from(args: argparse.Namespace, cfg: DictConfig, overrides: list[str]) -> Plan:
+    """The Plan of `python -m bench pack`'s options (bench/cli.py); --quick fills what was not given.
+
+    Without --sizes: the configured size alone when the overrides set task.n, d or k, else SIZES.
+    """
+    quick = QUICK if args.quick else {}
+    if args.sizes:
+        sizes = args.sizes
+    elif any(o.split("=")[0].lstrip("+") in SIZE_KEYS for o in overrides):
+        sizes = {"configured": (cfg.task.n, cfg.task.d, cfg.task.k)}
+    else:
+        sizes = {name: SIZES[name] for name in quick.get("sizes", SIZES)}
+    return Plan(
+        sizes=sizes,
+        packs=args.packs or quick.get("packs", PACKS),
+        threads=args.threads or quick.get("threads", THREADS),
+        op_packs=args.op_packs if args.op_packs is not None else quick.get("op_packs", OP_PACKS),
+        repeats=args.repeats or quick.get("repeats", 5),
+        steps=args.steps,
+        memory=args.memory,
+    )
+
+
+def parse_size(text: str) -> tuple[int, int, int]:
+    """A --sizes entry: a name of SIZES or NxDxK."""
+    if text in SIZES:
+        return SIZES[text]
+    parts = text.split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--sizes entry {text!r}: one of {', '.join(SIZES)}, or NxDxK (e.g. 128x4x6)")
+    n, d, k = map(int, parts)
+    return n, d, k
+
+
+def table(result: dict) -> str:
+    """The JSON as a person reads it: model-steps/s (ratio to solo) [GFLOP/s], then operator calls."""
+    config = result["config"]
+    lines = [f"bench pack on {result['device']}, {config['embedding']}, batch {config['batch']}"]
+    for size in result["sizes"]:
+        lines.append(
+            f"\n{size['size']} (n {size['n']}, d {size['d']}, k {size['k']}): "
+            "model-steps/s (x solo) [GFLOP/s]"
+        )
+        packs = [row["pack"] for row in size["threads"][0]["packs"]] if size["threads"] else []
+        lines.append(f"{'threads':<8}{'solo':>18}" + "".join(f"{f'pack {P}':>24}" for P in packs))
+        for row in size["threads"]:
+            solo = row["solo"]
+            cells = [f"{solo['model_steps_per_second']:.1f} [{solo['flop_rate'] / 1e9:.2f}]"]
+            cells += [
+                f"{p['model_steps_per_second']:.1f} ({p['speedup_vs_solo']:.2f}x) "
+                f"[{p['flop_rate'] / 1e9:.2f}]"
+                for p in row["packs"]
+            ]
+            lines.append(f"{row['threads']:<8}{cells[0]:>18}" + "".join(f"{c:>24}" for c in cells[1:]))
+        if size["op_calls"]:
+            lines.append("operator calls per pack step: " + ", ".join(map(calls, size["op_calls"])))
+    return "\n".join(lines)
+
+
+def calls(row: dict) -> str:
+    """One pack size's operator calls per step: typical (and the most, where a step did more)."""
+
+    def count(key: str, what: str) -> str:
+        most = row[f"{key}_max"]
+        return f"{row[key]} {what}" + (f" (max {most})" if most != row[key] else "")
+
+    launches = f", {count('kernel_launches', 'launches')}" if row["kernel_launches"] is not None else ""
+    return f"P {row['pack']}: {count('aten_ops', 'aten')}{launches}"

@@ -37,6 +37,7 @@ from typing import Iterator
 
 import psutil
 
+from bench.common import exit_codes_help
 from tracking.names import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +91,7 @@ class PeakRss(threading.Thread):
 
 
 def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
-    """Run `models` trials of the paper grid (packed by `pack`) against the server at `uri`; the driver's figures."""
+    """Run `models` trials of the paper grid (packed by `pack`) against the server at `uri`: its figures."""
     import ray
 
     from config import grid
@@ -251,7 +252,12 @@ def table(rows: list[dict], store: str) -> str:
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench scale",
+        description=__doc__,
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--trials", default="300,1000,3000", help="models per measurement, one trial each ('' skips them)"
     )

@@ -9,13 +9,14 @@ import statistics
 from collections import Counter
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from bench.common import alternate, log, seeded, timed
+from bench.pack import pack_step
 from config.compose import compose
 from config.grid import expand
-from training.loop import Trainer, Validation, pick_device
-from training.packed import packed_step
+from models.transformer import ClusteringTransformer
+from training.loop import Validation, pick_device
 
 GRID_STEPS = 10_000
 GRID_SHAPE_KEYS = (
@@ -23,6 +24,14 @@ GRID_SHAPE_KEYS = (
     "task.k",
     "model.embedding",
 )  # what a step's cost depends on within the paper grid
+
+
+def evaluation_seconds(cfg: DictConfig, device: torch.device) -> float:
+    """Seconds of one evaluation of one model on its validation set (every train.eval_every steps)."""
+    m = cfg.model
+    model = ClusteringTransformer(cfg.task.d, cfg.task.k, m.embedding, m.gamma, m.dropout, m.qkv_mult)
+    model, validation = model.to(device), Validation(cfg, device)
+    return timed(lambda: validation(model), device)
 
 
 def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
@@ -43,19 +52,13 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
     rows, solo_total, packed_total = [], 0.0, 0.0
     for i, (shape, count) in enumerate(sorted(shapes.items())):
         cfg = compose(overrides + [f"{key}={value}" for key, value in zip(GRID_SHAPE_KEYS, shape)])
-        log(
-            f"sweep: shape {i + 1}/{len(shapes)} d={shape[0]} k={shape[1]} {shape[2]} ({count} configurations)"
-        )
-        solo = Trainer(cfg, device)
-        variants = {"solo": solo.step}
-        if pack > 1:
-            trainers = [Trainer(seeded(cfg, cfg.seed + j), device) for j in range(pack)]
-            variants["packed"] = lambda: packed_step(trainers)
+        d, k, embedding = shape
+        log(f"sweep: shape {i + 1}/{len(shapes)} d={d} k={k} {embedding} ({count} configurations)")
+        variants = {"solo": pack_step([cfg], device, packed=False)}
+        if pack > 1:  # the pack's own step (bench/pack.py), so the projection follows training.packed
+            variants["packed"] = pack_step([seeded(cfg, cfg.seed + j) for j in range(pack)], device)
         times = alternate(variants, repeats, device)
-        validation = Validation(cfg, device)
-        evaluation = (
-            timed(lambda: validation(solo.model), device) / cfg.train.eval_every
-        )  # amortised per step
+        evaluation = evaluation_seconds(cfg, device) / cfg.train.eval_every  # amortised per step
         per_model = statistics.median(times["solo"]) + evaluation
         per_model_packed = statistics.median(times["packed"]) / pack + evaluation if pack > 1 else per_model
         jobs = count * len(plan.seeds)
@@ -63,9 +66,9 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
         packed_total += jobs * GRID_STEPS * per_model_packed
         rows.append(
             {
-                "d": shape[0],
-                "k": shape[1],
-                "embedding": shape[2],
+                "d": d,
+                "k": k,
+                "embedding": embedding,
                 "configurations": count,
                 "seconds_per_step_solo": per_model,
                 "seconds_per_model_step_packed": per_model_packed,

@@ -8,15 +8,19 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
 
-from bench.cli import main
+from bench.cli import COMMANDS, main, parse
+from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, plan_from
+from config.compose import compose
 from models.flash_dropout import FlashDropout, dropped_positions
 from models.losses import smoothed_objective
 from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
 from models.transformer import ClusteringTransformer
+from sweeper.exit_codes import TABLE
 from tasks.sampler import TaskSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,14 +66,86 @@ def test_spec_name_analysis_bench_runs_the_same_benchmarks() -> None:
     assert positive(out["seconds_per_step"]) and positive(out["reference"]["seconds_per_step"])
 
 
-@pytest.mark.slow  # the profiler's memory timeline
-def test_bench_pack_prints_json(capsys: pytest.CaptureFixture) -> None:
-    assert main(["pack", *TINY, "--packs", "3", "--repeats", "1", "--threads", "1"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert [row["pack"] for row in out["packs"]] == [3] and positive(out["solo"]["model_steps_per_second"])
-    assert all(
-        positive(row["model_steps_per_second"]) and positive(row["peak_memory_bytes"]) for row in out["packs"]
-    )
+FIGURES = ("seconds_per_step", "model_steps_per_second", "flop_rate", "flop_fraction")
+
+
+def test_bench_pack_prints_every_figure_as_json_and_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    table = tmp_path / "pack.txt"
+    args = ["pack", *TINY, "--packs", "1,3", "--op-packs", "1,3", "--threads", "1", "--repeats", "1"]
+    assert main([*args, "--table", str(table)]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["command"] == "pack" and out["device"] == "cpu" and out["memory_measure"]
+    (size,) = out["sizes"]  # the overrides set task.n/d/k: that size alone
+    assert (size["n"], size["d"], size["k"]) == (24, 3, 4) and positive(size["flops_per_step"])
+    (row,) = size["threads"]
+    assert row["threads"] == 1 and positive(row["matmul_flop_rate"])
+    assert [p["pack"] for p in row["packs"]] == [1, 3]
+    for figures in (row["solo"], *row["packs"]):
+        assert all(positive(figures[key]) for key in FIGURES), figures
+        assert figures["peak_memory_bytes"] is None  # CPU without --memory
+    for p in row["packs"]:
+        assert positive(p["speedup_vs_solo"])
+        assert p["flop_rate"] == pytest.approx(p["pack"] * size["flops_per_step"] / p["seconds_per_step"])
+    assert [c["pack"] for c in size["op_calls"]] == [1, 3]
+    for calls in size["op_calls"]:
+        assert type(calls["aten_ops"]) is int and 0 < calls["aten_ops"] <= calls["aten_ops_max"]
+        assert type(calls["aten_ops_max"]) is int and calls["kernel_launches"] is None
+    assert table.read_text().strip() in captured.err and "operator calls per pack step" in captured.err
+
+
+def test_op_calls_counts_each_aten_call_of_a_step() -> None:
+    """The profiler counts calls, not time: k more additions are k more aten::add calls."""
+    x = torch.ones(8)
+
+    def adds(k: int) -> Callable[[], object]:
+        return lambda: [torch.add(x, 1) for _ in range(k)]
+
+    one, six = (op_calls(adds(k), torch.device("cpu")) for k in (1, 6))
+    assert one["aten_ops"] == one["aten_ops_max"] >= 1  # every call alike
+    assert six["aten_ops"] - one["aten_ops"] == 5 * one["aten_ops"]
+
+
+def test_pack_plan_quick_fills_what_the_options_leave(capsys: pytest.CaptureFixture) -> None:
+    args, overrides = parse(["pack", "--quick", "--packs", "2,5"])
+    plan = plan_from(args, compose(overrides), overrides)
+    assert plan.packs == (2, 5) and plan.sizes == {"laptop": SIZES["laptop"]}
+    assert (plan.threads, plan.op_packs, plan.repeats) == (QUICK["threads"], QUICK["op_packs"], 3)
+    args, overrides = parse(["pack"])
+    full = plan_from(args, compose(overrides), overrides)
+    assert (full.sizes, full.packs, full.threads, full.op_packs) == (SIZES, PACKS, THREADS, OP_PACKS)
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [(["--sizes", "128x4"], "--sizes"), (["--packs", "0,3"], "--packs"), (["--threads", ""], "--threads")],
+)
+def test_bench_pack_rejects_bad_options_naming_them(
+    args: list[str], named: str, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["pack", *args]) == 2
+    assert named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["step", "pack", "sweep", "speed_memory", "gpu", "scale", None])
+def test_help_lists_the_options_and_exit_codes(command: str | None, capsys: pytest.CaptureFixture) -> None:
+    assert main([command, "--help"] if command else ["--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"  {row.code} " in text for row in TABLE), text
+    own = {
+        "step": ["--repeats", "--threads", "--out"],
+        "pack": ["--sizes", "--packs", "--threads", "--op-packs", "--quick", "--table", "--out"],
+        "sweep": ["--sweep-pack"],
+        "speed_memory": ["--quick"],
+        "gpu": ["--tiny"],
+        "scale": ["--trials"],
+        None: list(COMMANDS),
+    }[command]
+    assert all(option in text for option in own), (own, text)
+    if command in ("step", "pack"):
+        assert "--sweep-pack" not in text  # its own options, not every command's
 
 
 def test_bench_rejects_a_bad_override_naming_it(capsys: pytest.CaptureFixture) -> None:

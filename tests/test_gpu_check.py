@@ -25,9 +25,15 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
         assert report[key]["ok"] is True, report[key]
     assert report["exact"]["max_relative_error"] <= gpu.TOLERANCE
     assert report["resume"]["crashed_and_resumed"] and report["resume"]["bit_equal"]
-    assert {(r["d"], r["k"], r["embedding"]) for r in report["steps"]} == {(4, 6, "onehot"), (4, 6, "binary")}
+    assert {(r["n"], r["d"], r["k"], r["embedding"]) for r in report["steps"]} == {
+        (16, 4, 6, "onehot"),
+        (16, 4, 6, "binary"),
+    }
     for row in report["steps"]:
         assert row["solo"]["seconds_per_step"] > 0 and [p["pack"] for p in row["packs"]] == [1, 2]
+        assert all(p["model_steps_per_second"] > 0 and p["flop_rate"] > 0 for p in row["packs"])
+        assert [c["pack"] for c in row["op_calls"]] == [1, 2]
+        assert all(type(c["aten_ops"]) is int and c["aten_ops"] > 0 for c in row["op_calls"])
     assert report["compile"]["mode"] == "aot_eager" and report["compile"]["speedup"] > 0
     assert (
         report["projection"]["projected_hours_solo"] > 0
@@ -35,6 +41,7 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
     )
     printed = capsys.readouterr().out
     assert "exact      PASS" in printed and "projection" in printed.splitlines()[-1]
+    assert "per pack step P 1:" in printed
 
 
 def test_an_equality_check_outside_its_tolerance_is_not_ok(monkeypatch) -> None:
