@@ -14,7 +14,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_
 from omegaconf import OmegaConf
 
 from config.compose import compose
-from config.identity import config_hash, configuration_name, flat_params
+from config.identity import config_hash, configuration_hash, configuration_name, flat_params
 from sweeper import exit_codes
 from sweeper.train import main
 from tracking.names import (
@@ -44,9 +44,7 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     result = train(cfg, MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment), tmp_path)
     client = MlflowClient(tracking_uri=mlflow_server)
     found = client.get_run(result.run_id)
-    assert found.info.status == "FINISHED" and found.info.run_name.startswith(
-        f"train/{configuration_name(cfg)}/s153476998/"
-    )
+    assert found.info.status == "FINISHED" and found.info.run_name == "OH-L2 tau1 d2 k3 n64 s153476998 train"
     assert found.data.params == flat_params(cfg)
     tags = found.data.tags
     assert (tags[CONFIG_HASH], tags[SEED], tags[OUTCOME]) == (config_hash(cfg), str(cfg.seed), FINISHED)
@@ -58,7 +56,11 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     assert found.data.metrics[VAL_REL_LLOYD] == result.metrics[VAL_REL_LLOYD]
     # What the MLflow UI shows: the seed-free configuration, a description, source, user and commit columns,
     # and best_val_rel_lloyd, the running minimum of val_rel_lloyd (what checkpoints/best.pt holds).
-    assert tags[CONFIGURATION] == configuration_name(cfg) and tags[CONFIGURATION] in found.info.run_name
+    assert (
+        tags[CONFIGURATION]
+        == configuration_name(cfg)
+        == f"OH-L2 tau1 d2 k3 n64 #{configuration_hash(cfg)[:6]}"
+    )
     assert "**onehot** token embedding" in tags[MLFLOW_RUN_NOTE] and "**tau 1**" in tags[MLFLOW_RUN_NOTE]
     assert (tags[MLFLOW_GIT_COMMIT], tags[MLFLOW_USER]) == (tags[GIT_COMMIT], getpass.getuser())
     assert tags[MLFLOW_SOURCE_NAME] == sys.modules["__main__"].__spec__.name  # this process's entry point
