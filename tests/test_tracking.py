@@ -1,9 +1,11 @@
-"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate points."""
+"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate points;
+the runs view an experiment carries."""
 
 from __future__ import annotations
 
 import getpass
 import itertools
+import json
 import sys
 
 import pytest
@@ -17,6 +19,7 @@ from config.compose import compose
 from config.identity import config_hash, configuration_hash, configuration_name, flat_params
 from sweeper import exit_codes
 from sweeper.train import main
+from tracking import store, ui, view
 from tracking.names import (
     BEST_CHECKPOINT,
     BEST_VAL_REL_LLOYD,
@@ -114,3 +117,22 @@ def test_resumed_recorder_skips_points_already_logged(sqlite_uri):
 def test_continuing_a_run_missing_from_the_store_is_an_error(sqlite_uri):
     with pytest.raises(TrackingError, match="train.resume=never"):
         MlflowRecorder(sqlite_uri, "x").start("r", {}, {}, run_id="0123456789abcdef0123456789abcdef")
+
+
+def test_an_experiment_carries_the_runs_view_the_printed_link_opens(sqlite_uri):
+    client = store.connect(sqlite_uri)
+    experiment = store.experiment_id(client, "view")
+    tag = client.get_experiment(experiment).tags[view.TAG]
+    envelope = json.loads(tag)  # what MLflow's UI requires of a saved view: these fields and types
+    assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
+    state = json.loads(envelope["state"])
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": CONFIGURATION}]
+    assert state["runsHiddenMode"] == "SHOW_ALL" and f"metrics.`{VAL_REL_LLOYD}`" in state["selectedColumns"]
+    shown = [c for c in state["compareRunCharts"] if not c["deleted"]]
+    assert shown[0]["metricKey"] == VAL_REL_LLOYD and {c["scaleType"] for c in shown} == {"log"}
+    assert len(tag) < 20000  # the UI's limit on a tag value
+    assert store.experiment_id(client, "view") == experiment
+    assert client.get_experiment(experiment).tags[view.TAG] == tag  # opened again: not rewritten
+    assert f"#/experiments/{experiment}/runs?viewStateShareKey={view.KEY}&" in ui.runs_table(
+        sqlite_uri, experiment
+    )
