@@ -113,7 +113,8 @@ def column_headers(driver) -> list[str]:
     """The runs table's column headers as shown (the grid draws the columns in view)."""
     from selenium.webdriver.common.by import By
 
-    return [h.text.strip() for h in driver.find_elements(By.CSS_SELECTOR, ".ag-header-cell") if h.text.strip()]
+    headers = [h.text.strip() for h in driver.find_elements(By.CSS_SELECTOR, ".ag-header-cell")]
+    return [h for h in headers if h]
 
 
 def html_artifact(driver) -> dict:

@@ -21,10 +21,11 @@ from tracking import ui
 from tracking.names import CONFIGURATION, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD
 
 pytestmark = pytest.mark.slow
-SMALL_EVAL = [
+SMALL_EVAL = [  # tests/test_analysis.py's, so that both reuse the evaluations of the session's store
     "eval.batches=1",
     "eval.batch=4",
     "eval.steps=4",
+    "eval.inits=[random,gonzalez]",
     "eval.lengths=[16,32]",
     "eval.surface_points=3",
     "eval.dissimilarity_tasks=2",
