@@ -2,8 +2,11 @@
 
 Writes under reports/<experiment>/: each figure as PNG and PDF, its plotted
 data as CSV, its tables as CSV and Markdown, and index.md showing every
-figure with the runs it used. A report on one sweep's runs is also stored in that sweep's
-parent MLflow run (artifacts report/). A figure whose inputs are not in the store is
+figure with the runs it used, and index.html, the same page in one self-contained file
+(figures inline: MLflow's artifact viewer shows it, its Markdown viewer does not show relative
+images). A report on one sweep's runs is also stored in that sweep's parent MLflow run (artifacts
+report/), which then carries the sweep's summary as metrics (tracking.names.MEDIAN_FINAL,
+CLAIM_COUNTS), so that sweeps compare in the runs table. A figure whose inputs are not in the store is
 named in the index with what it needs, and the others are still drawn.
 Evaluations are cached (see analysis.checkpoint_eval), so a second report is fast.
 Prints the path of index.md last.
@@ -17,19 +20,22 @@ import traceback
 from pathlib import Path
 
 import pandas as pd
+from mlflow.entities import Metric
 from tqdm import tqdm
 
-from analysis.claims import check, write_csv, write_markdown
-from analysis.claims import markdown as claims_markdown
+from analysis.claims import Claim, check, claims_table, write_csv, write_markdown
 from analysis.cli import job_config, open_context
 from analysis.context import Context
 from analysis.figures import FIGURES
+from analysis.page import page
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
 from sweeper.entry import command
 from sweeper.parent_run import attach_report, find_parent
 from tracking import store, ui
-from tracking.names import REPORT_DIR, SWEEP
+from tracking.names import CLAIM_COUNTS, FINISHED, MEDIAN_FINAL, REPORT_DIR, REPORT_HTML, SWEEP, VAL_REL_LLOYD
+
+Block = tuple[str, object]  # (kind, content): the index's pieces, written as Markdown and as HTML
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:
@@ -44,6 +50,27 @@ def markdown(table: pd.DataFrame, digits: int = 4) -> str:
     return "\n".join([head, rule, *body])
 
 
+def to_markdown(blocks: list[Block]) -> str:
+    """index.md: images by relative path (GitHub and local viewers show them; MLflow's Markdown viewer
+    shows only absolute image addresses, so index.html carries the same page with its figures inline)."""
+    heads = {"h1": "#", "h2": "##", "h3": "###"}
+    out = []
+    for kind, content in blocks:
+        if kind in heads:
+            out.append(f"{heads[kind]} {content}")
+        elif kind == "img":
+            out.append(f"![{Path(content).stem}]({content})")
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in content))
+        elif kind == "table":
+            out.append(markdown(content))
+        elif kind == "pre":
+            out.append(f"```\n{content.rstrip()}\n```")
+        else:
+            out.append(str(content))
+    return "\n\n".join(out) + "\n"
+
+
 def write_outputs(figure: Figure, out_dir: Path) -> None:
     figure.data.to_csv(out_dir / f"{figure.name}.csv", index=False)
     for name, table in figure.tables.items():
@@ -51,50 +78,49 @@ def write_outputs(figure: Figure, out_dir: Path) -> None:
         (out_dir / f"{name}.md").write_text(markdown(table) + "\n")
 
 
-def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> str:
-    """The index entry of one figure: the image, which runs made it, its notes and tables; or why it is missing."""
+def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> list[Block]:
+    """A figure's part of the index: its image, the runs that made it, notes, tables; or why it is missing."""
     if isinstance(result, str):
-        return f"## {name}\n\n**Not drawn.** {result}\n"
-    lines = [
-        f"## {name}",
-        "",
-        f"![{name}]({name}.png)",
-        "",
-        f"Files: [{name}.png]({name}.png), [{name}.pdf]({name}.pdf), plotted data [{name}.csv]({name}.csv) "
-        f"({seconds:.1f} s).",
+        why, _, trace = result.partition("\n")
+        return [("h2", name), ("p", f"**Not drawn.** {why}")] + ([("pre", trace)] if trace else [])
+    blocks: list[Block] = [
+        ("h2", name),
+        ("img", f"{name}.png"),
+        (
+            "p",
+            f"Files: [{name}.png]({name}.png), [{name}.pdf]({name}.pdf), "
+            f"plotted data [{name}.csv]({name}.csv) ({seconds:.1f} s).",
+        ),
     ]
     used = ctx.runs[ctx.runs["run_id"].isin(result.run_ids)]
     if len(used):
         outcome = used["outcome"].value_counts().to_dict()
-        lines += [
-            "",
-            f"Runs used: {len(used)} ({', '.join(f'{v} {k}' for k, v in outcome.items())}); "
-            f"{len(used[config_keys(used.columns)].drop_duplicates())} configurations, "
-            f"seeds {sorted(used['seed'].unique().tolist())}.",
-            "",
-            "<details><summary>run ids and names</summary>",
-            "",
-            *[f"- `{r.run_id}` {r.run_name}" for r in used.itertuples()],
-            "",
-            "</details>",
-        ]
+        used[["run_id", "run_name"]].to_csv(ctx.out_dir / f"{name}_runs.csv", index=False)
+        blocks.append(
+            (
+                "p",
+                f"Runs used: {len(used)} ({', '.join(f'{v} {k}' for k, v in outcome.items())}); "
+                f"{len(used[config_keys(used.columns)].drop_duplicates())} configurations, "
+                f"seeds {sorted(used['seed'].unique().tolist())}; their ids and names: "
+                f"[{name}_runs.csv]({name}_runs.csv).",
+            )
+        )
     else:
-        lines += ["", "Runs used: none (not from training runs)."]
-    lines += [""] + [f"- {note}" for note in result.notes]
+        blocks.append(("p", "Runs used: none (not from training runs)."))
+    if result.notes:
+        blocks.append(("ul", list(result.notes)))
     for table_name, table in result.tables.items():
-        lines += [
-            "",
-            f"### {table_name}",
-            "",
-            f"[{table_name}.csv]({table_name}.csv), [{table_name}.md]({table_name}.md)",
-            "",
-            markdown(table),
+        blocks += [
+            ("h3", table_name),
+            ("p", f"[{table_name}.csv]({table_name}.csv), [{table_name}.md]({table_name}.md)"),
+            ("table", table),
         ]
-    return "\n".join(lines) + "\n"
+    return blocks
 
 
-def build(ctx: Context, names: list[str]) -> tuple[Path, int]:
-    """Draw the figures, write the index; returns its path and the number of figures that failed with an error."""
+def build(ctx: Context, names: list[str]) -> tuple[Path, int, list[Claim] | None]:
+    """Draw the figures, write index.md and index.html; returns the index's path, the number of figures
+    that failed with an error, and the claims (checked by the full report only)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     sections, failed = [], 0
     for name in (bar := tqdm(names, desc="report", unit="figure")):
@@ -107,40 +133,66 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int]:
             result = f"Missing input: {err}"
         except Exception as err:  # one broken figure must not take the report down; the index says why
             failed += 1
-            result = f"Failed: {type(err).__name__}: {err}\n\n```\n{traceback.format_exc(limit=4)}```"
-        sections.append(section(name, ctx, result, time.perf_counter() - start))
-    head = [
-        f"# Report: experiment `{ctx.experiment}`",
-        "",
-        f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
-        f"({', '.join(f'{v} {k}' for k, v in ctx.runs['outcome'].value_counts().to_dict().items())}). "
-        "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the median "
-        "across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and counted.",
-        "",
-        f"Checkpoints: {ctx.settings.checkpoint_note()}.",
-        "",
-        "Contents: " + ", ".join(f"[{n}](#{n})" for n in names),
-        "",
+            result = f"Failed: {type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"
+        sections += section(name, ctx, result, time.perf_counter() - start)
+    outcomes = ctx.runs["outcome"].value_counts().to_dict().items()
+    head: list[Block] = [
+        ("h1", f"Report: experiment `{ctx.experiment}`"),
+        (
+            "p",
+            f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
+            f"({', '.join(f'{v} {k}' for k, v in outcomes)}). "
+            "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the "
+            "median across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and "
+            "counted.",
+        ),
+        ("p", f"Checkpoints: {ctx.settings.checkpoint_note()}."),
+        ("p", "Contents: " + ", ".join(f"[{n}](#{n})" for n in names)),
     ]
+    claims = None
     if set(names) == set(
         FIGURES
     ):  # the full report also checks the paper's claims (from the cached evaluations)
-        sections.append(claims_section(ctx))
+        claims = check(ctx)
+        sections += claims_section(claims, ctx.out_dir)
     index = ctx.out_dir / "index.md"
-    index.write_text("\n".join(head) + "\n" + "\n".join(sections))
-    return index, failed
+    inline = ("p", f"The same page with its figures inline, in one file: [{REPORT_HTML}]({REPORT_HTML}).")
+    index.write_text(to_markdown([*head[:3], inline, *head[3:], *sections]))
+    (ctx.out_dir / REPORT_HTML).write_text(page(head + sections, ctx.out_dir, f"Report: {ctx.experiment}"))
+    return index, failed, claims
 
 
-def claims_section(ctx: Context) -> str:
-    """The paper's claims (analysis.claims), written as claims.csv and claims.md, and their table for the index."""
-    claims = check(ctx)
-    write_csv(claims, ctx.out_dir)
-    write_markdown(claims, ctx.out_dir)
-    table = claims_markdown(claims, level=3)
-    return (
-        "## claims\n\nThe paper's claims (docs/science.md section 7.1) against this store (`python -m analysis.claims`), each judged "
-        "on its own sub-grid and slice: [claims.csv](claims.csv), [claims.md](claims.md).\n\n" + table + "\n"
-    )
+def claims_section(claims: list[Claim], out_dir: Path) -> list[Block]:
+    """The paper's claims (analysis.claims) written as claims.csv and claims.md; their part of the index."""
+    write_csv(claims, out_dir)
+    write_markdown(claims, out_dir)
+    table = claims_table(claims)[["status", "name", "numbers", "marginal", "beyond", "paper"]]
+    return [
+        ("h2", "claims"),
+        (
+            "p",
+            "The paper's claims (docs/science.md section 7.1) against this store "
+            "(`python -m analysis.claims`), each judged on its own sub-grid and slice: "
+            "[claims.csv](claims.csv), [claims.md](claims.md).",
+        ),
+        ("table", table),
+    ]
+
+
+def summary(ctx: Context, claims: list[Claim] | None) -> dict[str, float]:
+    """The sweep's summary as metrics of its parent run: per embedding the median final val_rel_lloyd of its
+    finished runs; the claims passed, failed and untested when the full report checked them."""
+    finished = ctx.runs[ctx.runs["outcome"] == FINISHED]
+    out = {
+        MEDIAN_FINAL + str(embedding): float(values.median())
+        for embedding, values in finished.groupby("model.embedding")[VAL_REL_LLOYD]
+        if values.notna().any()
+    }
+    if claims is not None:
+        out.update(
+            {name: float(sum(c.status == status for c in claims)) for status, name in CLAIM_COUNTS.items()}
+        )
+    return out
 
 
 def written_since(folder: Path, before: dict[Path, int]) -> list[Path]:
@@ -152,8 +204,9 @@ def snapshot(folder: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in folder.iterdir() if p.is_file()} if folder.is_dir() else {}
 
 
-def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
-    """A report on one sweep's runs goes to that sweep's parent run (artifacts report/); returns where to see it."""
+def attach_to_sweep(ctx: Context, files: list[Path], metrics: dict[str, float]) -> str | None:
+    """A report on one sweep's runs goes to that sweep's parent run (artifacts report/, and the summary
+    `metrics`); returns where to see it."""
     # A run's sweep tag is a list (a run one sweep finished, another adopted): the sweeps every run carries.
     sweeps = set.intersection(*(set(str(s).split(",")) for s in ctx.runs[SWEEP].fillna("")))
     if len(sweeps) != 1:
@@ -165,9 +218,11 @@ def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
     if parent is None:
         return None
     attach_report(client, parent, files)
-    address = ui.run_page(ctx.uri, experiment_id, parent)
+    client.log_batch(parent, metrics=[Metric(k, v, int(time.time() * 1000), 0) for k, v in metrics.items()])
+    address = ui.run_page(ctx.uri, experiment_id, parent, f"artifactPath/{REPORT_DIR}/{REPORT_HTML}")
     return (
-        f"report attached to the parent run of sweep {sweeps[0]} (artifacts {REPORT_DIR}/); "
+        f"report attached to the parent run of sweep {sweeps[0]} (artifacts {REPORT_DIR}/, "
+        f"{REPORT_DIR}/{REPORT_HTML} in one page); "
         f"{ui.how_to_open(ctx.uri, address)}"
     )
 
@@ -176,8 +231,8 @@ def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
 def main(argv: list[str]) -> int:
     ctx, own = open_context(argv, list(FIGURES))
     before = snapshot(ctx.out_dir)
-    index, failed = build(ctx, own["figures"] or list(FIGURES))
-    where = attach_to_sweep(ctx, written_since(ctx.out_dir, before))
+    index, failed, claims = build(ctx, own["figures"] or list(FIGURES))
+    where = attach_to_sweep(ctx, written_since(ctx.out_dir, before), summary(ctx, claims))
     if where:
         print(where)
     print(index.resolve())

@@ -6,13 +6,12 @@ figure (OH, BN, NA; L2, NE); Lloyd's algorithm is always black.
 
 from __future__ import annotations
 
+from config.identity import EMBEDDINGS, REGULARIZERS
+
 LLOYD = "Lloyd"
 LLOYD_COLOR = "black"
 
-SHORT = {
-    "model.embedding": {"onehot": "OH", "binary": "BN", "none": "NA"},
-    "loss.regularizer": {"l2": "L2", "ne": "NE"},
-}
+SHORT = {"model.embedding": EMBEDDINGS, "loss.regularizer": REGULARIZERS}  # the run names' labels too
 EMBEDDING_COLORS = {"onehot": "tab:blue", "binary": "tab:orange", "none": "tab:green"}
 REGULARIZER_STYLES = {"l2": "-", "ne": "--"}
 # Axis values that are neither embeddings nor regularizers (lr, n, d, k, family, ...) cycle through these.

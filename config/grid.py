@@ -53,7 +53,7 @@ class Trial:
 
     key: str
     seed: int
-    name: str  # the run name, e.g. paper/tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-1a2b3c4d/s153476998
+    name: str  # the run name, e.g. BN-L2 tau0.1 d32 k10 n512 s153476998 (config.identity.run_name)
     configuration: Configuration
 
 

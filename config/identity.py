@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,24 +38,51 @@ def _digest(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def configuration_name(cfg: DictConfig) -> str:
-    """Readable and seed-free, e.g. tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-1a2b3c4d.
+# Short labels of the embeddings and regularizers, as in the figures (OH, BN, NA; L2, NE).
+EMBEDDINGS = {"onehot": "OH", "binary": "BN", "none": "NA"}
+REGULARIZERS = {"l2": "L2", "ne": "NE"}
+# Axis values a name leaves out (the paper's grid varies them in one sub-grid each): any other value is spelt.
+UNSPELT = {"family": "normal", "lr": 0.01}
 
-    The paper's axes spell it; the last part, 8 digits of configuration_hash, tells apart
-    configurations that differ only elsewhere (steps, scale, ...): demo, smoke and paper runs.
+
+def readable(cfg: DictConfig) -> str:
+    """The paper's axes of a configuration in a few characters, e.g. 'BN-L2 tau0.1 d32 k10 n512'.
+
+    The family and the learning rate appear when they are not normal and 0.01 ('... cauchy lr0.1').
     """
-    t, m, loss, opt = cfg.task, cfg.model, cfg.loss, cfg.optim
-    return (
-        f"tau{loss.tau:g}-{loss.regularizer}-{m.embedding}-d{t.d}-k{t.k}-n{t.n}-{t.family}"
-        f"-lr{opt.lr:g}-{configuration_hash(cfg)[:8]}"
-    )
+    t, loss = cfg.task, cfg.loss
+    words = [
+        f"{EMBEDDINGS.get(cfg.model.embedding, cfg.model.embedding)}-"
+        f"{REGULARIZERS.get(loss.regularizer, loss.regularizer)}",
+        f"tau{loss.tau:g}",
+        f"d{t.d}",
+        f"k{t.k}",
+        f"n{t.n}",
+    ]
+    if t.family != UNSPELT["family"]:
+        words.append(str(t.family))
+    if cfg.optim.lr != UNSPELT["lr"]:
+        words.append(f"lr{cfg.optim.lr:g}")
+    return " ".join(words)
+
+
+def configuration_name(cfg: DictConfig) -> str:
+    """Seed-free and distinct per configuration, e.g. 'BN-L2 tau0.1 d32 k10 n512 #1a2b3c'.
+
+    The paper's axes (readable) and 6 hex digits of configuration_hash, which tell apart configurations
+    that differ only elsewhere (steps, scale, ...): demo, smoke and paper runs. The hash comes last, so a
+    cut-off label in the MLflow UI still shows the axes.
+    """
+    return f"{readable(cfg)} #{configuration_hash(cfg)[:6]}"
 
 
 def run_name(cfg: DictConfig, sweep: str | None = None) -> str:
-    """SWEEP/CONFIGURATION/sSEED, unique in an experiment (a sweep trains a configuration and seed once);
-    a run outside a sweep is train/CONFIGURATION/sSEED/ followed by its start time."""
-    name = f"{configuration_name(cfg)}/s{cfg.seed}"
-    return f"{sweep}/{name}" if sweep else f"train/{name}/{time.strftime('%Y%m%d-%H%M%S')}"
+    """The axes and the seed, e.g. 'BN-L2 tau0.1 d32 k10 n512 s153476998': distinct among a sweep's runs
+    (its grid varies the axes a name spells); ' train' follows for a run outside a sweep (sweeper.train,
+    sweeper.rerun). The sweep's name is the run's `sweep` tag and its parent row; the full configuration is
+    in its params and its `configuration` tag."""
+    name = f"{readable(cfg)} s{cfg.seed}"
+    return name if sweep else f"{name} train"
 
 
 def format_value(value: object) -> str:

@@ -1,8 +1,8 @@
-"""A real `mlflow ui` seen through headless Chromium (Debian's chromium and chromium-driver, driven by Selenium).
+"""A real `mlflow ui` seen through headless Chromium (Debian's chromium and chromium-driver, via Selenium).
 
 Used by tests/test_mlflow_ui.py, and run as a script to retake the README's screenshots:
 
-    PYTHONPATH=. python tests/browser.py sqlite:///PATH/mlflow.db docs/   # a store written by sweep=demo
+    PYTHONPATH=.:tests python tests/browser.py sqlite:///PATH/mlflow.db docs/   # sweep=demo, then its report
 
 Pages are read as a user sees them: the visible text, and the controls by their labels.
 """
@@ -109,27 +109,47 @@ def open_page(driver, address: str, shows: str) -> None:
             button.click()
 
 
-def group_by(driver, tag: str) -> None:
-    """The runs table's "Group by" menu, then the tag."""
+def column_headers(driver) -> list[str]:
+    """The runs table's column headers as shown (the grid draws the columns in view)."""
     from selenium.webdriver.common.by import By
 
-    driver.find_element(By.XPATH, "//button[contains(., 'Group by')]").click()
-    item = f"//*[@role='menuitemcheckbox'][normalize-space(.)='{tag}']"
-    wait_for(driver, lambda: driver.find_elements(By.XPATH, item), f"{tag} in the Group by menu")
-    driver.find_element(By.XPATH, item).click()
-    wait_for(driver, lambda: "Group: " in text(driver), "grouped rows")
+    headers = [h.text.strip() for h in driver.find_elements(By.CSS_SELECTOR, ".ag-header-cell")]
+    return [h for h in headers if h]
 
 
-def widen(driver, column: str, pixels: int) -> None:
-    """Drag the right edge of a column header of the runs table."""
-    from selenium.webdriver.common.action_chains import ActionChains
+def html_artifact(driver) -> dict:
+    """The HTML artifact MLflow's artifact viewer shows (in its frame): the page's text, the sources of its
+    images, and its tables (each a list of rows of cell texts, the header row first)."""
     from selenium.webdriver.common.by import By
 
-    header = driver.find_element(
-        By.XPATH, f"//*[contains(@class, 'ag-header-cell')][contains(., '{column}')]"
-    )
-    handle = header.find_element(By.XPATH, ".//*[contains(@class, 'ag-header-cell-resize')]")
-    ActionChains(driver).click_and_hold(handle).move_by_offset(pixels, 0).release().perform()
+    frame = "iframe.mlflow-html-iframe"
+    wait_for(driver, lambda: driver.find_elements(By.CSS_SELECTOR, frame), "the HTML artifact's frame")
+    driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, frame))
+    try:
+        wait_for(driver, lambda: text(driver).strip(), "the HTML artifact's text")
+        images = [i.get_attribute("src") for i in driver.find_elements(By.TAG_NAME, "img")]
+        tables = [
+            [
+                [c.text for c in r.find_elements(By.XPATH, "./th|./td")]
+                for r in t.find_elements(By.TAG_NAME, "tr")
+            ]
+            for t in driver.find_elements(By.TAG_NAME, "table")
+        ]
+        return {"text": text(driver), "images": images, "tables": tables}
+    finally:
+        driver.switch_to.default_content()
+
+
+def scroll_frame_to(driver, anchor: str) -> None:
+    """Scroll the HTML artifact's page (in its frame) to the element with id `anchor`."""
+    from selenium.webdriver.common.by import By
+
+    driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe.mlflow-html-iframe"))
+    try:
+        driver.execute_script("document.getElementById(arguments[0]).scrollIntoView();", anchor)
+        time.sleep(1)
+    finally:
+        driver.switch_to.default_content()
 
 
 def groups(driver) -> dict[str, list[str]]:
@@ -146,31 +166,39 @@ def groups(driver) -> dict[str, list[str]]:
     return out
 
 
+def show_charts(driver) -> None:
+    """The runs page's chart view (the second of its view buttons), drawn."""
+    from selenium.webdriver.common.by import By
+
+    button = driver.find_element(By.CSS_SELECTOR, "input[value='CHART']")
+    driver.execute_script("arguments[0].click();", button)  # the radio input sits under its icon
+    wait_for(driver, lambda: "Model metrics" in text(driver), "the charts")
+    time.sleep(5)  # the charts' last frames
+
+
 def screenshots(store_uri: str, folder: Path) -> None:
-    """docs/mlflow-runs-grouped.png (the runs table grouped by configuration) and docs/mlflow-run-metrics.png."""
+    """The README's pictures of a store with a sweep `demo` that analysis.report has run on: the runs view the
+    sweep's link opens (docs/mlflow-runs-grouped.png), its charts (docs/mlflow-runs-charts.png) and the report
+    on the parent run (docs/mlflow-report.png)."""
     from mlflow.tracking import MlflowClient
 
-    from tracking import ui
-    from tracking.names import CONFIGURATION, SWEEP
+    from tracking import store, ui
+    from tracking.names import REPORT_DIR, REPORT_HTML
 
     client = MlflowClient(store_uri)
-    experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
-    best = client.search_runs(
-        [experiment],
-        f"tags.{SWEEP} = 'demo' and tags.{CONFIGURATION} LIKE '%'",
-        order_by=["metrics.best_val_rel_lloyd ASC"],
-    )[0]
-    with mlflow_ui(store_uri, folder / "mlflow-ui.log") as address, chromium(1500, 900) as driver:
-        open_page(driver, ui.runs_table(address, experiment), "sweep-demo")
-        group_by(driver, CONFIGURATION)
-        widen(driver, "Run Name", 330)
+    experiment = store.experiment_id(client, "leaner-clustering")  # installs the view where it is missing
+    parent = client.search_runs([experiment], "attributes.run_name = 'sweep-demo'")[0].info.run_id
+    with mlflow_ui(store_uri, folder / "mlflow-ui.log") as address, chromium(1700, 900) as driver:
+        open_page(driver, ui.runs_table(address, experiment), "Group: ")
+        time.sleep(3)
         driver.save_screenshot(str(folder / "mlflow-runs-grouped.png"))
-        open_page(
-            driver, ui.run_page(address, experiment, best.info.run_id, "model-metrics"), "best_val_rel_lloyd"
-        )
-        wait_for(driver, lambda: text(driver).count("Step") >= 3, "the charts drawn")
-        time.sleep(3)  # the charts' last frames
-        driver.save_screenshot(str(folder / "mlflow-run-metrics.png"))
+        show_charts(driver)
+        driver.save_screenshot(str(folder / "mlflow-runs-charts.png"))
+        page = ui.run_page(address, experiment, parent, f"artifactPath/{REPORT_DIR}/{REPORT_HTML}")
+        open_page(driver, page, f"{REPORT_DIR}/{REPORT_HTML}")
+        html_artifact(driver)  # drawn
+        scroll_frame_to(driver, "convergence")
+        driver.save_screenshot(str(folder / "mlflow-report.png"))
     (folder / "mlflow-ui.log").unlink()
 
 

@@ -254,9 +254,13 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
         )
     # A report on one sweep's runs is stored in the sweep's parent run, and the printed address opens it.
     parent = client.get_run(logged[0].data.tags[EVAL_OF]).data.tags[MLFLOW_PARENT_RUN_ID]
-    assert f"/runs/{parent}?workflowType=machine_learning" in first.stdout
+    assert (
+        f"/runs/{parent}/artifactPath/{REPORT_DIR}/index.html?workflowType=machine_learning" in first.stdout
+    )
     attached = {a.path for a in client.list_artifacts(parent, REPORT_DIR)}
-    assert {f"{REPORT_DIR}/{name}" for name in ("index.md", "length.png", "length.csv")} <= attached
+    assert {
+        f"{REPORT_DIR}/{name}" for name in ("index.md", "index.html", "length.png", "length.csv")
+    } <= attached
     assert (
         Path(client.download_artifacts(parent, f"{REPORT_DIR}/index.md", str(tmp_path / "dl"))).read_text()
         == text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -122,12 +121,13 @@ def test_hash_is_per_configuration_and_seed():
 def test_run_name_is_readable_and_the_configuration_seed_free():
     overrides = ["task.d=32", "task.k=10", "model.embedding=binary", "loss.tau=0.1"]
     cfg = compose(overrides)
-    configuration = f"tau0.1-l2-binary-d32-k10-n512-normal-lr0.01-{configuration_hash(cfg)[:8]}"
+    configuration = f"BN-L2 tau0.1 d32 k10 n512 #{configuration_hash(cfg)[:6]}"
     assert configuration_name(cfg) == configuration
-    assert run_name(cfg, "paper") == f"paper/{configuration}/s153476998"
-    assert re.fullmatch(
-        rf"train/{configuration}/s153476998/\d{{8}}-\d{{6}}", run_name(cfg)
-    )  # outside a sweep
+    assert run_name(cfg, "paper") == "BN-L2 tau0.1 d32 k10 n512 s153476998"
+    assert run_name(cfg) == "BN-L2 tau0.1 d32 k10 n512 s153476998 train"  # outside a sweep
+    # The family and the learning rate are spelt when they are not the paper's usual normal and 0.01.
+    other = compose(["model.embedding=none", "loss.regularizer=ne", "task.family=cauchy", "optim.lr=0.1"])
+    assert run_name(other, "paper") == "NA-NE tau1 d4 k6 n512 cauchy lr0.1 s153476998"
     # One configuration for every seed; another for anything that changes the numbers, the axes or not.
     assert configuration_name(compose([*overrides, "seed=1"])) == configuration
     assert configuration_hash(compose(["train.steps=20"])) != configuration_hash(compose())

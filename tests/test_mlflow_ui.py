@@ -1,22 +1,39 @@
 """The MLflow UI in a real browser: `mlflow ui` on the smoke sweep's store, read by headless Chromium.
 
-The address the project prints opens the Model-training runs table (not MLflow 3's GenAI view), and
-"Group by" on the `configuration` tag puts each configuration's seeds together.
+The address the sweep prints opens the runs view of tracking.view (a view state the pinned MLflow's UI reads
+from an experiment tag): rows grouped by configuration without a click, the val_rel_lloyd column, the runs'
+short names. The report that analysis.report attaches to the sweep's parent run shows in MLflow's artifact
+viewer as one page, its figures inline and the claims table in it.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import browser
 import pytest
-from helpers import children
+from helpers import REPO, children
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from tracking import ui
-from tracking.names import CONFIGURATION
+from tracking.names import CONFIGURATION, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD
 
 pytestmark = pytest.mark.slow
+SMALL_EVAL = [  # tests/test_analysis.py's, so that both reuse the evaluations of the session's store
+    "eval.batches=1",
+    "eval.batch=4",
+    "eval.steps=4",
+    "eval.inits=[random,gonzalez]",
+    "eval.lengths=[16,32]",
+    "eval.surface_points=3",
+    "eval.dissimilarity_tasks=2",
+    "eval.device=cpu",
+]
 
 
-def test_runs_table_groups_each_configurations_seeds(smoke_store, tmp_path):
+def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, tmp_path):
     if reason := browser.missing():
         pytest.skip(f"no browser: {reason}")
     runs = children(smoke_store, "smoke")
@@ -25,13 +42,40 @@ def test_runs_table_groups_each_configurations_seeds(smoke_store, tmp_path):
     for run in runs:
         seeds_of.setdefault(run.data.tags[CONFIGURATION], set()).add(run.info.run_name)
     assert len(seeds_of) == 4 and all(len(names) == 2 for names in seeds_of.values())
+    names = {run.info.run_name for run in runs}
+    assert all(len(name) <= 40 and " s" in name for name in names), names  # short, e.g. OH-L2 tau1 ... s1
     with browser.mlflow_ui(smoke_store, tmp_path / "ui.log") as address, browser.chromium() as driver:
-        browser.open_page(driver, ui.runs_table(address, experiment), "sweep-smoke")  # the sweep's parent row
+        browser.open_page(driver, ui.runs_table(address, experiment), "Group: ")  # grouped with no click
         page = browser.text(driver)
-        assert "Run Name" in page and "Group by" in page and "matching runs" in page  # the runs table
-        browser.group_by(driver, CONFIGURATION)
+        assert "Group by: configuration" in page and "matching runs" in page
+        assert VAL_REL_LLOYD in browser.column_headers(driver)
         shown = browser.groups(driver)
     assert set(seeds_of) <= set(shown), (sorted(seeds_of), sorted(shown))
-    names = {run.info.run_name for run in runs}
     for configuration, wanted in seeds_of.items():
         assert names & set(shown[configuration]) == wanted, configuration  # its seeds, and no other run
+
+
+def test_the_parent_run_shows_the_report_in_one_page(smoke_store, tmp_path):
+    if reason := browser.missing():
+        pytest.skip(f"no browser: {reason}")
+    report = [sys.executable, "-m", "analysis.report", f"tracking.uri={smoke_store}", f"out={tmp_path}"]
+    done = subprocess.run(
+        [*report, "select.sweep=smoke", *SMALL_EVAL], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: a figure failed, the report still written
+    client = MlflowClient(smoke_store)
+    parent = client.get_run(children(smoke_store, "smoke")[0].data.tags[MLFLOW_PARENT_RUN_ID])
+    assert {f"claims_{s}" for s in ("passed", "failed", "untested")} <= set(parent.data.metrics)
+    address_of = [line for line in done.stdout.splitlines() if f"{REPORT_DIR}/{REPORT_HTML}" in line]
+    assert address_of, done.stdout[-2000:]
+    with browser.mlflow_ui(smoke_store, tmp_path / "ui.log") as address, browser.chromium() as driver:
+        tab = f"artifactPath/{REPORT_DIR}/{REPORT_HTML}"  # the artifact viewer, opened on the page
+        page = ui.run_page(address, parent.info.experiment_id, parent.info.run_id, tab)
+        assert page.removeprefix(address) in address_of[-1]  # the address the report printed
+        browser.open_page(driver, page, f"{REPORT_DIR}/{REPORT_HTML}")
+        shown = browser.html_artifact(driver)
+    assert shown["images"] and all(src.startswith("data:image/png;base64,") for src in shown["images"])
+    assert "convergence" in shown["text"] and "claims" in shown["text"]
+    claims = [t for t in shown["tables"] if t[0][:2] == ["status", "name"]]
+    assert claims and len(claims[0]) == 1 + 14, claims  # the header and the paper's 14 claims
+    assert {row[0] for row in claims[0][1:]} <= {"PASS", "FAIL", "UNTESTED"}

@@ -29,6 +29,7 @@ from mlflow.utils.mlflow_tags import (
 from analysis.runs import load_runs
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
+from tracking import ui
 from tracking.names import (
     BEST_VAL_REL_LLOYD,
     COMMAND,
@@ -172,7 +173,7 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
     standard columns, best_val_rel_lloyd, no operational params, and a parent run with plan, command and counts."""
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     assert sorted(r.info.run_name for r in runs) == sorted(t.name for t in trials)  # one name per trial
-    assert all(t.name.startswith("smoke/") and by_key[t.key].info.run_name == t.name for t in trials)
+    assert all(by_key[t.key].info.run_name == t.name == t.name.split(" s")[0] + f" s{t.seed}" for t in trials)
     seeds_of: dict[str, set[int]] = {}  # configuration tag -> seeds, as MLflow's "Group by" shows them
     for t in trials:
         seeds_of.setdefault(by_key[t.key].data.tags[CONFIGURATION], set()).add(t.seed)
@@ -183,7 +184,7 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
         assert tags[MLFLOW_SOURCE_NAME] and tags[MLFLOW_USER] == getpass.getuser()
         assert (
             tags[MLFLOW_GIT_COMMIT] == tags[GIT_COMMIT]
-            and tags[CONFIGURATION] == run.info.run_name.split("/")[1]
+            and tags[CONFIGURATION].split(" #")[0] == run.info.run_name.rsplit(" s", 1)[0]
         )
         assert f"**{run.data.params['model.embedding']}** token embedding" in tags[MLFLOW_RUN_NOTE]
         assert not [
@@ -219,7 +220,9 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
         )
     ]
     assert pending[0] == 12 and pending[-1] == 0 and len(pending) > 2  # counted down while trials ended
-    assert f"#/experiments/{parent.info.experiment_id}?workflowType=machine_learning" in printed
+    assert (
+        ui.runs_table(client.tracking_uri, parent.info.experiment_id) in printed
+    )  # opens the runs view (tracking.view)
 
 
 def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):

@@ -1,9 +1,11 @@
-"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate points."""
+"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate points;
+the runs view an experiment carries."""
 
 from __future__ import annotations
 
 import getpass
 import itertools
+import json
 import sys
 
 import pytest
@@ -14,9 +16,10 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_
 from omegaconf import OmegaConf
 
 from config.compose import compose
-from config.identity import config_hash, configuration_name, flat_params
+from config.identity import config_hash, configuration_hash, configuration_name, flat_params
 from sweeper import exit_codes
 from sweeper.train import main
+from tracking import store, ui, view
 from tracking.names import (
     BEST_CHECKPOINT,
     BEST_VAL_REL_LLOYD,
@@ -44,9 +47,7 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     result = train(cfg, MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment), tmp_path)
     client = MlflowClient(tracking_uri=mlflow_server)
     found = client.get_run(result.run_id)
-    assert found.info.status == "FINISHED" and found.info.run_name.startswith(
-        f"train/{configuration_name(cfg)}/s153476998/"
-    )
+    assert found.info.status == "FINISHED" and found.info.run_name == "OH-L2 tau1 d2 k3 n64 s153476998 train"
     assert found.data.params == flat_params(cfg)
     tags = found.data.tags
     assert (tags[CONFIG_HASH], tags[SEED], tags[OUTCOME]) == (config_hash(cfg), str(cfg.seed), FINISHED)
@@ -58,7 +59,11 @@ def test_run_over_http_shows_params_tags_histories_and_artifacts(tiny, tmp_path,
     assert found.data.metrics[VAL_REL_LLOYD] == result.metrics[VAL_REL_LLOYD]
     # What the MLflow UI shows: the seed-free configuration, a description, source, user and commit columns,
     # and best_val_rel_lloyd, the running minimum of val_rel_lloyd (what checkpoints/best.pt holds).
-    assert tags[CONFIGURATION] == configuration_name(cfg) and tags[CONFIGURATION] in found.info.run_name
+    assert (
+        tags[CONFIGURATION]
+        == configuration_name(cfg)
+        == f"OH-L2 tau1 d2 k3 n64 #{configuration_hash(cfg)[:6]}"
+    )
     assert "**onehot** token embedding" in tags[MLFLOW_RUN_NOTE] and "**tau 1**" in tags[MLFLOW_RUN_NOTE]
     assert (tags[MLFLOW_GIT_COMMIT], tags[MLFLOW_USER]) == (tags[GIT_COMMIT], getpass.getuser())
     assert tags[MLFLOW_SOURCE_NAME] == sys.modules["__main__"].__spec__.name  # this process's entry point
@@ -112,3 +117,22 @@ def test_resumed_recorder_skips_points_already_logged(sqlite_uri):
 def test_continuing_a_run_missing_from_the_store_is_an_error(sqlite_uri):
     with pytest.raises(TrackingError, match="train.resume=never"):
         MlflowRecorder(sqlite_uri, "x").start("r", {}, {}, run_id="0123456789abcdef0123456789abcdef")
+
+
+def test_an_experiment_carries_the_runs_view_the_printed_link_opens(sqlite_uri):
+    client = store.connect(sqlite_uri)
+    experiment = store.experiment_id(client, "view")
+    tag = client.get_experiment(experiment).tags[view.TAG]
+    envelope = json.loads(tag)  # what MLflow's UI requires of a saved view: these fields and types
+    assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
+    state = json.loads(envelope["state"])
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": CONFIGURATION}]
+    assert state["runsHiddenMode"] == "SHOW_ALL" and f"metrics.`{VAL_REL_LLOYD}`" in state["selectedColumns"]
+    shown = [c for c in state["compareRunCharts"] if not c["deleted"]]
+    assert shown[0]["metricKey"] == VAL_REL_LLOYD and {c["scaleType"] for c in shown} == {"log"}
+    assert len(tag) < 20000  # the UI's limit on a tag value
+    assert store.experiment_id(client, "view") == experiment
+    assert client.get_experiment(experiment).tags[view.TAG] == tag  # opened again: not rewritten
+    assert f"#/experiments/{experiment}/runs?viewStateShareKey={view.KEY}&" in ui.runs_table(
+        sqlite_uri, experiment
+    )

@@ -61,3 +61,9 @@ SWEEP_ARTIFACT = "sweep.yaml"  # the sweep's definition (conf/sweep/ with the co
 REPORT_DIR = "report"  # analysis.report's figures, index.md and claims of the sweep
 PENDING = "pending"
 TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (FINISHED, DIVERGED, STOPPED, PENDING)}  # metrics
+# The sweep's summary, logged on its parent run by analysis.report (so that sweeps compare in the UI).
+MEDIAN_FINAL = (
+    "median_val_rel_lloyd."  # + embedding: median over the sweep's finished runs of the final value
+)
+CLAIM_COUNTS = {"PASS": "claims_passed", "FAIL": "claims_failed", "UNTESTED": "claims_untested"}  # metrics
+REPORT_HTML = "index.html"  # the report in one self-contained page (figures inline), for MLflow's viewer

@@ -4,6 +4,7 @@ Training (tracking.recorder), the sweep driver (sweeper.mlflow_callback), reruns
 read runs through MlflowClient; what they share about the store is written here once:
   connect        fail fast, naming the URI, when the store cannot be reached; else a client
   experiment_id  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows runs)
+                 and with the runs view of tracking.view
   search         every page of a run search
   last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
   histories      the metric points of many runs at once
@@ -42,6 +43,7 @@ from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.rest_utils import http_request
 from tqdm import tqdm
 
+from tracking import view
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 
 log = logging.getLogger(__name__)
@@ -121,19 +123,23 @@ def connect(uri: str) -> MlflowClient:
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
-    """The id of experiment `name`, created when missing; either way tagged as a model-training experiment."""
+    """The id of experiment `name`, created when missing; either way tagged as a model-training experiment
+    and with the runs view that tracking.ui.runs_table opens (tracking.view)."""
     found = client.get_experiment_by_name(name)
     if found is None:
         try:
-            return client.create_experiment(
+            created = client.create_experiment(
                 name,
                 artifact_location=_artifact_root(client.tracking_uri, name),
                 tags={EXPERIMENT_KIND: MODEL_TRAINING},
             )
+            view.install(client, created, {})
+            return created
         except MlflowException:  # created meanwhile by another process
             found = client.get_experiment_by_name(name)
     if found.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
         client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+    view.install(client, found.experiment_id, found.tags)
     return found.experiment_id
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracking import view
+
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` listens by default
 MODEL_TRAINING = "workflowType=machine_learning"
 
@@ -19,7 +21,9 @@ def base_url(uri: str) -> str:
 
 
 def runs_table(uri: str, experiment_id: str) -> str:
-    return f"{base_url(uri)}/#/experiments/{experiment_id}?{MODEL_TRAINING}"
+    """The runs table opened on the view tracking.view installs: seeds grouped by configuration, the columns
+    that matter. A search filter in the address would make the UI ignore the view, so there is none."""
+    return f"{base_url(uri)}/#/experiments/{experiment_id}/runs?viewStateShareKey={view.KEY}&{MODEL_TRAINING}"
 
 
 def run_page(uri: str, experiment_id: str, run_id: str, tab: str = "") -> str:
