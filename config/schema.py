@@ -15,7 +15,7 @@ from omegaconf import MISSING
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
-COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.loop.compiled
+COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.fused.compiled
 # cluster.pack: one model per sweep trial, the seeds of a configuration together, or up to cluster.pack_size
 # models of one shape (training.packed.SHARED_KEYS) together.
 PACK_MODES = ("none", "seeds", "shapes")
