@@ -105,6 +105,7 @@ class Pack:
         self.regularizers = sorted(set(regularizers))
         self.l2 = column([r == "l2" for r in regularizers], torch.bool).view(-1, 1, 1, 1)
         self.starts = [tr.progress.step for tr in trainers]  # each model's step is its start + self.taken
+        self.offsets = sorted(set(self.starts))  # one, but after resuming from different checkpoints
         self.taken = 0
         self.step_of = column(self.starts, torch.int64)  # on the device: the step each model is at
         self.alive = column([True] * len(trainers), torch.bool)
@@ -112,6 +113,7 @@ class Pack:
         # Test-only faults (training.faults); None outside tests, so real packs skip their ops.
         self.nan_at = column([tr.nan_at_step or -1 for tr in trainers], torch.int64)
         self.faulty = any(tr.nan_at_step for tr in trainers)
+        self.crashes = [(s, tr.crash_at_step) for s, tr in zip(self.starts, trainers) if tr.crash_at_step]
         self.pending: list[torch.Tensor] = []  # each step's (P,) losses since the last read-back
         self.tasks: list[torch.Tensor] = []  # the chunk's X (chunk, P, B, n, d) and C0 (chunk, P, B, k, d)
         self.validation = None if validations is None else self._stack_validation(validations)
@@ -175,20 +177,17 @@ class Pack:
 
     def _crash_if_due(self) -> None:
         """Test-only: InjectedCrash before a model's crash_at_step (training.faults)."""
-        for start, tr in zip(self.starts, self.trainers):
-            if tr.crash_at_step is not None and start + self.taken + 1 == tr.crash_at_step:
-                raise InjectedCrash(f"test-only crash before step {tr.crash_at_step}")
+        for start, crash in self.crashes:
+            if start + self.taken + 1 == crash:
+                raise InjectedCrash(f"test-only crash before step {crash}")
 
     def due(self) -> bool:
         """Whether the loop reads back after this step: a train_loss point, an evaluation, a crash next."""
-        for start in set(self.starts):
+        for start in self.offsets:
             s = start + self.taken
             if s % self.log_every == 0 or s % self.eval_every == 0 or s == self.steps:
                 return True
-        return any(
-            tr.crash_at_step is not None and start + self.taken + 1 == tr.crash_at_step
-            for start, tr in zip(self.starts, self.trainers)
-        )
+        return any(start + self.taken + 1 == crash for start, crash in self.crashes)
 
     def read(self) -> tuple[list[list[float]], list[int], list[int]]:
         """Per model: its losses since the last read-back, the step it diverged at (0: none), its step now."""
@@ -226,10 +225,14 @@ class Pack:
         self.adam.keep(index)
         self.trainers = [self.trainers[r] for r in rows]
         self.starts = [self.starts[r] for r in rows]
+        self.offsets = sorted(set(self.starts))
         for name in ("tau", "l2", "step_of", "alive", "diverged_at", "nan_at"):
             setattr(self, name, getattr(self, name)[index])
         self.regularizers = sorted({tr.cfg.loss.regularizer for tr in self.trainers})
         self.faulty = any(tr.nan_at_step for tr in self.trainers)
+        self.crashes = [
+            (s, tr.crash_at_step) for s, tr in zip(self.starts, self.trainers) if tr.crash_at_step
+        ]
         self.tasks = [part[:, index] for part in self.tasks]
         if self.validation is not None:
             self.validation = [tuple(part[index] for part in batch) for batch in self.validation]
