@@ -207,7 +207,6 @@ class Run:
     """One model in the training loop, with where it records."""
 
     trainer: Trainer
-    validation: Validation
     recorder: Recorder
     workdir: Path
     run_id: str
@@ -237,7 +236,7 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     if not resume.state:
         (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
         recorder.log_artifact(workdir / CONFIG_ARTIFACT)
-    return Run(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id)
+    return Run(trainer, recorder, workdir, run_id)
 
 
 def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
@@ -269,7 +268,10 @@ def train_models(
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
         if not active:
             return [run.result for run in runs]
-        pack = Pack([run.trainer for run in active], [run.validation for run in active])
+        # The pack holds the validation sets stacked: each model's own is dropped once copied in.
+        pack = Pack(
+            [run.trainer for run in active], [Validation(r.trainer.cfg, r.trainer.device) for r in active]
+        )
         fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
         tell(on_eval, evaluate(pack, fresh, active))
         bar = tqdm(
