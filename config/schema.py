@@ -15,11 +15,10 @@ from omegaconf import MISSING
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
-COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.loop.compiled
-PACK_MODES = (
-    "none",
-    "seeds",
-)  # cluster.pack: one model per sweep trial, or the seeds of a configuration together
+COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.fused.compiled
+# cluster.pack: one model per sweep trial, the seeds of a configuration together, or up to cluster.pack_size
+# models of one shape (training.packed.SHARED_KEYS) together.
+PACK_MODES = ("none", "seeds", "shapes")
 # Keys of `train` that say how and where a run executes, not what it computes:
 # they stay out of run_config and config_hash, so a resumed run (say with
 # train.resume=must) keeps its hash and finds its own checkpoint.
@@ -101,6 +100,7 @@ class ClusterConfig:
     max_failures: int = MISSING
     dashboard_host: str = MISSING
     pack: str = MISSING
+    pack_size: int = MISSING
 
 
 @dataclass

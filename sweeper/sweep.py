@@ -90,21 +90,32 @@ def jobs_of(trials: list[grid.Trial]) -> dict[str, dict]:
     }
 
 
-def packs_of(trials: list[grid.Trial], pending: set[str], mode: str) -> dict[str, list[str]]:
+def packs_of(trials: list[grid.Trial], pending: set[str], mode: str, size: int) -> dict[str, list[str]]:
     """Ray Tune's trials, each a list of the pending models (config_hash) it trains.
 
     mode none: one model per trial, keyed by its config_hash. mode seeds: the
-    seeds of a configuration train together (training.packed), keyed by a hash
-    of all its seeds' keys, so a restarted sweep packs what is left under the same key.
+    seeds of a configuration train together (training.packed). mode shapes: the
+    models that share training.packed.SHARED_KEYS train together, `size` at most
+    (cluster.pack_size), cut from the whole plan in its order. A pack is keyed
+    by a hash of all its models' keys, done or not, so a restarted sweep packs
+    what is left under the same key.
     """
     if mode == "none":
         return {t.key: [t.key] for t in trials if t.key in pending}
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for t in trials:
-        groups.setdefault(tuple(t.configuration.override_strings()), []).append(t.key)
+    groups: dict[tuple, list[str]] = {}
+    if mode == "seeds":
+        for t in trials:
+            groups.setdefault(tuple(t.configuration.override_strings()), []).append(t.key)
+        cuts = list(groups.values())
+    else:
+        from training.packed import SHARED_KEYS  # torch: only the sweeps that pack by shape need it
+
+        for t in trials:  # a key no configuration overrides has the sweep's one value
+            groups.setdefault(tuple(t.configuration.overrides.get(k) for k in SHARED_KEYS), []).append(t.key)
+        cuts = [keys[i : i + size] for keys in groups.values() for i in range(0, len(keys), size)]
     packs = {
         "pack-" + hashlib.sha256(" ".join(keys).encode()).hexdigest()[:12]: [k for k in keys if k in pending]
-        for keys in groups.values()
+        for keys in cuts
     }
     return {key: members for key, members in packs.items() if members}
 
@@ -284,7 +295,7 @@ def drive(
     for key, path in ledger.resume_from.items():
         if key in jobs:
             jobs[key]["resume_from"] = path
-    packs = packs_of(trials, set(jobs), cluster.pack)
+    packs = packs_of(trials, set(jobs), cluster.pack, cluster.pack_size)
     for key, members in packs.items():
         for member in members:
             jobs[member]["pack"] = key if len(members) > 1 else None

@@ -3,7 +3,7 @@
 Not configuration: nothing here is in the config schema, its hash or a run's
 MLflow params, so a real run can never carry it. Tests set an environment
 variable, read here only; training.loop.Trainer asks once per run, and the
-one training loop (training.loop.Trainer.draw, .loss) acts at that step.
+one training step (training.fused.Pack.step) acts at that step.
 Ray workers started by a local ray.init inherit the driver's environment, so
 a sweep test sets the variable before Ray starts.
 

@@ -5,8 +5,9 @@ one-step centers; every train.eval_every steps the fixed validation set gives
 val_kmeans and val_rel_lloyd, ReduceLROnPlateau steps on val_rel_lloyd, and a
 checkpoint is written, from which the same command resumes after a crash.
 
-One loop (train_models) trains a list of models: alone, a list of one
-(train); packed, several that share one vectorised step (training.packed).
+One loop (train_models) trains a list of models on one code path: alone, a
+pack of one (train); packed, several that share one fused step
+(training.fused, training.packed).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from config.compose import validate
 from config.identity import config_hash, flat_params, run_config, run_name
 from config.schema import ConfigError
 from models.lloyd import lloyd_step
-from models.losses import kmeans_objective, smoothed_objective
+from models.losses import kmeans_objective
 from models.transformer import ClusteringTransformer
-from tasks.sampler import TaskSpec, sample_tasks, validation_tasks
+from tasks.sampler import TaskSpec, validation_tasks
 from tracking.names import (
     BAD_CHECKPOINT,
     BEST_VAL_REL_LLOYD,
@@ -49,7 +50,8 @@ from tracking.names import (
 from tracking.recorder import Recorder, git_commit
 from training import checkpoint
 from training.checkpoint import CheckpointError
-from training.faults import InjectedCrash, crash_at_step, nan_at_step
+from training.faults import crash_at_step, nan_at_step
+from training.fused import Pack
 from training.run_tags import training_tags
 
 OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
@@ -85,22 +87,6 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def compiled(forward: Callable, mode: str) -> Callable:
-    """train.compile: the forward pass through torch.compile, or as is (off).
-
-    Off by default: on CPU at the paper config inductor gained 5% per step at
-    dropout 0 and lost 8% at dropout 0.01, after 35-50 s of compiling
-    (python -m bench step, compile=...). cudagraphs (inductor plus CUDA graphs)
-    targets GPUs, where tiny models wait on kernel launches. Compiled kernels
-    round differently, so the mode is part of the configuration.
-    """
-    if mode == "off":
-        return forward
-    if mode == "aot_eager":  # graph capture and autograd tracing without code generation
-        return torch.compile(forward, backend="aot_eager")
-    return torch.compile(forward, mode="reduce-overhead" if mode == "cudagraphs" else None)
-
-
 def task_spec(cfg: DictConfig) -> TaskSpec:
     return TaskSpec(**OmegaConf.to_container(cfg.task))
 
@@ -131,7 +117,13 @@ class Validation:
 
 
 class Trainer:
-    """One model's weights, optimizer, scheduler, task stream and progress."""
+    """One model's weights, optimizer, scheduler, task stream and progress.
+
+    Training steps it in a pack (training.fused.Pack, of one when alone),
+    which holds its weights and Adam state while it trains and writes them
+    back here for each checkpoint; the optimizer holds the learning rate its
+    scheduler sets.
+    """
 
     def __init__(self, cfg: DictConfig, device: torch.device) -> None:
         self.cfg, self.device = cfg, device
@@ -145,7 +137,6 @@ class Trainer:
                 f"train.compile=cudagraphs needs a CUDA device, and train.device={cfg.train.device} "
                 f"is {device}: use train.compile=inductor or off"
             )
-        self.forward = compiled(self.model, cfg.train.compile)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.optim.lr)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             self.optimizer, mode="min", factor=cfg.optim.lr_factor, patience=cfg.optim.lr_patience
@@ -157,6 +148,7 @@ class Trainer:
         self.progress = Progress()
         key = config_hash(cfg)  # the faults are None but in tests (training.faults)
         self.nan_at_step, self.crash_at_step = nan_at_step(key), crash_at_step(key)
+        self.alone: Pack | None = None  # the pack of one that step() takes
 
     def state(self, run_id: str) -> dict:
         """The checkpoint: everything needed to continue bit-for-bit (loads with weights_only=True)."""
@@ -196,55 +188,18 @@ class Trainer:
             state["step"], state["best_val"], list(state["window"]), state["history"], state["metrics"]
         )
 
-    def draw(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Start the next step: its batch of tasks (X, C0) from this model's own stream."""
-        if self.progress.step + 1 == self.crash_at_step:
-            raise InjectedCrash(f"test-only crash before step {self.crash_at_step}")
-        self.progress.step += 1
-        X, C0 = sample_tasks(self.spec, self.cfg.train.batch, self.generator)
-        return X.to(self.device), C0.to(self.device)
+    def step(self) -> None:
+        """One optimizer step of this model alone, on training's path (a pack of one); for benchmarks.
 
-    def loss(self, X: torch.Tensor, C1: torch.Tensor) -> torch.Tensor:
-        """The step's loss for the model's new centers C1."""
-        loss = smoothed_objective(X, C1, self.cfg.loss.tau, self.cfg.loss.regularizer).mean()
-        if self.progress.step == self.nan_at_step:
-            loss = loss * math.nan  # test-only fault: exercises divergence handling
-        return loss
-
-    def step(self) -> tuple[float, float]:
-        """One optimizer step; returns the loss and the sum of all parameters."""
-        X, C0 = self.draw()
-        return update([self], [self.loss(X, self.forward(X, C0))])[0]
+        The pack keeps the weights: self.model stays as it was (Pack.store writes them back).
+        """
+        if self.alone is None:
+            self.alone = Pack([self])
+        self.alone.step()
 
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
-
-
-def update(trainers: list[Trainer], losses: list[torch.Tensor]) -> list[tuple[float, float]]:
-    """Backpropagate each trainer's loss and step its optimizer; returns (loss, sum of parameters) per trainer."""
-    for t in trainers:
-        t.optimizer.zero_grad(set_to_none=True)
-    loss = torch.stack(losses)
-    # The models are independent, so the gradient of the sum is each model's own gradient.
-    loss.sum().backward()
-    for t in trainers:
-        t.optimizer.step()
-    # A non-finite parameter anywhere makes its model's sum non-finite.
-    totals = torch.stack(
-        [torch.stack([p.detach().sum() for p in t.model.parameters()]).sum() for t in trainers]
-    )
-    # One device sync per step: NaN parameters must not reach the next forward
-    # pass (sparsemax of NaNs indexes out of bounds; on CUDA a device assert).
-    return [(a, b) for a, b in torch.stack([loss.detach(), totals], 1).tolist()]
-
-
-Step = Callable[[list[Trainer]], list[tuple[float, float]]]  # one optimizer step of each model: (loss, sum)
-
-
-def solo_step(trainers: list[Trainer]) -> list[tuple[float, float]]:
-    """The step of models trained alone (a pack of one): each its own Trainer.step."""
-    return [t.step() for t in trainers]
 
 
 @dataclass
@@ -252,7 +207,6 @@ class Run:
     """One model in the training loop, with where it records."""
 
     trainer: Trainer
-    validation: Validation
     recorder: Recorder
     workdir: Path
     run_id: str
@@ -282,7 +236,7 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     if not resume.state:
         (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
         recorder.log_artifact(workdir / CONFIG_ARTIFACT)
-    return Run(trainer, Validation(cfg, trainer.device), recorder, workdir, run_id)
+    return Run(trainer, recorder, workdir, run_id)
 
 
 def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
@@ -292,48 +246,57 @@ def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | 
         for path, metrics in evaluated.items():
             on_eval(step, metrics, path)
 
-    return train_models([cfg], [recorder], [Path(workdir)], solo_step, each if on_eval else None)[0]
+    return train_models([cfg], [recorder], [Path(workdir)], each if on_eval else None)[0]
 
 
 def train_models(
-    cfgs: list[DictConfig],
-    recorders: list[Recorder],
-    workdirs: list[Path],
-    step: Step,
-    on_eval: OnRound | None = None,
+    cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path], on_eval: OnRound | None = None
 ) -> list[TrainResult]:
     """The training loop: result i is what model i trained alone would give (training.packed: to 1e-5).
 
-    step(trainers) takes one optimizer step of each model (solo_step, or
-    training.packed.packed_step). A model that diverges is closed and leaves;
-    the others go on. on_eval(step, {workdir: metrics}) is called after each
-    round of evaluations (the models step together, so they evaluate
-    together), when every evaluated model's checkpoint is written.
+    The models step together as one pack (training.fused.Pack). The host reads
+    their losses and divergences back only at train_loss points and
+    evaluations; a model that diverged is closed there, at the step it
+    diverged, and leaves; the others go on. on_eval(step, {workdir: metrics})
+    is called after each round of evaluations (the models step together, so
+    they evaluate together), when every evaluated model's checkpoint is written.
     """
     runs: list[Run] = []
     try:
         for cfg, recorder, workdir in zip(cfgs, recorders, workdirs):
             runs.append(open_run(cfg, recorder, workdir))
-        fresh = [run for run in runs if run.trainer.progress.step == 0]
-        for run in fresh:
-            evaluate(run)
-        tell(on_eval, fresh)
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
+        if not active:
+            return [run.result for run in runs]
+        # The pack holds the validation sets stacked: each model's own is dropped once copied in.
+        pack = Pack(
+            [run.trainer for run in active], [Validation(r.trainer.cfg, r.trainer.device) for r in active]
+        )
+        fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
+        tell(on_eval, evaluate(pack, fresh, active))
         bar = tqdm(
             total=cfgs[0].train.steps,
-            initial=min((r.trainer.progress.step for r in active), default=0),
+            initial=min(r.trainer.progress.step for r in active),
             desc="train",
             disable=not sys.stderr.isatty(),
             dynamic_ncols=True,
         )
         while active:
-            losses = step([run.trainer for run in active])
-            tell(on_eval, [run for run, (loss, total) in zip(active, losses) if after_step(run, loss, total)])
+            pack.step()
+            bar.update(1)
+            if not pack.due():
+                continue
+            losses, diverged, now = pack.read()
+            due = [row for row, run in enumerate(active) if record(run, losses[row], diverged[row], now[row])]
+            tell(on_eval, evaluate(pack, due, active))
             for run in active:
                 if run.result is None and run.trainer.progress.step >= run.trainer.cfg.train.steps:
                     close(run, FINISHED)
             show(bar, active[0].trainer)
-            active = [run for run in active if run.result is None]
+            rows = [row for row, run in enumerate(active) if run.result is None]
+            if len(rows) < len(active):
+                pack.keep(rows)
+                active = [active[row] for row in rows]
         bar.close()
     except (
         BaseException
@@ -345,22 +308,26 @@ def train_models(
     return [run.result for run in runs]
 
 
-def after_step(run: Run, loss: float, total: float) -> bool:
-    """Record one model's step: divergence, the train_loss window, an evaluation when due (True if it evaluated)."""
+def record(run: Run, losses: list[float], diverged_at: int, now: int) -> bool:
+    """Record one model's steps since the last read-back (their losses, the step now).
+
+    A divergence (diverged_at > 0) closes the run at that step; else the losses
+    join the train_loss window, logged when due. True if an evaluation is due.
+    """
     t, p = run.trainer.cfg.train, run.trainer.progress
-    if not (math.isfinite(loss) and math.isfinite(total)):
+    if diverged_at:
+        p.window.extend(losses[: diverged_at - p.step - 1])
+        p.step = diverged_at
         close(run, DIVERGED)
         return False
-    p.window.append(loss)
+    p.window.extend(losses)
+    p.step = now
     if p.step % t.log_every == 0:
         mean = sum(p.window) / len(p.window)
         run.recorder.log_metrics(p.step, {TRAIN_LOSS: mean})
         p.history.setdefault(TRAIN_LOSS, []).append([p.step, mean])
         p.window = []
-    due = p.step % t.eval_every == 0 or p.step == t.steps
-    if due:
-        evaluate(run)
-    return due
+    return p.step % t.eval_every == 0 or p.step == t.steps
 
 
 def tell(on_eval: OnRound | None, evaluated: list[Run]) -> None:
@@ -372,8 +339,7 @@ def tell(on_eval: OnRound | None, evaluated: list[Run]) -> None:
 
 
 def show(bar: tqdm, trainer: Trainer) -> None:
-    """Advance the progress bar; at each train_loss point, show the (first) model's figures."""
-    bar.update(1)
+    """At a train_loss point, show the (first) model's figures by the progress bar."""
     p = trainer.progress
     if p.step % trainer.cfg.train.log_every == 0 and TRAIN_LOSS in p.history:
         bar.set_postfix(
@@ -384,23 +350,34 @@ def show(bar: tqdm, trainer: Trainer) -> None:
         )
 
 
-def evaluate(run: Run) -> None:
-    """Validate, step the scheduler, record, then checkpoint (metrics flushed first, so a resume never loses any)."""
-    trainer, p = run.trainer, run.trainer.progress
-    metrics = {**run.validation(trainer.model), LR: trainer.lr}
-    trainer.scheduler.step(metrics[VAL_REL_LLOYD])
-    run.recorder.log_metrics(p.step, {**metrics, BEST_VAL_REL_LLOYD: min(p.best_val, metrics[VAL_REL_LLOYD])})
-    run.recorder.flush()
-    p.metrics = metrics
-    for key in (VAL_KMEANS, VAL_REL_LLOYD, LR):
-        p.history.setdefault(key, []).append([p.step, metrics[key]])
-    improved = metrics[VAL_REL_LLOYD] < p.best_val
-    if improved:
-        p.best_val = metrics[VAL_REL_LLOYD]
-    state = trainer.state(run.run_id)
-    checkpoint.save(state, checkpoint.last_path(run.workdir))
-    if improved:
-        checkpoint.save(state, checkpoint.best_path(run.workdir))
+def evaluate(pack: Pack, rows: list[int], runs: list[Run]) -> list[Run]:
+    """Evaluate the models at `rows` of the pack (one validation pass over all of it); returns their runs.
+
+    Each: step its scheduler, record, then checkpoint (metrics flushed first, so a resume never loses any).
+    """
+    if not rows:
+        return []
+    metrics = pack.validate()
+    for row in rows:
+        run = runs[row]
+        trainer, p = run.trainer, run.trainer.progress
+        m = {**metrics[row], LR: trainer.lr}
+        trainer.scheduler.step(m[VAL_REL_LLOYD])
+        run.recorder.log_metrics(p.step, {**m, BEST_VAL_REL_LLOYD: min(p.best_val, m[VAL_REL_LLOYD])})
+        run.recorder.flush()
+        p.metrics = m
+        for key in (VAL_KMEANS, VAL_REL_LLOYD, LR):
+            p.history.setdefault(key, []).append([p.step, m[key]])
+        improved = m[VAL_REL_LLOYD] < p.best_val
+        if improved:
+            p.best_val = m[VAL_REL_LLOYD]
+        pack.store(row)
+        state = trainer.state(run.run_id)
+        checkpoint.save(state, checkpoint.last_path(run.workdir))
+        if improved:
+            checkpoint.save(state, checkpoint.best_path(run.workdir))
+    pack.set_lrs()
+    return [runs[row] for row in rows]
 
 
 def close(run: Run, outcome: str) -> None:

@@ -1,0 +1,238 @@
+"""The fused step of a pack: P models of one shape trained as one (a solo run is a pack of one).
+
+Each model keeps what it has alone: its own initialisation, learning rate and
+ReduceLROnPlateau schedule (host-side, at evaluations), Adam state, task
+stream, validation set, loss (tau, regularizer) and divergence. What the pack
+shares is the work: the weights live stacked for the life of the pack
+(models.stacked), one vectorised loss covers all models, one Adam update
+(training.adam) steps them all, and the host reads the models' numbers back
+only when the loop needs them (Pack.due: a train_loss point, an evaluation).
+
+A model whose loss or weights turn non-finite is masked on the device from
+that step on: its update is not committed, so its weights stay finite and no
+NaN reaches the next forward pass (sparsemax of NaNs indexes out of bounds),
+and the step is kept on the device for the next read-back to record.
+
+Task draws: every chunk steps each model draws chunk steps' tasks at once
+from its own generator, so the Python cost per step does not grow with the
+number of models. chunk divides train.eval_every, so checkpoints sit on chunk
+boundaries and a resumed run draws what the uninterrupted one drew.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from models.losses import kmeans_objective, regularized_weights, sq_distances
+from models.stacked import StackedTransformer, stacked_forward
+from tasks.sampler import sample_tasks
+from tracking.names import VAL_KMEANS, VAL_REL_LLOYD
+from training.adam import PackedAdam
+from training.faults import InjectedCrash
+
+if TYPE_CHECKING:
+    from training.loop import Trainer, Validation
+
+# The stacked weights and their gradients are views into flat (P, N) tensors (models.stacked); autograd warns
+# that such strided views miss its preferred layout, then adds into them in place as intended.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+CHUNK_VALUES = 2**20  # at most this many task coordinates per model per chunk (4 MB of float32)
+
+
+def chunk_steps(eval_every: int, batch: int, n: int, d: int) -> int:
+    """Steps of tasks a model draws at once: the largest divisor of eval_every within CHUNK_VALUES."""
+    per_step = batch * n * d
+    return max(
+        c
+        for c in range(1, eval_every + 1)
+        if eval_every % c == 0 and (c == 1 or c * per_step <= CHUNK_VALUES)
+    )
+
+
+def compiled(forward: Callable, mode: str) -> Callable:
+    """train.compile: the forward pass through torch.compile, or as is (off).
+
+    Off by default: on CPU at the paper config inductor gained 5% per step at
+    dropout 0 and lost 8% at dropout 0.01, after 35-50 s of compiling
+    (python -m bench step, compile=...). cudagraphs (inductor plus CUDA graphs)
+    targets GPUs, where tiny models wait on kernel launches. Compiled kernels
+    round differently, so the mode is part of the configuration.
+    """
+    if mode == "off":
+        return forward
+    if mode == "aot_eager":  # graph capture and autograd tracing without code generation
+        return torch.compile(forward, backend="aot_eager")
+    return torch.compile(forward, mode="reduce-overhead" if mode == "cudagraphs" else None)
+
+
+_COMPILED: dict[
+    str, Callable
+] = {}  # train.compile mode -> stacked_forward through it, compiled once per process
+
+
+class Pack:
+    """The models of `trainers` (training.loop.Trainer, one shape: training.packed.SHARED_KEYS) as one.
+
+    Built from the trainers' current state (fresh or restored); Pack.store writes
+    a model's state back into its trainer, for its checkpoint. `validations`
+    (training.loop.Validation, one per trainer) are needed only by validate.
+    """
+
+    def __init__(self, trainers: list[Trainer], validations: list[Validation] | None = None) -> None:
+        self.trainers = list(trainers)
+        cfg, device = trainers[0].cfg, trainers[0].device
+        t = cfg.train
+        self.batch, self.log_every, self.eval_every, self.steps = t.batch, t.log_every, t.eval_every, t.steps
+        self.chunk = chunk_steps(t.eval_every, t.batch, cfg.task.n, cfg.task.d)
+        self.stacked = StackedTransformer([tr.model for tr in trainers])
+        if t.compile not in _COMPILED:
+            _COMPILED[t.compile] = compiled(stacked_forward, t.compile)
+        self.stacked.forward_fn = _COMPILED[t.compile]
+        self.adam = PackedAdam(self.stacked.flat, [tr.lr for tr in trainers])
+        for row, tr in enumerate(trainers):
+            self.adam.load(row, tr.optimizer)
+
+        def column(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        self.tau = column([tr.cfg.loss.tau for tr in trainers], torch.float32).view(-1, 1, 1, 1)
+        regularizers = [tr.cfg.loss.regularizer for tr in trainers]
+        self.regularizers = sorted(set(regularizers))
+        self.l2 = column([r == "l2" for r in regularizers], torch.bool).view(-1, 1, 1, 1)
+        self.starts = [tr.progress.step for tr in trainers]  # each model's step is its start + self.taken
+        self.offsets = sorted(set(self.starts))  # one, but after resuming from different checkpoints
+        self.taken = 0
+        self.step_of = column(self.starts, torch.int64)  # on the device: the step each model is at
+        self.alive = column([True] * len(trainers), torch.bool)
+        self.diverged_at = column([0] * len(trainers), torch.int64)  # 0: has not diverged
+        # Test-only faults (training.faults); None outside tests, so real packs skip their ops.
+        self.nan_at = column([tr.nan_at_step or -1 for tr in trainers], torch.int64)
+        self.faulty = any(tr.nan_at_step for tr in trainers)
+        self.crashes = [(s, tr.crash_at_step) for s, tr in zip(self.starts, trainers) if tr.crash_at_step]
+        self.pending: list[torch.Tensor] = []  # each step's (P,) losses since the last read-back
+        self.tasks: list[torch.Tensor] = []  # the chunk's X (chunk, P, B, n, d) and C0 (chunk, P, B, k, d)
+        self.validation = None if validations is None else self._stack_validation(validations)
+
+    def __len__(self) -> int:
+        return len(self.trainers)
+
+    @staticmethod
+    def _stack_validation(validations: list[Validation]) -> list[tuple[torch.Tensor, ...]]:
+        """Batch i of every model's validation set, stacked: X (P, B, n, d), C (P, B, k, d), Lloyd (P, B)."""
+        return [
+            tuple(torch.stack(parts) for parts in zip(*[(*v.batches[i], v.lloyd[i]) for v in validations]))
+            for i in range(len(validations[0].batches))
+        ]
+
+    def step(self) -> None:
+        """One optimizer step of every model, without reading anything back to the host."""
+        self._crash_if_due()
+        at = self.taken % self.chunk
+        if at == 0:
+            self._draw()
+        X, C0 = self.tasks[0][at], self.tasks[1][at]
+        self.taken += 1
+        self.step_of += 1
+        loss = self._loss(X, self.stacked.forward(X, C0))
+        if self.faulty:  # test-only: this model's loss is NaN at this step (added: the gradients stay finite)
+            loss = loss + torch.where(self.step_of == self.nan_at, math.nan, 0.0)
+        self.stacked.grad.zero_()
+        # The models are independent, so the gradient of the sum is each model's own gradient.
+        loss.sum().backward()
+        proposal = self.adam.propose(self.stacked.flat, self.stacked.grad)
+        # A non-finite weight anywhere makes its model's sum non-finite.
+        ok = self.alive & torch.isfinite(loss.detach() + proposal[0].sum(1))
+        self.diverged_at = torch.where(self.alive & ~ok, self.step_of, self.diverged_at)
+        self.alive = ok
+        self.adam.commit(self.stacked.flat, proposal, ok)
+        self.pending.append(loss.detach())
+
+    def _draw(self) -> None:
+        """The next chunk steps of tasks of every model, each from its own stream: (chunk, P, B, ...)."""
+        n = self.chunk * self.batch
+        draws = [sample_tasks(tr.spec, n, tr.generator) for tr in self.trainers]
+        self.tasks = [
+            torch.stack([x.view(self.chunk, self.batch, *x.shape[1:]) for x in parts], 1).to(
+                self.alive.device
+            )
+            for parts in zip(*draws)
+        ]
+
+    def _loss(self, X: torch.Tensor, C1: torch.Tensor) -> torch.Tensor:
+        """Each model's batch mean of its smoothed k-means surrogate (its own tau and regularizer): (P,)."""
+        P, B = X.shape[:2]
+        r = sq_distances(X.flatten(0, 1), C1.flatten(0, 1)).view(P, B, *X.shape[2:3], C1.shape[2])
+        if len(self.regularizers) == 1:
+            w = regularized_weights(r, self.tau, self.regularizers[0])
+        else:
+            w = torch.where(
+                self.l2, regularized_weights(r, self.tau, "l2"), regularized_weights(r, self.tau, "ne")
+            )
+        return (w * r).sum((-2, -1)).mean(-1)
+
+    def _crash_if_due(self) -> None:
+        """Test-only: InjectedCrash before a model's crash_at_step (training.faults)."""
+        for start, crash in self.crashes:
+            if start + self.taken + 1 == crash:
+                raise InjectedCrash(f"test-only crash before step {crash}")
+
+    def due(self) -> bool:
+        """Whether the loop reads back after this step: a train_loss point, an evaluation, a crash next."""
+        for start in self.offsets:
+            s = start + self.taken
+            if s % self.log_every == 0 or s % self.eval_every == 0 or s == self.steps:
+                return True
+        return any(start + self.taken + 1 == crash for start, crash in self.crashes)
+
+    def read(self) -> tuple[list[list[float]], list[int], list[int]]:
+        """Per model: its losses since the last read-back, the step it diverged at (0: none), its step now."""
+        losses = torch.stack(self.pending, 1).tolist() if self.pending else [[] for _ in self.trainers]
+        self.pending = []
+        return losses, self.diverged_at.tolist(), [start + self.taken for start in self.starts]
+
+    @torch.no_grad()
+    def validate(self) -> list[dict[str, float]]:
+        """Each model's val_kmeans and val_rel_lloyd on its own validation set, in one pass over the pack."""
+        objective, ratio = [], []
+        for X, C, lloyd in self.validation:
+            P, B = X.shape[:2]
+            C1 = self.stacked.forward(X, C, training=False)
+            obj = kmeans_objective(X.flatten(0, 1), C1.flatten(0, 1)).view(P, B)
+            objective.append(obj)
+            ratio.append(obj / lloyd)
+        means = torch.stack([torch.cat(objective, 1).mean(1), torch.cat(ratio, 1).mean(1)], 1).tolist()
+        return [{VAL_KMEANS: a, VAL_REL_LLOYD: b} for a, b in means]
+
+    def set_lrs(self) -> None:
+        """Take up each trainer's learning rate (its ReduceLROnPlateau acts on the trainer's optimizer)."""
+        self.adam.set_lrs([tr.lr for tr in self.trainers])
+
+    def store(self, row: int) -> None:
+        """Write model `row`'s weights and Adam state into its trainer (whose state() is the checkpoint)."""
+        tr = self.trainers[row]
+        self.stacked.store(row, tr.model)
+        self.adam.store(row, tr.optimizer)
+
+    def keep(self, rows: list[int]) -> None:
+        """Go on with the models at `rows` only (the others finished or diverged)."""
+        index = torch.tensor(rows, dtype=torch.int64, device=self.alive.device)
+        self.stacked.keep(index)
+        self.adam.keep(index)
+        self.trainers = [self.trainers[r] for r in rows]
+        self.starts = [self.starts[r] for r in rows]
+        self.offsets = sorted(set(self.starts))
+        for name in ("tau", "l2", "step_of", "alive", "diverged_at", "nan_at"):
+            setattr(self, name, getattr(self, name)[index])
+        self.regularizers = sorted({tr.cfg.loss.regularizer for tr in self.trainers})
+        self.faulty = any(tr.nan_at_step for tr in self.trainers)
+        self.crashes = [
+            (s, tr.crash_at_step) for s, tr in zip(self.starts, self.trainers) if tr.crash_at_step
+        ]
+        self.tasks = [part[:, index] for part in self.tasks]
+        if self.validation is not None:
+            self.validation = [tuple(part[index] for part in batch) for batch in self.validation]
