@@ -12,11 +12,10 @@ UNTESTED (never PASS on zero cases), else PASS. Probes compare the models'
 median (over seeds) mean log objective with Lloyd's after the same T steps,
 from the report's cached evaluations.
 
-The judgments are pure functions of frames (judge_runs, judge_probe,
-judge_cauchy, judge_speed, judge_dissimilarity); `check` builds the frames
-from a Context. Prints every claim beside the paper's words and writes
-claims.csv into the report folder.
+Prints every claim beside the paper's words and writes claims.csv into the report folder.
 """
+# The judgments are pure functions of frames (judge_runs, judge_probe, judge_cauchy, judge_speed,
+# judge_dissimilarity); `check` builds the frames from a Context.
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ import pandas as pd
 
 from analysis.aggregate import divergence_note
 from analysis.checkpoint_eval import SHIFTS
-from analysis.cli import job_config, open_context
+from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context, count_once, evaluation_rows, series_labels, tagged, varying
 from analysis.eval_figures import task_dissimilarity
 from analysis.plot import CURVE_COLUMNS, MissingInput
@@ -660,7 +659,7 @@ def write_csv(claims: list[Claim], out_dir: Path) -> Path:
     return path
 
 
-@command("leaner-claims", show_config=job_config)
+@command("leaner-claims", show_config=job_config, options=options_help)
 def main(argv: list[str]) -> int:
     ctx, _ = open_context(argv)
     claims = check(ctx)

@@ -20,7 +20,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from analysis.claims import check, claims_table, write_csv
-from analysis.cli import job_config, open_context
+from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import Figure, MissingInput
@@ -158,11 +158,13 @@ def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
     if len(sweeps) != 1:
         return None
     sweeps = sorted(sweeps)
-    client = store.connect(ctx.uri)
+    client = store.connect(ctx.uri, write=False)
     experiment_id = store.find_experiment(client, ctx.experiment)
     parent = find_parent(client, experiment_id, sweeps[0])
     if parent is None:
         return None
+    if not store.writable(ctx.uri):
+        return f"tracking store {ctx.uri} is read-only: the report stays here, not on sweep {sweeps[0]}'s run"
     attach_report(client, parent, files)
     address = ui.run_page(ctx.uri, experiment_id, parent)
     return (
@@ -171,7 +173,7 @@ def attach_to_sweep(ctx: Context, files: list[Path]) -> str | None:
     )
 
 
-@command("leaner-report", show_config=job_config)
+@command("leaner-report", show_config=job_config, options=lambda: options_help(list(FIGURES)))
 def main(argv: list[str]) -> int:
     ctx, own = open_context(argv, list(FIGURES))
     before = snapshot(ctx.out_dir)
