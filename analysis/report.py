@@ -6,7 +6,7 @@ figure with the runs it used. A report on one sweep's runs is also stored in tha
 parent MLflow run (artifacts report/). A figure whose inputs are not in the store is
 named in the index with what it needs, and the others are still drawn.
 Evaluations are cached (see analysis.checkpoint_eval), so a second report is fast.
-Prints the path of index.md last.
+Prints `report: PATH` of index.md last.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
+from sweeper import console
 from sweeper.entry import command
 from sweeper.parent_run import attach_report, find_parent
 from tracking import store, ui
@@ -96,8 +97,11 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int]:
     """Draw the figures, write the index; returns its path and the number of figures that failed with an error."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     sections, failed = [], 0
-    for name in (bar := tqdm(names, desc="report", unit="figure")):
+    lines = console.lines_not_bars()  # in a log file: a line per figure, not a bar redrawn
+    for i, name in enumerate(bar := tqdm(names, desc="report", unit="figure", disable=lines)):
         bar.set_postfix_str(name)
+        if lines:
+            print(f"report: figure {i + 1}/{len(names)}: {name}", flush=True)
         start = time.perf_counter()
         try:
             result: Figure | str = FIGURES[name](ctx)
@@ -181,8 +185,14 @@ def main(argv: list[str]) -> int:
     where = attach_to_sweep(ctx, written_since(ctx.out_dir, before))
     if where:
         print(where)
-    print(index.resolve())
+    print(f"report: {shown(index)}")
     return 1 if failed else 0
+
+
+def shown(path: Path) -> Path:
+    """A path as the user typed where it is: relative to the working directory when under it."""
+    path = path.resolve()
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
 
 
 if __name__ == "__main__":

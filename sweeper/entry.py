@@ -4,6 +4,7 @@
 
 - `--help` (or `-h`) anywhere on the line prints the usage and exits 0;
 - `--cfg job` prints the composed configuration, resolved, and exits 0;
+- `--verbose` prints everything Ray, Tune and MLflow print (sweeper.console; quiet by default);
 - Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
   the commands compose conf/ themselves (config.compose.compose), so Hydra's own parser never sees them;
 - an error of sweeper.exit_codes.TABLE raised by main ends the command with `error: ...` on stderr
@@ -20,7 +21,7 @@ import functools
 import sys
 from typing import Callable
 
-from sweeper import exit_codes
+from sweeper import console, exit_codes
 
 Main = Callable[[list[str]], int]
 
@@ -78,6 +79,8 @@ def command(
         @functools.wraps(main)
         def run(argv: list[str] | None = None) -> int:
             words = list(sys.argv[1:] if argv is None else argv)
+            console.configure(console.FLAG in words)
+            words = [w for w in words if w != console.FLAG]
             try:
                 words = _answer_flags(words, main, script, own_options, show_config, options)
                 return main(words)
@@ -176,7 +179,8 @@ def usage(main: Main, script: str, options: Callable[[], str]) -> str:
         "",
         options(),
         "",
-        "--cfg job prints the composed configuration, resolved.",
+        "--cfg job prints the composed configuration, resolved; --verbose prints all that Ray, Tune and "
+        "MLflow print (quiet by default).",
         "",
         exit_code_lines(),
     ]

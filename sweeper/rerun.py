@@ -24,13 +24,13 @@ from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 from config.compose import compose
 from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
-from sweeper import exit_codes
+from sweeper import console, exit_codes
 from sweeper.entry import about, command, exit_code_lines
 from tracking import ui
 from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder
 from tracking.store import connect
-from training.loop import TrainResult, train
+from training.loop import OnEval, TrainResult, train
 
 
 class NoSuchRun(LookupError):
@@ -62,8 +62,19 @@ def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainRes
         )
     recorder = MlflowRecorder(uri, experiment, tags={RERUN_OF: run_id})
     with tempfile.TemporaryDirectory(prefix="rerun-") as workdir:
-        result = train(cfg, recorder, Path(workdir))
+        result = train(cfg, recorder, Path(workdir), progress_lines(cfg.train.steps))
     return original.data.tags, original.data.metrics.get(VAL_REL_LLOYD), result
+
+
+def progress_lines(steps: int) -> OnEval | None:
+    """Into a log file (stderr not a terminal, where the training bar is off): a line per evaluation."""
+    if not console.lines_not_bars():
+        return None
+    return lambda step, metrics, _: print(
+        f"rerun: step {step}/{steps}: {VAL_REL_LLOYD} {metrics[VAL_REL_LLOYD]:.6f}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @command("leaner-rerun", own_options=True)

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from analysis import claims, report
 from config.compose import compose
 from config.schema import ConfigError
-from sweeper import exit_codes, rerun, sweep, train
+from sweeper import console, exit_codes, rerun, sweep, train
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -71,6 +71,18 @@ def test_help_lists_the_options_and_every_exit_code_and_no_internals(script, cap
     assert not re.search(r"judge_\w+|Context|`check`", out), "names of the code are not the user's business"
 
 
+@pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
+def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch):
+    monkeypatch.setenv(console.VERBOSE, "0")
+    word = "eval.batches=1" if "report" in script or "claims" in script else "sweep=smoke"
+    code, out, err = run_main(HYDRA_COMMANDS[script], [word, "--verbose", "--cfg", "job"], capsys)
+    assert (code, err) == (0, "") and yaml.safe_load(out)
+    assert console.verbose() and console.tune_output() == 2
+    run_main(HYDRA_COMMANDS[script], [word, "--cfg", "job"], capsys)
+    assert not console.verbose() and console.tune_output() == 1
+    assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # no TensorBoard hint from Tune
+
+
 def test_training_commands_list_every_group_option_in_their_help(capsys):
     _, out, _ = run_main(train.main, ["--help"], capsys)
     assert "  tracking: local, server\n" in out and "  sweep: demo, lite, none, paper, points, smoke\n" in out
@@ -117,8 +129,8 @@ def test_cfg_job_prints_the_composed_config(capsys):
             "error: not supported: --cfg hydra: only --cfg job (the composed configuration)",
         ),
         (
-            ["--verbose"],
-            "error: not supported: --verbose: the arguments are key=value overrides; --help lists the "
+            ["--quiet"],
+            "error: not supported: --quiet: the arguments are key=value overrides; --help lists the "
             "config groups and --cfg job prints the composed configuration",
         ),
     ],
