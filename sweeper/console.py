@@ -24,6 +24,8 @@ FLAG = "--verbose"
 QUIET_LOGGERS = {
     "ray.train": logging.WARNING,  # "Checkpoint successfully created at: ..." once per trial report
     "ray.tune": logging.WARNING,  # Tune's INFO notes about its result files and syncing
+    # Its result grid, which the sweep does not read, warns that the result loggers turned off wrote nothing.
+    "ray.tune.analysis.experiment_analysis": logging.ERROR,
     "ray._private.authentication.authentication_token_setup": logging.ERROR,  # "Token authentication is on"
     "mlflow.store.db.utils": logging.WARNING,  # "Creating initial MLflow database tables..."
 }
