@@ -101,7 +101,7 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int]:
     for i, name in enumerate(bar := tqdm(names, desc="report", unit="figure", disable=lines)):
         bar.set_postfix_str(name)
         if lines:
-            print(f"report: figure {i + 1}/{len(names)}: {name}", flush=True)
+            print(f"report: figure {i + 1}/{len(names)}: {name}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         try:
             result: Figure | str = FIGURES[name](ctx)
