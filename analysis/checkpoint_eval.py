@@ -140,7 +140,7 @@ def fresh_tasks(
 def load_model(uri: str, run: pd.Series, device: torch.device, checkpoint: str) -> ClusteringTransformer:
     """The run's `checkpoint` (a key of CHECKPOINTS) in a fresh model, in eval mode."""
     chosen = f"{CHECKPOINT_DIR}/{CHECKPOINTS[checkpoint][0]}"
-    names = {a.path for a in store.connect(uri).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
+    names = {a.path for a in store.connect(uri, write=False).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
     if chosen not in names:
         raise FileNotFoundError(
             f"run {run['run_id']} has no {chosen} artifact (eval.checkpoint={checkpoint}); "
@@ -311,12 +311,16 @@ EVALUATIONS: dict[str, Callable[[ClusteringTransformer, pd.Series, EvalSettings]
 
 
 class Evaluator:
-    """Runs an evaluation of a training run once; later calls read the cached table."""
+    """Runs an evaluation of a training run once; later calls read the cached table.
+
+    Tables are cached under reports/ and, when the store is writable, logged to it as evaluation runs.
+    """
 
     def __init__(self, uri: str, experiment: str, settings: EvalSettings, cache_dir: Path) -> None:
         self.uri, self.settings, self.cache_dir = uri, settings, cache_dir
         self.experiment = f"{experiment}-evaluations"
-        self.client = store.connect(uri)
+        self.client = store.connect(uri, write=False)
+        self.store_results = store.writable(uri)  # a read-only store: cached under reports/ only
         self._logged: dict[str, str] | None = None
         cache_dir.mkdir(parents=True, exist_ok=True)
 
@@ -349,7 +353,8 @@ class Evaluator:
                 table = EVALUATIONS[name](model, run, self.settings)
             finally:
                 torch.set_num_threads(threads)
-            self._log(name, key, run, table)
+            if self.store_results:
+                self._log(name, key, run, table)
         table.to_csv(local, index=False)
         return table
 

@@ -20,10 +20,10 @@ a verdict. Records with `beyond=True` are the platform's own findings, judged
 by the same rules, reported under their own heading and never counted among
 the paper's claims.
 
-The judges are pure functions of an Evidence (frames and callables), so tests
-build one from synthetic frames; `check` builds it from a Context. Prints
-every claim beside the paper's words and writes claims.csv and claims.md.
+Prints every claim beside the paper's words and writes claims.csv and claims.md into the report folder.
 """
+# The judges are pure functions of an Evidence (frames and callables), so tests build one from synthetic
+# frames; `check` builds it from a Context.
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.checkpoint_eval import LLOYD_METHOD, SHIFTS
-from analysis.cli import job_config, open_context
+from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context, count_once, evaluation_rows, scope, series_labels, varying
 from analysis.eval_figures import PROBES, task_dissimilarity
 from analysis.plot import MissingInput
@@ -999,7 +999,7 @@ def write_markdown(claims: list[Claim], out_dir: Path) -> Path:
     return path
 
 
-@command("leaner-claims", show_config=job_config)
+@command("leaner-claims", show_config=job_config, options=options_help)
 def main(argv: list[str]) -> int:
     ctx, _ = open_context(argv)
     claims = check(ctx)

@@ -48,6 +48,35 @@ def parse(argv: list[str]) -> tuple[dict, object]:
     return own, tracking
 
 
+def options_help(figures: list[str] = ()) -> str:
+    """--help's list of the keys report and claims take, with their defaults (and the figures to choose)."""
+    flat = {}
+    for key, value in OWN_DEFAULTS.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{sub}": default for sub, default in value.items()})
+        elif key != "figures" or figures:
+            flat[key] = value
+    lines = [
+        "Options (key=value, default after the =):",
+        "  tracking.uri, tracking.experiment: the store and experiment (README: Configuration reference;",
+        "    $MLFLOW_TRACKING_URI and $MLFLOW_EXPERIMENT_NAME when set)",
+        "  select.sweep, select.subgrid: only the runs of that sweep / sub-grid",
+    ]
+    lines += [f"  {key}={_shown(value)}" for key, value in flat.items()]
+    if figures:
+        lines.append(f"  figures=[a,b,...] draws only those (null: all) of {', '.join(figures)}")
+    return "\n".join(lines)
+
+
+def _shown(value: object) -> str:
+    """A default as it is typed on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return f"[{','.join(map(str, value))}]"
+    return str(value)
+
+
 def _allowed() -> list[str]:
     out = []
     for key, value in OWN_DEFAULTS.items():

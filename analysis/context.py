@@ -19,6 +19,7 @@ from analysis.checkpoint_eval import LLOYD_METHOD, EvalSettings, Evaluator
 from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.runs import config_keys, histories, outcome_of
 from analysis.style import LLOYD, color, label, linestyle, order
+from sweeper import console
 from tracking.names import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
 
 # The trained models a probe uses when the store holds several: for each key that
@@ -225,7 +226,10 @@ def evaluation_rows(
     keys = config_keys(runs.columns)
     task_keys = [k for k in keys if k.startswith("task.") and k != REPLACED.get(name)]
     tables = []
-    for index, run in tqdm(list(finished.iterrows()), desc=name, leave=False, unit="run"):
+    rows = tqdm(
+        list(finished.iterrows()), desc=name, leave=False, unit="run", disable=console.lines_not_bars()
+    )
+    for index, run in rows:  # a bar on a terminal only: in a log file the report prints a line per figure
         table = ctx.evaluator(name, run)
         conditions = [c for c in table.columns if c not in ("method", "step", "value")]
         table["panel"] = panel_of(table, run).to_numpy()

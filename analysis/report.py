@@ -9,7 +9,7 @@ report/), which then carries the sweep's summary as metrics (tracking.names.MEDI
 CLAIM_COUNTS), so that sweeps compare in the runs table. A figure whose inputs are not in the store is
 named in the index with what it needs, and the others are still drawn.
 Evaluations are cached (see analysis.checkpoint_eval), so a second report is fast.
-Prints the path of index.md last.
+Prints `report: PATH` of index.md last.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from mlflow.entities import Metric
 from tqdm import tqdm
 
 from analysis.claims import Claim, check, claims_table, write_csv, write_markdown
-from analysis.cli import job_config, open_context
+from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.page import page
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
+from sweeper import console
 from sweeper.entry import command
 from sweeper.parent_run import attach_report, find_parent
 from tracking import store, ui
@@ -123,8 +124,11 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int, list[Claim] | None
     that failed with an error, and the claims (checked by the full report only)."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     sections, failed = [], 0
-    for name in (bar := tqdm(names, desc="report", unit="figure")):
+    lines = console.lines_not_bars()  # in a log file: a line per figure, not a bar redrawn
+    for i, name in enumerate(bar := tqdm(names, desc="report", unit="figure", disable=lines)):
         bar.set_postfix_str(name)
+        if lines:
+            print(f"report: figure {i + 1}/{len(names)}: {name}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         try:
             result: Figure | str = FIGURES[name](ctx)
@@ -212,11 +216,13 @@ def attach_to_sweep(ctx: Context, files: list[Path], metrics: dict[str, float]) 
     if len(sweeps) != 1:
         return None
     sweeps = sorted(sweeps)
-    client = store.connect(ctx.uri)
+    client = store.connect(ctx.uri, write=False)
     experiment_id = store.find_experiment(client, ctx.experiment)
     parent = find_parent(client, experiment_id, sweeps[0])
     if parent is None:
         return None
+    if not store.writable(ctx.uri):
+        return f"tracking store {ctx.uri} is read-only: the report stays here, not on sweep {sweeps[0]}'s run"
     attach_report(client, parent, files)
     client.log_batch(parent, metrics=[Metric(k, v, int(time.time() * 1000), 0) for k, v in metrics.items()])
     address = ui.run_page(ctx.uri, experiment_id, parent, f"artifactPath/{REPORT_DIR}/{REPORT_HTML}")
@@ -227,7 +233,7 @@ def attach_to_sweep(ctx: Context, files: list[Path], metrics: dict[str, float]) 
     )
 
 
-@command("leaner-report", show_config=job_config)
+@command("leaner-report", show_config=job_config, options=lambda: options_help(list(FIGURES)))
 def main(argv: list[str]) -> int:
     ctx, own = open_context(argv, list(FIGURES))
     before = snapshot(ctx.out_dir)
@@ -235,8 +241,14 @@ def main(argv: list[str]) -> int:
     where = attach_to_sweep(ctx, written_since(ctx.out_dir, before), summary(ctx, claims))
     if where:
         print(where)
-    print(index.resolve())
+    print(f"report: {shown(index)}")
     return 1 if failed else 0
+
+
+def shown(path: Path) -> Path:
+    """A path as the user typed where it is: relative to the working directory when under it."""
+    path = path.resolve()
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def load_runs(
     `where` maps dotted config keys to a value or a list of allowed values,
     e.g. {"task.d": 32, "model.embedding": ["onehot", "binary"]}.
     """
-    client = store.connect(uri)
+    client = store.connect(uri, write=False)
     filters = (
         [f"tags.{SWEEP} LIKE '%{sweep}%'"] if sweep else []
     )  # a list (runs adopted by sweeps): exact below
@@ -134,7 +134,7 @@ def histories(uri: str, runs: pd.DataFrame, keys: Iterable[str], fast: bool = Tr
     A point logged twice at one step (a resumed run re-logging) keeps its latest value.
     fast=False reads through MLflow's public API only (tracking.store.histories).
     """
-    points = store.histories(store.connect(uri), list(runs.get("run_id", [])), list(keys), fast)
+    points = store.histories(store.connect(uri, write=False), list(runs.get("run_id", [])), list(keys), fast)
     points = points.sort_values(
         ["run_id", "key", "step", "timestamp", "value"]
     )  # ties: whatever the read path

@@ -207,7 +207,7 @@ def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.
     Each series is timed at the configuration of its first run (its params in MLflow), on the evaluation
     device and with the training's thread count; the step time depends on shapes, not on seeds or tau.
     """
-    client, device = store.connect(ctx.uri), ctx.settings.torch_device()
+    client, device = store.connect(ctx.uri, write=False), ctx.settings.torch_device()
     firsts = runs.assign(panel=panel, series=series).drop_duplicates(["panel", "series"])
     rows, threads = [], torch.get_num_threads()
     try:

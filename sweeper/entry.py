@@ -4,10 +4,12 @@
 
 - `--help` (or `-h`) anywhere on the line prints the usage and exits 0;
 - `--cfg job` prints the composed configuration, resolved, and exits 0;
+- `--verbose` prints everything Ray, Tune and MLflow print (sweeper.console; quiet by default);
 - Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
   the commands compose conf/ themselves (config.compose.compose), so Hydra's own parser never sees them;
 - an error of sweeper.exit_codes.TABLE raised by main ends the command with `error: ...` on stderr
-  and the table's exit code.
+  and the table's exit code; so does a SQLite error of a store the command opened (tracking.store.explain
+  makes it a TrackingError naming the store: exit code 4, not a traceback).
 
 Commands with options of their own (bench, rerun) parse them with argparse (`own_options=True`):
 argparse prints their `--help`; Hydra's flags are still answered here.
@@ -19,7 +21,7 @@ import functools
 import sys
 from typing import Callable
 
-from sweeper import exit_codes
+from sweeper import console, exit_codes
 
 Main = Callable[[list[str]], int]
 
@@ -64,19 +66,23 @@ def command(
     *,
     own_options: bool = False,
     show_config: Callable[[list[str]], str] | None = None,
+    options: Callable[[], str] | None = None,
 ) -> Callable[[Main], Callable[[list[str] | None], int]]:
     """Decorate a command's main; `script` is its console-script name (pyproject.toml's [project.scripts]).
 
     `show_config(words)` gives `--cfg job`'s text from the line's other words; by default, the training
-    config composed from the `key=value` words.
+    config composed from the `key=value` words. `options()` gives --help's list of the command's keys; by
+    default, the training config's groups.
     """
 
     def wrap(main: Main) -> Callable[[list[str] | None], int]:
         @functools.wraps(main)
         def run(argv: list[str] | None = None) -> int:
             words = list(sys.argv[1:] if argv is None else argv)
+            console.configure(console.FLAG in words)
+            words = [w for w in words if w != console.FLAG]
             try:
-                words = _answer_flags(words, main, script, own_options, show_config or composed_config)
+                words = _answer_flags(words, main, script, own_options, show_config, options)
                 return main(words)
             except Answered as answer:
                 print(answer.text, file=sys.stdout if answer.code == 0 else sys.stderr)
@@ -88,6 +94,7 @@ def command(
                     return exit_.code or 0
                 raise
             except Exception as err:  # noqa: BLE001 - only the table's errors are answered, the rest re-raised
+                err = _store_error(err) or err
                 code = exit_codes.code_for(err)
                 if code is None:
                     raise
@@ -100,12 +107,26 @@ def command(
     return wrap
 
 
+def _store_error(err: Exception) -> Exception | None:
+    """A SQLite error from inside MLflow (a store damaged or made read-only after it was opened), as the
+    one-line TrackingError naming the store; None for other errors or when no store was opened."""
+    if "tracking.store" not in sys.modules:  # never opened one: not a store's error (and no MLflow import)
+        return None
+    return sys.modules["tracking.store"].explain(err)
+
+
 def _answer_flags(
-    words: list[str], main: Main, script: str, own_options: bool, show_config: Callable[[list[str]], str]
+    words: list[str],
+    main: Main,
+    script: str,
+    own_options: bool,
+    show_config: Callable[[list[str]], str] | None,
+    options: Callable[[], str] | None,
 ) -> list[str]:
     """The words main gets; raises Answered for --help, --cfg job and unsupported flags."""
     if not own_options and any(w in HELP_FLAGS for w in words):
-        raise Answered(usage(main, script, groups=show_config is composed_config), 0)
+        raise Answered(usage(main, script, options or config_groups), 0)
+    show_config = show_config or composed_config
     rest, show, i = [], False, 0
     while i < len(words):
         word = words[i]
@@ -147,27 +168,41 @@ def composed_config(words: list[str]) -> str:
     return OmegaConf.to_yaml(compose([w for w in words if "=" in w and not w.startswith("-")]), resolve=True)
 
 
-def usage(main: Main, script: str, groups: bool) -> str:
-    """--help: how to call the command, its module's docstring, the config groups and the exit codes."""
-    from config.compose import group_options
-    from config.schema import RUN_GROUPS
-
+def usage(main: Main, script: str, options: Callable[[], str]) -> str:
+    """--help: how to call the command, what it does (its module's docstring), its options, the exit codes."""
     module = sys.modules[main.__module__]
     name = getattr(module.__spec__, "name", main.__module__)
     lines = [
         f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {name} ...)",
         "",
-        (module.__doc__ or "").strip(),
+        about(module.__doc__),
         "",
+        options(),
+        "",
+        "--cfg job prints the composed configuration, resolved; --verbose prints all that Ray, Tune and "
+        "MLflow print (quiet by default).",
+        "",
+        exit_code_lines(),
     ]
-    if groups:
-        lines.append(
-            "Config groups (group=option picks a file of conf/<group>/; any key is set as group.key=value):"
-        )
-        lines += [
-            f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")
-        ]
-        lines.append("")
-    lines += ["--cfg job prints the composed configuration, resolved.", "", "Exit codes:"]
-    lines += [f"  {row.code}  {row.meaning}" for row in exit_codes.TABLE]
     return "\n".join(lines)
+
+
+def about(doc: str | None) -> str:
+    """A module docstring for --help: its paragraphs but the one on exit codes (--help lists them all)."""
+    paragraphs = (doc or "").strip().split("\n\n")
+    return "\n\n".join(p for p in paragraphs if not p.startswith("Exit codes"))
+
+
+def config_groups() -> str:
+    from config.compose import group_options
+    from config.schema import RUN_GROUPS
+
+    lines = ["Config groups (group=option picks a file of conf/<group>/; any key is set as group.key=value):"]
+    lines += [f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")]
+    lines.append("Every key, its default and allowed values: README, Configuration reference.")
+    return "\n".join(lines)
+
+
+def exit_code_lines() -> str:
+    """The exit-code table as --help prints it (argparse commands put it in their epilog)."""
+    return "\n".join(["Exit codes:", *(f"  {row.code}  {row.meaning}" for row in exit_codes.TABLE)])

@@ -18,7 +18,7 @@ class ExitCode:
     raised_as: str = ""  # "module.Class" of the exception that ends a command with this code
 
 
-OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, CLAIMED = 0, 1, 2, 3, 4, 5, 6, 7, 8
+OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, CLAIMED, NO_SUCH_RUN = range(10)
 SIGINT_STOP, SIGTERM_STOP = 130, 143  # 128 + the signal's number, as shells report it
 
 TABLE = (
@@ -36,8 +36,9 @@ TABLE = (
     ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
     ExitCode(
         TRACKING,
-        "the MLflow tracking store is unreachable or unusable (a sweep: at the start, or mid-sweep "
-        "for longer than tracking.outage_s)",
+        "the MLflow tracking store is unreachable or unusable: damaged, truncated, another schema, or "
+        "read-only for a command that writes (a sweep: at the start, or mid-sweep for longer than "
+        "tracking.outage_s)",
         "tracking.store.TrackingError",
     ),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),
@@ -51,6 +52,11 @@ TABLE = (
     ),
     ExitCode(
         CLAIMED, "another driver runs this sweep (sweep; the message names it)", "sweeper.claim.SweepClaimed"
+    ),
+    ExitCode(
+        NO_SUCH_RUN,
+        "the run id is not in the (healthy) tracking store (rerun; the message names the store)",
+        "sweeper.rerun.NoSuchRun",
     ),
     ExitCode(
         SIGINT_STOP,

@@ -19,17 +19,22 @@ import tempfile
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
 from config.compose import compose
 from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
-from sweeper import exit_codes
-from sweeper.entry import command
+from sweeper import console, exit_codes
+from sweeper.entry import about, command, exit_code_lines
 from tracking import ui
 from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder
-from tracking.store import TrackingError, connect
-from training.loop import TrainResult, train
+from tracking.store import connect
+from training.loop import OnEval, TrainResult, train
+
+
+class NoSuchRun(LookupError):
+    """The run id is not in a store that answers: a typo or another store, not a broken one."""
 
 
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:
@@ -37,8 +42,13 @@ def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainRes
     client = connect(uri)
     try:
         original = client.get_run(run_id)
-    except MlflowException:
-        raise TrackingError(f"run {run_id} is not in the tracking store {uri}") from None
+    except MlflowException as err:
+        if err.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            raise
+        raise NoSuchRun(
+            f"run {run_id} is not in the tracking store {uri}: copy the id from the MLflow UI or "
+            f"`analysis.report`'s tables, or set tracking.uri to the store that holds it"
+        ) from None
     experiment = client.get_experiment(original.info.experiment_id).name
     cfg = compose(
         run_overrides(original.data.params)
@@ -52,14 +62,32 @@ def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainRes
         )
     recorder = MlflowRecorder(uri, experiment, tags={RERUN_OF: run_id})
     with tempfile.TemporaryDirectory(prefix="rerun-") as workdir:
-        result = train(cfg, recorder, Path(workdir))
+        result = train(cfg, recorder, Path(workdir), progress_lines(cfg.train.steps))
     return original.data.tags, original.data.metrics.get(VAL_REL_LLOYD), result
+
+
+def progress_lines(steps: int) -> OnEval | None:
+    """Into a log file (stderr not a terminal, where the training bar is off): a line per evaluation."""
+    if not console.lines_not_bars():
+        return None
+    return lambda step, metrics, _: print(
+        f"rerun: step {step}/{steps}: {VAL_REL_LLOYD} {metrics[VAL_REL_LLOYD]:.6f}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @command("leaner-rerun", own_options=True)
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="leaner-rerun", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_id")
+    parser = argparse.ArgumentParser(
+        prog="leaner-rerun",
+        description=about(__doc__),
+        epilog=exit_code_lines(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "run_id", help="the MLflow run to train again (its id: the run page, or `mlflow runs list`)"
+    )
     parser.add_argument(
         "tracking",
         nargs="?",

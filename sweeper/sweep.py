@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from config import grid
 from config.compose import compose
 from config.schema import CONF_DIR, ConfigError
-from sweeper import exit_codes
+from sweeper import console, exit_codes
 from sweeper.entry import command
 from tracking import ui
 
@@ -374,6 +374,7 @@ def tune_fit(
             stop=stop,
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+            verbose=console.tune_output(),  # quiet: the status table, not a box per trial event
         ),
     )  # MlflowWriter prunes them
     results = tuner.fit()

@@ -24,6 +24,7 @@ from ray import tune
 
 from config.compose import compose
 from config.identity import config_hash
+from sweeper import console
 from tracking.names import VAL_REL_LLOYD
 from training.packed import train_pack
 
@@ -125,6 +126,7 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
 
 def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]], base: list[str]) -> None:
     """Tune's function trainable; config["key"] names the trial in `packs`, its members are keys of `jobs`."""
+    console.quiet()  # this worker's Ray Train logs a line per checkpoint otherwise
     members = packs[config["key"]]
     cfgs = []
     for key in members:

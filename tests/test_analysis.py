@@ -235,7 +235,9 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
     ]
     first = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    index = Path(first.stdout.strip().splitlines()[-1])
+    last = first.stdout.strip().splitlines()[-1]
+    assert last.startswith("report: "), last  # labelled, the last line
+    index = Path(last.removeprefix("report: "))
     assert index == (tmp_path / EXPERIMENT / "index.md").resolve()
     text = index.read_text()
     assert "![length](length.png)" in text and "Runs used: 6" in text

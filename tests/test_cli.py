@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -21,7 +22,7 @@ from omegaconf import OmegaConf
 from analysis import claims, report
 from config.compose import compose
 from config.schema import ConfigError
-from sweeper import exit_codes, rerun, sweep, train
+from sweeper import console, exit_codes, rerun, sweep, train
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
@@ -49,6 +50,37 @@ def test_help_anywhere_prints_the_usage_and_exits_0(script, where, capsys):
     module = SCRIPTS[script].split(":")[0]
     assert out.startswith(f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {module} ...)\n")
     assert "  7  nothing to analyse: no training runs in the chosen experiment (report, claims)\n" in out
+
+
+HELP_SHOWS = {  # a line of each command's options in its --help
+    "leaner-train": "  task: ",
+    "leaner-sweep": "  sweep: demo, lite, none, paper, points, smoke\n",
+    "leaner-report": "  eval.batches=4\n",
+    "leaner-claims": "  select.sweep=null\n",
+    "leaner-rerun": "  tracking.uri=URI  the store",
+}
+
+
+@pytest.mark.parametrize("script", sorted(HELP_SHOWS))
+def test_help_lists_the_options_and_every_exit_code_and_no_internals(script, capsys):
+    code, out, err = run_main({**HYDRA_COMMANDS, "leaner-rerun": rerun.main}[script], ["--help"], capsys)
+    assert code == 0 and err == ""
+    assert HELP_SHOWS[script] in out
+    for row in exit_codes.TABLE:
+        assert f"\n  {row.code}  {row.meaning}\n" in out + "\n", row.code
+    assert not re.search(r"judge_\w+|Context|`check`", out), "names of the code are not the user's business"
+
+
+@pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
+def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch):
+    monkeypatch.setenv(console.VERBOSE, "0")
+    word = "eval.batches=1" if "report" in script or "claims" in script else "sweep=smoke"
+    code, out, err = run_main(HYDRA_COMMANDS[script], [word, "--verbose", "--cfg", "job"], capsys)
+    assert (code, err) == (0, "") and yaml.safe_load(out)
+    assert console.verbose() and console.tune_output() == 2
+    run_main(HYDRA_COMMANDS[script], [word, "--cfg", "job"], capsys)
+    assert not console.verbose() and console.tune_output() == 1
+    assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # no TensorBoard hint from Tune
 
 
 def test_training_commands_list_every_group_option_in_their_help(capsys):
@@ -97,8 +129,8 @@ def test_cfg_job_prints_the_composed_config(capsys):
             "error: not supported: --cfg hydra: only --cfg job (the composed configuration)",
         ),
         (
-            ["--verbose"],
-            "error: not supported: --verbose: the arguments are key=value overrides; --help lists the "
+            ["--quiet"],
+            "error: not supported: --quiet: the arguments are key=value overrides; --help lists the "
             "config groups and --cfg job prints the composed configuration",
         ),
     ],
@@ -174,7 +206,7 @@ def test_tracking_defaults_come_from_mlflows_environment_variables(monkeypatch, 
     assert (tracking["uri"], tracking["experiment"]) == (f"sqlite:///{tmp_path}/env.db", "from-env")
     # rerun reads the same default: an unknown run is looked for in the environment's store.
     code, _, err = run_main(rerun.main, ["0123456789abcdef0123456789abcdef"], capsys)
-    assert code == exit_codes.TRACKING and f"sqlite:///{tmp_path}/env.db" in err
+    assert code == exit_codes.NO_SUCH_RUN and f"sqlite:///{tmp_path}/env.db" in err
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")
     tracking = compose([]).tracking

@@ -898,6 +898,37 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
         assert secrets == (["mlflow-credentials"] if name == "head" else []), name
 
 
+def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
+    """As the launcher config: every Ray process and the `ray job submit` client present the token."""
+    job = kuberay_documents()["RayJob"]["spec"]
+    submitter = job["submitterPodTemplate"]["spec"]
+    check_pod_spec(submitter, "submitter")
+    (container,) = submitter["containers"]
+    assert image_tag(container["image"]) == f"{IMAGE}:gpu", (
+        "the submitter runs `ray job submit`: it needs Ray"
+    )
+    assert "command" not in container, "KubeRay supplies the submit command from the entrypoint"
+    cluster = job["rayClusterSpec"]
+    pods = [("head", cluster["headGroupSpec"]["template"]["spec"]), ("submitter", submitter)]
+    pods += [(g["groupName"], g["template"]["spec"]) for g in cluster["workerGroupSpecs"]]
+    secret_refs = set()
+    for name, pod in pods:
+        for container in pod["containers"]:
+            env = container_env(container)
+            assert env["RAY_AUTH_MODE"] == {"name": "RAY_AUTH_MODE", "value": "token"}, name
+            assert set(env["RAY_AUTH_TOKEN"]) == {"name", "valueFrom"}, (
+                f"{name}: the token only from a Secret"
+            )
+            ref = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+            secret_refs.add((ref["name"], ref["key"]))
+    assert len(secret_refs) == 1, f"one token for the whole cluster: {secret_refs}"
+    ((secret, key),) = secret_refs
+    header = (DOCKER / "kuberay-rayjob.yaml").read_text()
+    assert f"create secret generic {secret} \\\n#     --from-literal={key}=" in header, "the header makes it"
+    readme = [" ".join(c) for b in blocks() for c in commands(b.text) if c[:2] == ["kubectl", "-n"]]
+    assert any(f"create secret generic {secret} --from-literal={key}=" in c for c in readme), readme
+
+
 # --- resources: the same in README and both cluster files ---------------------------------
 
 RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial")

@@ -3,7 +3,8 @@ configuration reference is the one config/reference.py generates. docs/architect
 the files, modules and make targets it names exist.
 
 A ```bash block right after a line `<!-- runnable -->` is run by test_runnable_blocks, all of
-them in README order in one shell in an empty directory, as a newcomer would type them.
+them in README order in one shell, as a newcomer would type them after `make demo` on a fresh clone:
+in a directory holding what the Makefile's demo sweep writes (its command, at a few steps).
 `<!-- runnable smoke="k=v ..." -->` appends those overrides to the block's
 `python -m sweeper.train` lines, so a 10,000-step command runs at smoke scale.
 """
@@ -160,8 +161,20 @@ def test_architecture_names_files_modules_and_targets_that_exist():
     assert all(re.search(rf"^{re.escape(t)}:", makefile, flags=re.M) for t in targets), targets
 
 
+# The demo sweep at smoke scale: the store `make demo` leaves, in a fraction of its time.
+DEMO_STEPS = "train.steps=20 train.eval_every=10 train.val_batches=2 cluster.cpus_per_trial=0.5"
+
+
+def demo_sweep() -> str:
+    """The Makefile's demo sweep command (its first recipe line), at DEMO_STEPS."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    (sweep,) = [line.strip() for line in recipe if "-m sweeper.sweep " in line]
+    return f"{sweep.replace('$(PY)', 'python')} {DEMO_STEPS}"
+
+
 def runnable_script() -> str:
-    parts = ["set -euo pipefail"]
+    parts = ["set -euo pipefail", 'echo "### make demo\'s sweep"', demo_sweep()]
     for block in blocks():
         if not block.runnable:
             continue
@@ -188,9 +201,9 @@ def test_runnable_blocks_are_marked():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_runnable_blocks(tmp_path):
-    """Every runnable block, in README order, in one shell in an empty directory."""
+    """Every runnable block, in README order, in one shell, in a directory where `make demo`'s sweep ran."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
@@ -200,7 +213,7 @@ def test_runnable_blocks(tmp_path):
     )
     start = time.monotonic()
     result = subprocess.run(
-        ["bash", "-c", runnable_script()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580
+        ["bash", "-c", runnable_script()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=880
     )
     seconds = time.monotonic() - start
     ran = re.findall(r"### README block at line (\d+)", result.stdout)
@@ -212,6 +225,7 @@ def test_runnable_blocks(tmp_path):
     assert len(ran) == len([b for b in blocks() if b.runnable])
     out = result.stdout
     assert "300 configurations x 10 seeds = 3000 trials" in out
+    assert "tau0.1-l2-binary-d4-k6-n128" in out, "the median across seeds reads the demo's runs"
     assert re.search(r"finished 20 steps: val_rel_lloyd", out)
     assert "torch.Size([4, 6, 4])" not in out  # the trained configuration is d 32, k 10
     assert "torch.Size([4, 10, 32])" in out

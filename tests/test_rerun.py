@@ -30,8 +30,12 @@ def test_rerun_reproduces_the_run_as_a_new_tagged_run(tiny, tmp_path, sqlite_uri
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", sqlite_uri)
     assert rerun_main([original.info.run_id]) == 0
-    out = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr()
+    out = printed.out.splitlines()
     assert out[-1] == "equal"
+    # stderr is not a terminal here, as in a log file: a line per evaluation instead of the bar
+    steps = [line.split(":")[1] for line in printed.err.splitlines() if line.startswith("rerun: step ")]
+    assert steps == [f" step {s}/40" for s in (0, 10, 20, 30, 40)], printed.err
     runs = client.search_runs([experiment])
     (new,) = [r for r in runs if r.info.run_id != original.info.run_id]
     assert new.data.tags[RERUN_OF] == original.info.run_id
@@ -51,5 +55,5 @@ def test_rerun_reproduces_the_run_as_a_new_tagged_run(tiny, tmp_path, sqlite_uri
 
 
 def test_rerun_of_an_unknown_run_names_the_store(sqlite_uri, capsys):
-    assert rerun_main(["0123456789abcdef0123456789abcdef", f"tracking.uri={sqlite_uri}"]) == 4
+    assert rerun_main(["0123456789abcdef0123456789abcdef", f"tracking.uri={sqlite_uri}"]) == 9
     assert sqlite_uri in capsys.readouterr().err

@@ -1,8 +1,9 @@
-"""The MLflow tracking store: the one module that knows how to open it, find experiments, search and read histories.
+"""The MLflow tracking store: the one module that opens it, finds experiments, searches and reads histories.
 
 Training (tracking.recorder), the sweep driver (sweeper.mlflow_callback), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
-  connect        fail fast, naming the URI, when the store cannot be reached; else a client
+  connect        fail fast, naming the URI, when the store cannot be reached or used; else a client
+  explain        a SQLite error met later, as one line naming the store
   experiment_id  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows runs)
                  and with the runs view of tracking.view
   search         every page of a run search
@@ -47,6 +48,8 @@ from tracking import view
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 
 log = logging.getLogger(__name__)
+_opened: list[str] = []  # the SQLite stores this process opened (explain names the last)
+_checked: set[str] = set()  # the SQLite stores check_sqlite found sound
 PROBE_TIMEOUT_S = 5.0
 PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 POINT_COLUMNS = ["run_id", "key", "step", "timestamp", "value"]
@@ -107,19 +110,135 @@ def _probe_access(uri: str, timeout: float) -> None:
         pass  # reachable a moment ago: let MLflow's own client report anything else
 
 
-def connect(uri: str) -> MlflowClient:
-    """A client of the store at `uri`, once probe() found it reachable; MLflow's artifact progress bars off."""
+def connect(uri: str, write: bool = True) -> MlflowClient:
+    """A client of the store at `uri`, once probe() found it reachable; MLflow's artifact progress bars off.
+
+    A SQLite file is checked before MLflow opens it (check_sqlite), so that a damaged or foreign file is
+    reported in one line and never migrated or written to. `write=False` (the analysis) opens a read-only
+    store as it is; `write=True` (train, sweep, rerun) refuses it before any work.
+    """
     probe(uri)
     os.environ.setdefault(
         MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false"
     )  # read by MLflow at every transfer
     if not uri.startswith("sqlite:///"):
         return MlflowClient(tracking_uri=uri)
+    path = Path(uri.removeprefix("sqlite:///"))
+    _opened.append(uri)
+    if not writable(uri):
+        if write or not path.exists():
+            raise TrackingError(
+                f"tracking store {uri} is read-only (no write permission on {path} or its folder): "
+                f"make it writable, or copy it (README: Moving or copying a store) and set tracking.uri"
+            )
+        check_sqlite(uri)  # nobody can be creating it: no lock needed (nor possible)
+        return MlflowClient(tracking_uri=uri)
     # Opening a SQLite store creates or migrates MLflow's schema; two processes doing it at once on a new file
     # (two drivers, a sweep and a report) make one of them fail. One at a time, the second finds it done.
-    with open(uri.removeprefix("sqlite:///") + ".lock", "w") as lock:
+    with open(str(path) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        check_sqlite(uri)
         return MlflowClient(tracking_uri=uri)
+
+
+def writable(uri: str) -> bool:
+    """Whether this process may write the store: a SQLite file and its folder (for SQLite's journal)."""
+    if not uri.startswith("sqlite:///"):
+        return True  # a server: its own permissions
+    path = Path(uri.removeprefix("sqlite:///"))
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def check_sqlite(uri: str) -> None:
+    """Raise TrackingError, naming the store and what to do, unless its file is a whole MLflow store of this
+    MLflow's schema (or empty or missing: MLflow then creates it). Reads the file only."""
+    path = Path(uri.removeprefix("sqlite:///"))
+    if uri in _checked or not path.exists() or path.stat().st_size == 0:
+        return
+    restore = "restore it from a backup, or set tracking.uri to another store"
+    with open(path, "rb") as file:
+        header = file.read(100)
+    if not header.startswith(b"SQLite format 3\x00"):
+        raise TrackingError(f"tracking store {uri}: {path} is not an SQLite database (damaged?): {restore}")
+    expected = _sqlite_size(header)
+    if expected and path.stat().st_size < expected and not Path(f"{path}-wal").exists():
+        raise TrackingError(
+            f"tracking store {uri}: {path} is truncated ({path.stat().st_size} of its {expected} bytes): "
+            f"{restore}"
+        )
+    try:
+        with closing(sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            found = (
+                db.execute("SELECT version_num FROM alembic_version").fetchone()
+                if "alembic_version" in tables
+                else None
+            )
+    except sqlite3.DatabaseError as err:
+        raise TrackingError(f"tracking store {uri}: SQLite cannot read {path} ({err}): {restore}") from None
+    if found is None or not {"experiments", "runs", "metrics"} <= tables:
+        raise TrackingError(
+            f"tracking store {uri}: {path} is an SQLite database but not an MLflow store (tables: "
+            f"{', '.join(sorted(tables)) or 'none'}): set tracking.uri to an MLflow store or a new file"
+        )
+    _check_schema(uri, found[0])
+    _checked.add(uri)
+
+
+def _sqlite_size(header: bytes) -> int | None:
+    """The file size an SQLite header promises (page size x page count), None when the count is not valid."""
+    page_size = int.from_bytes(header[16:18], "big")
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]  # SQLite's own rule for trusting the page count
+    return (65536 if page_size == 1 else page_size) * pages if valid and pages else None
+
+
+def _check_schema(uri: str, version: str) -> None:
+    """A store of another MLflow schema version: MLflow would refuse it (older) or fail in alembic (newer)."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config  # MLflow's own migrations; private, hence guarded
+
+    try:
+        script = ScriptDirectory.from_config(_get_alembic_config(db_url=""))
+        head = script.get_current_head()
+    except Exception:  # noqa: BLE001 - a message's refinement only: MLflow checks the schema itself too
+        return
+    if version == head:
+        return
+    try:
+        known = script.get_revision(version) is not None
+    except Exception:  # noqa: BLE001 - alembic raises several kinds for a revision it does not know
+        known = False
+    if known:
+        raise TrackingError(
+            f"tracking store {uri} has MLflow schema {version}, older than this MLflow's {head}: back the "
+            f"file up, then run `mlflow db upgrade {uri}`"
+        )
+    raise TrackingError(
+        f"tracking store {uri} has MLflow schema {version}, unknown to this MLflow (schema {head}): it was "
+        f"written by a newer MLflow; use that version (requirements.lock pins this one) or another store"
+    )
+
+
+def explain(err: BaseException) -> TrackingError | None:
+    """A SQLite error met while using a store (a file damaged after it was opened, a write refused) as one
+    line naming the store; None for any other error."""
+    cause = err
+    while cause is not None and not isinstance(cause, sqlite3.DatabaseError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None or not _opened:
+        return None
+    uri = _opened[-1]
+    reason = str(cause).splitlines()[0]
+    if "readonly" in reason:
+        advice = "make it writable, or copy it (README: Moving or copying a store) and set tracking.uri"
+    elif "locked" in reason:
+        advice = (
+            "another process holds it; try again when it is done, or use a tracking server for many writers"
+        )
+    else:
+        advice = "the file is damaged: restore it from a backup, or set tracking.uri to another store"
+    return TrackingError(f"tracking store {uri}: SQLite says {reason!r}: {advice}")
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
@@ -174,7 +293,7 @@ def search(client: MlflowClient, experiment_ids: list[str], query: str = "", pag
 
 
 def last_steps(client: MlflowClient, run: Run) -> dict[str, int]:
-    """Metric -> the last step `run` holds. A resumed run replays its steps exactly, so it skips points up to it."""
+    """Metric -> the last step `run` holds: a resumed run replays its steps, skipping the points up to it."""
     return {
         key: max(m.step for m in client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics
     }
@@ -218,7 +337,8 @@ def _sqlite_points(client: MlflowClient, run_ids: list[str], keys: list[str]) ->
         if columns != METRICS_TABLE:
             raise _Unexpected(f"the metrics table has columns {sorted(columns)}, not {sorted(METRICS_TABLE)}")
         query = (
-            "SELECT run_uuid AS run_id, key, step, timestamp, CASE WHEN is_nan THEN NULL ELSE value END AS value "
+            "SELECT run_uuid AS run_id, key, step, timestamp, "
+            "CASE WHEN is_nan THEN NULL ELSE value END AS value "
             "FROM metrics WHERE run_uuid IN (SELECT value FROM json_each(?)) "
             f"AND key IN ({','.join('?' * len(keys))})"
         )

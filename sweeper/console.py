@@ -1,0 +1,75 @@
+"""How much the commands print: quiet by default, everything with `--verbose` (sweeper.entry reads the flag).
+
+Quiet leaves Tune's own trial table and one progress bar per command, and drops what a user cannot act on:
+a line per trial checkpoint from Ray Train's storage ("Checkpoint successfully created at"), Tune's
+TensorBoard hint (its automatic CSV/JSON/TensorBoard result loggers, which nothing here reads: MLflow
+holds the results), Ray's notice that token authentication is on, MLflow's schema-creation lines, and
+Tune's per-trial configuration and result boxes (tune_output). Where stderr is not a terminal (a log
+file), commands print a line per step of progress instead of redrawing a bar.
+
+The choice travels as $LEANER_VERBOSE, so the workers of a local Ray instance (started by this process)
+see it too; on a cluster started elsewhere, trials are quiet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+VERBOSE = "LEANER_VERBOSE"
+QUIET_TABLE_S = 60  # Tune's status table at most once a minute (13 lines for the demo's 6 trials)
+FLAG = "--verbose"
+# Loggers whose INFO (or, for Ray's token notice, WARNING) lines quiet mode drops.
+QUIET_LOGGERS = {
+    "ray.train": logging.WARNING,  # "Checkpoint successfully created at: ..." once per trial report
+    "ray.tune": logging.WARNING,  # Tune's INFO notes about its result files and syncing
+    # Its result grid, which the sweep does not read, warns that the result loggers turned off wrote nothing.
+    "ray.tune.analysis.experiment_analysis": logging.ERROR,
+    "ray._private.authentication.authentication_token_setup": logging.ERROR,  # "Token authentication is on"
+    "mlflow.store.db.utils": logging.WARNING,  # "Creating initial MLflow database tables..."
+}
+
+
+def configure(verbose: bool) -> None:
+    """Set this process (and the Ray workers it starts) to verbose or quiet; called once per command."""
+    os.environ[VERBOSE] = "1" if verbose else "0"
+    if not verbose:
+        quiet()
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE) == "1"
+
+
+def quiet() -> None:
+    """Drop the lines listed above in this process (the driver, or a trial's worker)."""
+    if verbose():
+        return
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # read when the Tuner starts
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def tune_output() -> int:
+    """Set Tune's console for this driver; returns RunConfig.verbose (2 verbose, else 1: the status table).
+
+    Quiet also drops the boxes Tune prints at every trial's start and end and redraws the table every
+    QUIET_TABLE_S instead of 30 s: class attributes of Tune's reporter, not public settings, so each is set
+    only while it exists (else Tune prints as it does).
+    """
+    if verbose():
+        return 2
+    from ray.tune.experimental import output
+
+    reporter = output.TuneTerminalReporter
+    if isinstance(getattr(reporter, "_heartbeat_freq", None), (int, float)):
+        reporter._heartbeat_freq = QUIET_TABLE_S
+    if hasattr(reporter, "_start_end_verbosity"):
+        reporter._start_end_verbosity = output.AirVerbosity.VERBOSE
+    return 1
+
+
+def lines_not_bars() -> bool:
+    """True when stderr is not a terminal: progress as one line per step, not a bar redrawn in a log file."""
+    return not sys.stderr.isatty()

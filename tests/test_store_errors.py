@@ -1,0 +1,217 @@
+"""A store that cannot be used, as every command reports it: one line naming the store, the README's code.
+
+Each bad store is a real file (random bytes, a real store cut short, another program's SQLite database, a
+real store whose MLflow schema version is older or unknown, a real store with a damaged table) and each
+command is called as the console script calls it (main(argv)); the store's bytes must not change.
+A read-only store is refused by the commands that write (train, sweep, rerun) and read by those that only
+read (report, claims): run as subprocesses with the permissions a user without root has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from alembic.script import ScriptDirectory
+from helpers import REPO, subprocess_env
+from mlflow.store.db.utils import _get_alembic_config
+
+from analysis import claims, report
+from config.compose import compose
+from sweeper import exit_codes, rerun, sweep, train
+from tracking.recorder import MlflowRecorder
+from training.loop import train as train_loop
+
+RUN_ID = "0123456789abcdef0123456789abcdef"
+
+
+def commands(uri: str, out: Path, run_id: str = RUN_ID) -> dict[str, tuple]:
+    """command -> (main, argv) as its console script would call it, on the store `uri`."""
+    return {
+        "train": (train.main, [f"tracking.uri={uri}", "train.steps=2"]),
+        "sweep": (sweep.main, ["sweep=smoke", f"tracking.uri={uri}"]),
+        "rerun": (rerun.main, [run_id, f"tracking.uri={uri}"]),
+        "report": (report.main, [f"tracking.uri={uri}", f"out={out}"]),
+        "claims": (claims.main, [f"tracking.uri={uri}", f"out={out}"]),
+    }
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def schema(db: Path, version: str) -> None:
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE alembic_version SET version_num = ?", (version,))
+
+
+def older_revision() -> str:
+    script = ScriptDirectory.from_config(_get_alembic_config(db_url=""))
+    return script.get_revision(script.get_current_head()).down_revision
+
+
+def foreign(db: Path) -> None:
+    db.unlink()
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE notes (text)")
+
+
+def damaged_runs_table(db: Path) -> None:
+    """The runs table's root page overwritten: the header, size and schema still look right."""
+    with sqlite3.connect(db) as con:
+        (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()
+        (page,) = con.execute("PRAGMA page_size").fetchone()
+    with open(db, "r+b") as file:
+        file.seek((root - 1) * page)
+        file.write(b"\xff" * page)
+
+
+# case -> (how to spoil a copy of a real store, what the one line says)
+CASES = {
+    "corrupt": (lambda db: db.write_bytes(os.urandom(8192)), "is not an SQLite database"),
+    "truncated": (lambda db: db.write_bytes(db.read_bytes()[: db.stat().st_size // 2]), "is truncated"),
+    "foreign": (foreign, "is an SQLite database but not an MLflow store (tables: notes)"),
+    "older-schema": (lambda db: schema(db, older_revision()), "run `mlflow db upgrade"),
+    "newer-schema": (lambda db: schema(db, "feedfacecafe"), "unknown to this MLflow"),
+}
+
+
+@pytest.mark.parametrize("command", ["train", "sweep", "rerun", "report", "claims"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_store_is_one_line_and_exit_code_4(case, command, tmp_path, _empty_store, capsys):
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_store, db)
+    spoil, says = CASES[case]
+    spoil(db)
+    before, uri = digest(db), f"sqlite:///{db}"
+    main, argv = commands(uri, tmp_path / "reports")[command]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == exit_codes.TRACKING, err
+    assert err.count("\n") == 1 and err.startswith(f"error: tracking store {uri}") and says in err, err
+    assert digest(db) == before
+
+
+@pytest.fixture(scope="module")
+def store_with_a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real store holding one tiny finished training run (experiment leaner-clustering)."""
+    from conftest import TINY
+
+    root = tmp_path_factory.mktemp("one-run")
+    uri = f"sqlite:///{root}/mlflow.db"
+    cfg = compose([*TINY, f"tracking.uri={uri}"])
+    train_loop(cfg, MlflowRecorder(uri, cfg.tracking.experiment), root / "work")
+    return root
+
+
+def copy_store(source: Path, to: Path) -> Path:
+    shutil.copytree(source, to, ignore=shutil.ignore_patterns("work", "*.lock"))
+    return to / "mlflow.db"
+
+
+@pytest.mark.parametrize("command", ["train", "rerun", "report", "claims"])
+def test_a_store_damaged_inside_is_one_line_and_exit_code_4(command, store_with_a_run, tmp_path, capsys):
+    """Damage the header checks cannot see surfaces inside MLflow; the command still answers in one line."""
+    db = copy_store(store_with_a_run, tmp_path / "store")
+    with sqlite3.connect(db) as con:
+        (run_id,) = con.execute("SELECT run_uuid FROM runs").fetchone()  # rerun asks for a run it holds
+    damaged_runs_table(db)
+    before, uri = digest(db), f"sqlite:///{db}"
+    main, argv = commands(uri, tmp_path / "reports", run_id)[command]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == exit_codes.TRACKING, err
+    assert err == (
+        f"error: tracking store {uri}: SQLite says 'database disk image is malformed': the file is damaged: "
+        "restore it from a backup, or set tracking.uri to another store\n"
+    )
+    assert digest(db) == before
+
+
+def test_rerun_of_an_unknown_run_has_its_own_exit_code(store_with_a_run, tmp_path, capsys):
+    db = copy_store(store_with_a_run, tmp_path / "store")
+    before, uri = digest(db), f"sqlite:///{db}"
+    code = rerun.main([RUN_ID, f"tracking.uri={uri}"])
+    err = capsys.readouterr().err
+    assert code == exit_codes.NO_SUCH_RUN == 9
+    assert (
+        err.startswith(f"error: run {RUN_ID} is not in the tracking store {uri}: ") and err.count("\n") == 1
+    )
+    assert digest(db) == before
+
+
+def without_root(cmd: list[str]) -> list[str]:
+    """The command as a user without root's override of file permissions runs it (root keeps its uid)."""
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv: cannot drop the override of file permissions")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
+
+
+def read_only(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(stat.S_IMODE(path.stat().st_mode) & ~0o222)
+
+
+def writable_again(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(stat.S_IMODE(path.stat().st_mode) | stat.S_IWUSR)
+
+
+@pytest.fixture
+def read_only_store(store_with_a_run: Path, tmp_path: Path):
+    db = copy_store(store_with_a_run, tmp_path / "store")
+    read_only(db.parent)
+    yield db
+    writable_again(db.parent)
+
+
+def run_command(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    cmd = without_root([sys.executable, "-m", module, *args])
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "module, args",
+    [
+        ("sweeper.train", ["train.steps=2"]),
+        ("sweeper.sweep", ["sweep=smoke"]),
+        ("sweeper.rerun", [RUN_ID]),
+    ],
+    ids=["train", "sweep", "rerun"],
+)
+def test_commands_that_write_refuse_a_read_only_store(module, args, read_only_store, tmp_path):
+    before, uri = digest(read_only_store), f"sqlite:///{read_only_store}"
+    done = run_command(module, [*args, f"tracking.uri={uri}"], tmp_path)
+    assert done.returncode == exit_codes.TRACKING, done.stderr[-3000:]
+    assert done.stderr == (
+        f"error: tracking store {uri} is read-only (no write permission on {read_only_store} or its folder): "
+        "make it writable, or copy it (README: Moving or copying a store) and set tracking.uri\n"
+    )
+    assert digest(read_only_store) == before
+
+
+@pytest.mark.slow
+def test_report_and_claims_read_a_read_only_store(read_only_store, tmp_path):
+    before, uri = digest(read_only_store), f"sqlite:///{read_only_store}"
+    out = tmp_path / "reports"
+    done = run_command("analysis.claims", [f"tracking.uri={uri}", f"out={out}"], REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "leaner-clustering" / "claims.csv").is_file()
+    figures = "figures=[convergence,multistep]"  # a checkpoint evaluation too: cached, not logged
+    done = run_command(
+        "analysis.report", [f"tracking.uri={uri}", f"out={out}", figures, "eval.batches=1"], REPO
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "leaner-clustering" / "index.md").is_file()
+    assert digest(read_only_store) == before
