@@ -1,4 +1,5 @@
-"""A real `mlflow ui` seen through headless Chromium (Debian's chromium and chromium-driver, driven by Selenium).
+"""A real `mlflow ui` seen through headless Chromium (Debian's chromium and chromium-driver, driven by
+Selenium).
 
 Used by tests/test_mlflow_ui.py, and run as a script to retake the README's screenshots:
 
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from helpers import SERVER_ENV, free_port, stop_group, wait_until_up
+from support.servers import SERVER_ENV, free_port, stop_group, wait_until_up
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")  # the binary behind Debian's /usr/bin/chromium launcher
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -147,7 +148,8 @@ def groups(driver) -> dict[str, list[str]]:
 
 
 def screenshots(store_uri: str, folder: Path) -> None:
-    """docs/mlflow-runs-grouped.png (the runs table grouped by configuration) and docs/mlflow-run-metrics.png."""
+    """docs/mlflow-runs-grouped.png (the runs table grouped by configuration) and
+    docs/mlflow-run-metrics.png."""
     from mlflow.tracking import MlflowClient
 
     from tracking import ui

@@ -7,10 +7,10 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from support.repo import REPO
 
 from bench.cli import main
 from models.flash_dropout import FlashDropout, dropped_positions
@@ -19,7 +19,6 @@ from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_o
 from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"]
 
 

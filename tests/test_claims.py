@@ -1,4 +1,5 @@
-"""The 14 claims of docs/science.md section 7.1 judged on synthetic frames: no store, no training, no evaluation.
+"""The 14 claims of docs/science.md section 7.1 judged on synthetic frames: no store, no training, no
+evaluation.
 
 Runs frames are built from the paper grid (claims.paper_grid), one run per
 configuration and seed, with final values chosen so that a claim holds; then
@@ -109,7 +110,8 @@ def broken(name: str, **kw) -> pd.DataFrame:
 
 
 def poison(name: str, how: str) -> pd.DataFrame:
-    """Three more seeds of the breaking value, outside the scope: tagged with another sub-grid, or in another slice."""
+    """Three more seeds of the breaking value, outside the scope: tagged with another sub-grid, or in another
+    slice."""
     _, where, bad, outside = RUN_CASES[name]
     configs = matching(claims.scope(GRID, *claims.SCOPES[name]), where).copy()
     assert len(configs) == 1
@@ -174,7 +176,8 @@ def test_slice_poison_would_flip_an_unscoped_judgment() -> None:
 
 
 def test_never_pass_on_zero_cases() -> None:
-    """tau01 with OH/BN configurations all below 1 but no NA configuration: UNTESTED, saying what is missing."""
+    """tau01 with OH/BN configurations all below 1 but no NA configuration: UNTESTED, saying what is
+    missing."""
     runs = holding("tau01_beats_lloyd")
     claim = claims.judge_runs("tau01_beats_lloyd", runs[runs[EMB] != "none"], GRID)
     assert claim.status == UNTESTED
@@ -404,8 +407,8 @@ def test_the_fourteen_claims_in_the_specs_order() -> None:
 def transfer_store(
     families=FAMILIES[:1] + FAMILIES[2:], seeds=(1, 2)
 ) -> tuple[pd.DataFrame, SimpleNamespace]:
-    """Onehot models trained on four families; a fake evaluator: a model's value is its training family's index,
-    Lloyd's depends on the seed and test family only (the same tasks for every model of a seed)."""
+    """Onehot models trained on four families; a fake evaluator: a model's value is its training family's
+    index, Lloyd's depends on the seed and test family only (the same tasks for every model of a seed)."""
     runs = pd.DataFrame(
         [
             {

@@ -84,8 +84,8 @@ def test_cfg_job_prints_the_composed_config(capsys):
     [
         (
             ["-m"],
-            "error: not supported: -m (a flag of Hydra's own command line): sweeps are `leaner-sweep sweep=NAME` "
-            "(conf/sweep/), not Hydra's multirun",
+            "error: not supported: -m (a flag of Hydra's own command line): sweeps are "
+            "`leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
         ),
         (
             ["--info"],

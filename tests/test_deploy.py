@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import blocks, commands, free_port, stop_group
 from sqlalchemy.engine import make_url
+from support.readme import blocks, commands
+from support.servers import free_port, stop_group
 
 from sweeper import sweep as sweep_cli
 from tracking import recorder

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import README, blocks, commands
+from support.readme import blocks, commands
+from support.repo import README
 
 from config import reference as config_reference
 from config.compose import compose
@@ -141,11 +142,18 @@ def test_readme_names_files_that_exist():
             assert (ROOT / path).exists(), path
 
 
+# Every package (tests/test_packaging.py's order) and every other folder of the tree a document may name.
+DIRECTORIES = ["tasks", "models", "config", "tracking", "training", "sweeper", "bench", "analysis"] + [
+    "conf",
+    "docker",
+    "tests",
+    "docs",
+]
+
+
 def test_architecture_names_files_modules_and_targets_that_exist():
     text = ARCHITECTURE.read_text()
-    found = re.findall(
-        r"(?<![\w/.-])((?:tasks|models|sweeper|analysis|conf|docker|tests|docs)/[\w./-]*)", text
-    )
+    found = re.findall(r"(?<![\w/.-])((?:" + "|".join(DIRECTORIES) + r")/[\w./-]*)", text)
     paths = {path.rstrip(".") for path in found}  # a sentence may end right after a path
     assert len(paths) > 20
     for path in sorted(paths):
@@ -167,11 +175,9 @@ def runnable_script() -> str:
             continue
         text = block.text
         if block.smoke:
+            smoke = " ".join(block.smoke)
             text = re.sub(
-                r"^(python -m sweeper\.train .*)$",
-                lambda m: f"{m.group(1)} {' '.join(block.smoke)}",
-                text,
-                flags=re.M,
+                r"^(python -m sweeper\.train .*)$", lambda m, s=smoke: f"{m.group(1)} {s}", text, flags=re.M
             )
         parts += [f'echo "### README block at line {block.line} (started at ${{SECONDS}}s)"', text]
     return "\n".join(parts) + "\n"

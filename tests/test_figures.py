@@ -208,7 +208,8 @@ def test_time_to_quality_x_is_step_times_seconds_per_step(ctx: Context) -> None:
 
 @pytest.fixture
 def trained(sqlite_uri: str, tiny: list[str], tmp_path: Path) -> dict:
-    """One tiny run trained for real (its best checkpoint is step 30's, its last step 40's), and both artifacts."""
+    """One tiny run trained for real (its best checkpoint is step 30's, its last step 40's), and both
+    artifacts."""
     cfg = compose(tiny + [f"tracking.uri={sqlite_uri}"])
     train(cfg, MlflowRecorder(sqlite_uri, cfg.tracking.experiment), tmp_path / "work")
     run = load_runs(sqlite_uri, cfg.tracking.experiment).iloc[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import browser
 import pytest
-from helpers import children
+from support.sweeps import children
 
 from tracking import ui
 from tracking.names import CONFIGURATION

@@ -41,10 +41,14 @@ def imported_modules(folders: list[str]) -> set[str]:
 
 
 def undeclared(names: set[str], declared_names: set[str]) -> list[str]:
-    """Modules among `names` that no declared distribution provides (stdlib and the project's own left out)."""
-    ours = set(top_level_packages()) | {
-        p.stem for p in (ROOT / "tests").glob("*.py")
-    }  # helpers, conftest, ...
+    """Modules among `names` that no declared distribution provides (stdlib and the project's own left
+    out)."""
+    tests = ROOT / "tests"  # its modules (conftest, browser) and packages (support) import as top-level names
+    ours = (
+        set(top_level_packages())
+        | {p.stem for p in tests.glob("*.py")}
+        | {p.parent.name for p in tests.glob("*/__init__.py")}
+    )
     providers = importlib.metadata.packages_distributions()
     out = []
     for name in sorted(names - set(sys.stdlib_module_names) - ours - {"__future__"}):

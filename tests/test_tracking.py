@@ -1,4 +1,5 @@
-"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate points."""
+"""MLflow tracking of a run: over HTTP to a real server, SQLite, an unreachable server, no duplicate
+points."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import sys
 
 import pytest
 import torch
-from helpers import free_port
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME, MLFLOW_USER
 from omegaconf import OmegaConf
+from support.servers import free_port
 
 from config.compose import compose
 from config.identity import config_hash, configuration_name, flat_params
