@@ -41,7 +41,7 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff format --check .
 	# $(PY) -m ruff check .   # on once the tree's remaining E501/B023 lines outside tests/ are fixed
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 # Unit and config tests only: no Ray, no servers, no sweep or training subprocesses (minutes on 2 cores).
 test-fast: $(STAMP)

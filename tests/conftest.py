@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,23 @@ SHARED = {"smoke_store": "smoke-store", "postgres": "postgres", "pg_server": "po
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One pytest-xdist group per test file (its module fixtures made once), or the group of the costly
-    session fixture any of its tests uses."""
+    session fixture any of its tests uses; the groups ordered by their slow tests."""
     groups = {item.path: item.path.name for item in items}
     for item in items:
+        # A file that gets its fixture by request.getfixturevalue names its group itself.
+        named = item.get_closest_marker("xdist_group")
         for name in item.fixturenames:
             if name in SHARED:
                 groups[item.path] = SHARED[name]
+        if named:
+            groups[item.path] = named.args[0]
+    slow = Counter(groups[item.path] for item in items if item.get_closest_marker("slow"))
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.path]))
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(groups[item.path]))
+    # The groups with the most slow tests first (make test: --no-loadscope-reorder keeps this order), so that
+    # no long group starts last while the other worker idles; a file's own order is kept.
+    items.sort(key=lambda item: -slow[groups[item.path]])
 
 
 @pytest.fixture
