@@ -23,15 +23,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from support.readme import blocks, commands
-from support.repo import README
+from support.repo import README, REPO
 
 from config import reference as config_reference
 from config.compose import compose
 from sweeper import exit_codes
 from sweeper import sweep as sweep_cli
 
-ROOT = Path(__file__).resolve().parent.parent
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 
 def python_module_commands(module: str) -> list[list[str]]:
@@ -112,8 +111,8 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         [sys.executable, "-m", "sweeper.rerun", "--help"],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert rerun_help.returncode == 0 and "tracking.uri=URI" in rerun_help.stdout
     importlib.import_module("analysis.claims")
@@ -125,7 +124,7 @@ def test_readme_lists_the_exit_code_table_and_every_command():
     assert body.strip() == exit_codes.markdown(), (
         "README's exit codes differ from sweeper/exit_codes.py's table"
     )
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
     # `python -m bench` runs bench/__main__.py, which calls bench.cli:main.
     assert {name: f"{module}:main" for name, module in listed} == {
@@ -139,7 +138,7 @@ def test_readme_names_files_that_exist():
         set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))
     ):
         if path != "docker/.env":  # the user makes it from docker/.env.example
-            assert (ROOT / path).exists(), path
+            assert (REPO / path).exists(), path
 
 
 # Every package (tests/test_packaging.py's order) and every other folder of the tree a document may name.
@@ -157,14 +156,14 @@ def test_architecture_names_files_modules_and_targets_that_exist():
     paths = {path.rstrip(".") for path in found}  # a sentence may end right after a path
     assert len(paths) > 20
     for path in sorted(paths):
-        assert (ROOT / path).exists(), f"docs/architecture.md names {path}: no such file or folder"
+        assert (REPO / path).exists(), f"docs/architecture.md names {path}: no such file or folder"
     modules = set(re.findall(r"python -m ([\w.]+)", text))
     assert len(modules) >= 6
     for module in sorted(modules):
         importlib.import_module(module)
     targets = set(re.findall(r"`make ([\w-]+)`", text))
     assert targets >= {"test", "test-fast"}
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     assert all(re.search(rf"^{re.escape(t)}:", makefile, flags=re.M) for t in targets), targets
 
 
@@ -200,7 +199,7 @@ def test_runnable_blocks(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=str(REPO),
         MPLBACKEND="Agg",
         RAY_DEDUP_LOGS="0",
     )
@@ -227,7 +226,7 @@ def test_runnable_blocks(tmp_path):
 def test_every_torch_load_is_weights_only():
     """The security notes promise it: no checkpoint unpickles code when loaded."""
     sources = [
-        p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (ROOT / d).rglob("*.py")
+        p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (REPO / d).rglob("*.py")
     ]
     calls = [
         (p, m)
@@ -236,6 +235,6 @@ def test_every_torch_load_is_weights_only():
     ]
     assert calls, "the project loads checkpoints somewhere"
     for path, call in calls:
-        assert "weights_only=True" in call.group(1), f"{path.relative_to(ROOT)}: {call.group(0)}"
+        assert "weights_only=True" in call.group(1), f"{path.relative_to(REPO)}: {call.group(0)}"
     readme_calls = re.findall(r"torch\.load\(([^)]*)\)", README.read_text())
     assert readme_calls and all("weights_only=True" in c for c in readme_calls)
