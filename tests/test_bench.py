@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from support.configs import SHORT as TINY
 from support.repo import REPO
 
 from bench.cli import main
@@ -18,8 +19,6 @@ from models.losses import smoothed_objective
 from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
 from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec
-
-TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"]
 
 
 def bench(*args: str, module: str = "bench") -> dict:

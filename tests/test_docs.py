@@ -141,13 +141,9 @@ def test_readme_names_files_that_exist():
             assert (REPO / path).exists(), path
 
 
-# Every package (tests/test_packaging.py's order) and every other folder of the tree a document may name.
-DIRECTORIES = ["tasks", "models", "config", "tracking", "training", "sweeper", "bench", "analysis"] + [
-    "conf",
-    "docker",
-    "tests",
-    "docs",
-]
+# Every package of the tree (a new one included without an edit here), and the other folders a document names.
+PACKAGES = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").exists())
+DIRECTORIES = sorted({*PACKAGES, "conf", "docker", "tests", "docs"})
 
 
 def test_architecture_names_files_modules_and_targets_that_exist():
@@ -225,9 +221,7 @@ def test_runnable_blocks(tmp_path):
 
 def test_every_torch_load_is_weights_only():
     """The security notes promise it: no checkpoint unpickles code when loaded."""
-    sources = [
-        p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (REPO / d).rglob("*.py")
-    ]
+    sources = [p for d in (*PACKAGES, "tests") for p in (REPO / d).rglob("*.py")]
     calls = [
         (p, m)
         for p in sources
