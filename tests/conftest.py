@@ -12,8 +12,9 @@ have two training families).
 
 Tests run torch on one thread (here and in the subprocesses they start): on two shared cores, two spinning
 OpenMP threads per process cost several times the CPU, and one thread everywhere keeps in-process and
-subprocess numbers equal. `make test` runs two pytest workers (pytest-xdist): every test has its own ports,
-stores, temporary folders and Ray instance, or shares a session fixture of its own worker.
+subprocess numbers equal. `make test` runs two pytest workers (pytest-xdist, a file on one worker): every
+test has its own ports, stores, temporary folders and Ray instance, or a session fixture of its own worker
+(each worker makes the session fixtures its files ask for).
 """
 
 from __future__ import annotations
@@ -42,31 +43,14 @@ from support.servers import MlflowServer
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test starts
 
-# Session fixtures that cost a sweep or a database server to make: every file using one runs on the same
-# pytest worker (make test runs two: -n 2 --dist loadgroup), so each is made once.
-SHARED = {"smoke_store": "smoke-store", "postgres": "postgres", "pg_server": "postgres"}
 
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One pytest-xdist group per test file (its module fixtures made once), or the group of the costly
-    session fixture any of its tests uses; the groups ordered by their slow tests."""
-    groups = {item.path: item.path.name for item in items}
-    for item in items:
-        # A file that gets its fixture by request.getfixturevalue names its group itself.
-        named = item.get_closest_marker("xdist_group")
-        for name in item.fixturenames:
-            if name in SHARED:
-                groups[item.path] = SHARED[name]
-        if named:
-            groups[item.path] = named.args[0]
-    slow = Counter(groups[item.path] for item in items if item.get_closest_marker("slow"))
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(groups[item.path]))
-    # The groups with the most slow tests first (make test: --no-loadscope-reorder keeps this order), so that
-    # no long group starts last while the other worker idles; a file's own order is kept.
-    items.sort(key=lambda item: -slow[groups[item.path]])
+    """The files with the most slow tests first, each file's own order kept: make test's two workers
+    (--dist loadfile --no-loadscope-reorder: a file on one worker, taken in this order) then finish
+    together instead of one starting a long file last while the other idles."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from support.sweeps import children, interrupted_runs, kill_group, start_sweep, 
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("postgres")]  # pg_server, by getfixturevalue
+pytestmark = pytest.mark.slow
 
 # 2 x 2 trials, two at a time: when the first pair finishes the next starts. 200 steps: a trial runs
 # seconds, far longer than the moment between seeing it checkpointed in the store and the kill.
