@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from helpers import SERVER_ENV, free_port, stop_group, wait_until_up
+from support.servers import SERVER_ENV, free_port, stop_group, wait_until_up
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")  # the binary behind Debian's /usr/bin/chromium launcher
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

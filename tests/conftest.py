@@ -1,20 +1,20 @@
-"""Shared fixtures: tiny training configurations and a real MLflow tracking server.
+"""Shared fixtures (plain helpers: tests/support/): tiny configurations, stores, servers, a local Ray.
 
-`postgres` is a real PostgreSQL database for the session, and `pg_server` a
-real `mlflow server` on it (as docker/compose.yaml runs one), which a test may
-stop and start again (an outage). `mlflow_server` starts one real `mlflow server` for the whole test session on
-127.0.0.1 at a free port (SQLite backend and artifact store in a temporary
-folder), waits until /health answers, yields its URI (http://127.0.0.1:PORT)
-and stops it at the end. Request it from any test that needs HTTP tracking;
-experiments and runs accumulate across tests, so filter by experiment name or
-run id. `sqlite_uri` is a fresh SQLite store per test, `tiny` the overrides of
-a configuration that trains in about a second. `smoke_store` is a real store written once per session by
-`python -m sweeper.sweep sweep=smoke` (with one extra sub-grid: onehot models trained on cauchy tasks, so that
-family transfer and the ablation by family have two training families).
+`postgres` is a real PostgreSQL database for the session, and `pg_server` a real `mlflow server` on it (as
+docker/compose.yaml runs one), which a test may stop and start again (an outage). `mlflow_server` is one real
+`mlflow server` for the whole session on 127.0.0.1 at a free port (SQLite backend and artifact store in a
+temporary folder); request it from any test that needs HTTP tracking; experiments and runs accumulate across
+tests, so filter by experiment name or run id. `sqlite_uri` is a fresh SQLite store per test, `tiny` the
+overrides of a configuration that trains in about a second, `local_ray` the worker's shared local Ray.
+`smoke_store` is a real store written once per session by `python -m sweeper.sweep sweep=smoke` (with one
+extra sub-grid: onehot models trained on cauchy tasks, so that family transfer and the ablation by family
+have two training families).
 
-Tests run torch on one thread (here and in the subprocesses they start): on
-two shared cores, two spinning OpenMP threads per process cost several times
-the CPU, and one thread everywhere keeps in-process and subprocess numbers equal.
+Tests run torch on one thread (here and in the subprocesses they start): on two shared cores, two spinning
+OpenMP threads per process cost several times the CPU, and one thread everywhere keeps in-process and
+subprocess numbers equal. `make test` runs two pytest workers (pytest-xdist, a file on one worker): every
+test has its own ports, stores, temporary folders and Ray instance, or a session fixture of its own worker
+(each worker makes the session fixtures its files ask for).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -34,24 +35,29 @@ import torch
 # keeps the mode it first read for the rest of this process.
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
-from helpers import REPO, SERVER_ENV, MlflowServer, free_port, stop_group, wait_until_up
+from support import ray_local
+from support.configs import TINY
+from support.repo import REPO
+from support.servers import MlflowServer
 
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every subprocess a test starts
 
-SERVER_START_TIMEOUT_S = 180  # a cold `mlflow server` on two busy cores takes a while
 
-TINY = [
-    "task.n=64",
-    "task.d=2",
-    "task.k=3",
-    "train.batch=4",
-    "train.steps=40",
-    "train.eval_every=10",
-    "train.val_batches=2",
-    "train.log_every=5",
-    "train.device=cpu",
-]
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with the most slow tests first, each file's own order kept: make test's two workers
+    (--dist loadfile --no-loadscope-reorder: a file on one worker, taken in this order) then finish
+    together instead of one starting a long file last while the other idles."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
+
+
+@pytest.fixture
+def local_ray() -> None:
+    """This worker's shared local Ray instance (2 CPUs), started on first use and kept for the session:
+    for tests that need no Ray environment of their own (those use support.ray_local.own)."""
+    ray_local.shared()
 
 
 @pytest.fixture
@@ -79,38 +85,15 @@ def sqlite_uri(tmp_path: Path, _empty_store: Path) -> str:
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) -> str:
-    """URI of a real `mlflow server` on 127.0.0.1 for the whole session."""
+    """URI of a real `mlflow server` on 127.0.0.1 for the whole session (SQLite)."""
     root = tmp_path_factory.mktemp("mlflow-server")
     shutil.copyfile(_empty_store, root / "mlflow.db")  # skips the server's schema migrations
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    log = root / "server.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--backend-store-uri",
-        f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination",
-        str(root / "artifacts"),
-        "--workers",
-        "1",
-    ]
-    with open(log, "wb") as out:
-        # Its own process group: the server forks workers, all stopped together below.
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True, env=SERVER_ENV
-        )
+    server = MlflowServer(f"sqlite:///{root / 'mlflow.db'}", root)
+    server.start()
     try:
-        wait_until_up(uri, proc, log, SERVER_START_TIMEOUT_S)
-        yield uri
+        yield server.uri
     finally:
-        stop_group(proc, timeout=20)
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +101,10 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI."""
     root = tmp_path_factory.mktemp("smoke_store")
     uri = f"sqlite:///{root}/mlflow.db"
-    subgrids = "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, {name: family, family: [normal, cauchy]}]"
+    subgrids = (
+        "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, "
+        "{name: family, family: [normal, cauchy]}]"
+    )
     # The sweep starts its own local Ray instance even when a `ray start --head` cluster runs on this
     # machine (ray.init() with no address would join that one).
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_ADDRESS": "local"}

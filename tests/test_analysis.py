@@ -20,6 +20,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from support.repo import REPO
 
 from analysis import claims, report
 from analysis.aggregate import seed_band
@@ -38,7 +39,6 @@ from tracking.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_
 from tracking.recorder import MlflowRecorder
 from training.loop import train
 
-REPO = Path(__file__).resolve().parent.parent
 EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes
 SMALL = EvalSettings(
     batches=1,
@@ -278,8 +278,9 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
 
 @pytest.mark.slow
 def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_path: Path, capsys) -> None:
-    """Barely trained tau=0.1 onehot/binary models of the `tau` sub-grid lose to one Lloyd step: tau01_beats_lloyd
-    must FAIL, no claim about models may PASS, and those whose sub-grids the store lacks are UNTESTED."""
+    """Barely trained tau=0.1 onehot/binary models of the `tau` sub-grid lose to one Lloyd step:
+    tau01_beats_lloyd must FAIL, no claim about models may PASS, and those whose sub-grids the store lacks
+    are UNTESTED."""
     experiment = "contradiction"
     recorder = MlflowRecorder(smoke_store, experiment, tags={SUBGRIDS: "tau"})
     for embedding in ("onehot", "binary"):

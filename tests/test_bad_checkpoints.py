@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import check_histories, children, expected_counts, sweep_trials
 from mlflow.tracking import MlflowClient
+from support import ray_local
+from support.configs import PACKABLE
+from support.histories import check_histories, expected_counts
+from support.sweeps import children, sweep_trials
 
 from config.compose import compose
 from sweeper import exit_codes
@@ -100,24 +103,8 @@ def test_a_solo_run_restarts_from_its_last_good_checkpoint(
         client.delete_run(run.info.run_id)  # the next round starts a new run
 
 
-# As tests/test_packed.py: dropout 0, so models restarting at different steps draw no dropout masks together.
-PACK = [
-    "task.n=24",
-    "task.d=3",
-    "task.k=4",
-    "train.batch=4",
-    "train.steps=12",
-    "train.eval_every=3",
-    "train.log_every=2",
-    "train.val_batches=2",
-    "model.dropout=0.0",
-    "optim.lr_patience=0",
-    "train.device=cpu",
-]
-
-
 def test_a_pack_restarts_each_model_from_its_last_good_checkpoint(tmp_path, sqlite_uri, caplog):
-    cfgs = [compose(PACK + [f"seed={seed}"]) for seed in (153476998, 235510766)]
+    cfgs = [compose(PACKABLE + [f"seed={seed}"]) for seed in (153476998, 235510766)]
     whole = [MemoryRecorder() for _ in cfgs]
     train_pack(cfgs, whole, [tmp_path / f"whole{i}" for i in range(2)])
 
@@ -163,21 +150,14 @@ SWEEP = ["sweep=smoke", "sweep.seeds=[1]", "sweep.subgrids=[{name: smoke, embedd
 
 @pytest.mark.slow
 def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp_path, capfd):
-    import ray
 
     from sweeper.sweep import main as sweep_main
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     overrides = [*SWEEP, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.max_failures=0"]
     (trial,) = sweep_trials(SWEEP)
-    ray.shutdown()
-    with pytest.MonkeyPatch.context() as patch:  # Ray's workers inherit the environment of ray.init
-        patch.setenv(CRASH_AT_STEP, f"13@{trial.key}")
-        ray.init(num_cpus=1, include_dashboard=False)
-        try:
-            assert sweep_main(overrides) == 1  # failed after its retries
-        finally:
-            ray.shutdown()
+    with ray_local.own(num_cpus=1, env={CRASH_AT_STEP: f"13@{trial.key}"}):
+        assert sweep_main(overrides) == 1  # failed after its retries
     (run,) = children(uri, "smoke")
     assert OUTCOME not in run.data.tags
     member = Path(run.data.tags[TUNE_CHECKPOINT]) / trial.key
@@ -186,11 +166,8 @@ def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp
     garbage(best_path(member))
     capfd.readouterr()
 
-    ray.init(num_cpus=1, include_dashboard=False)
-    try:
-        assert sweep_main(overrides) == 0  # once: no crash loop on the damaged files
-    finally:
-        ray.shutdown()
+    ray_local.shared()  # no fault this time
+    assert sweep_main(overrides) == 0  # once: no crash loop on the damaged files
     out = capfd.readouterr()
     assert f"{last_path(member).name}" in out.err and "is unreadable" in out.err
     runs = children(uri, "smoke")

@@ -12,6 +12,8 @@ from typing import Callable
 
 import pytest
 import torch
+from support.configs import SHORT as TINY
+from support.repo import REPO
 
 from bench.cli import COMMANDS, main, parse
 from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, plan_from
@@ -22,9 +24,6 @@ from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_o
 from models.transformer import ClusteringTransformer
 from sweeper.exit_codes import TABLE
 from tasks.sampler import TaskSpec
-
-REPO = Path(__file__).resolve().parent.parent
-TINY = ["task.n=24", "task.d=3", "task.k=4", "train.batch=3", "train.device=cpu"]
 
 
 def bench(*args: str, module: str = "bench") -> dict:

@@ -13,19 +13,18 @@ import re
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
+from support.repo import REPO
 
 from analysis import claims, report
 from config.compose import compose
 from config.schema import ConfigError
 from sweeper import console, exit_codes, rerun, sweep, train
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 HYDRA_COMMANDS = {
     "leaner-train": train.main,
     "leaner-sweep": sweep.main,
@@ -91,10 +90,10 @@ def test_training_commands_list_every_group_option_in_their_help(capsys):
 @pytest.mark.slow  # two interpreters importing torch and MLflow: about 10 s
 def test_help_of_the_real_commands_exits_0():
     """`analysis.report --help` was an error with exit code 1; `task.d=32 --help` a lexer error."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     for argv in (["analysis.report", "--help"], ["sweeper.train", "task.d=32", "--help"]):
         done = subprocess.run(
-            [sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+            [sys.executable, "-m", *argv], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
         )
         assert done.returncode == 0 and done.stdout.startswith("usage: leaner-"), done.stderr[-2000:]
         assert "Exception" not in done.stdout + done.stderr
@@ -116,8 +115,8 @@ def test_cfg_job_prints_the_composed_config(capsys):
     [
         (
             ["-m"],
-            "error: not supported: -m (a flag of Hydra's own command line): sweeps are `leaner-sweep sweep=NAME` "
-            "(conf/sweep/), not Hydra's multirun",
+            "error: not supported: -m (a flag of Hydra's own command line): sweeps are "
+            "`leaner-sweep sweep=NAME` (conf/sweep/), not Hydra's multirun",
         ),
         (
             ["--info"],

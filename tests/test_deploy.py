@@ -26,15 +26,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import blocks, commands, free_port, stop_group
 from sqlalchemy.engine import make_url
+from support.readme import blocks, commands
+from support.repo import REPO
+from support.servers import free_port, stop_group
 
 from sweeper import sweep as sweep_cli
 from tracking import recorder
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCKER = ROOT / "docker"
-README = ROOT / "README.md"
+DOCKER = REPO / "docker"
+README = REPO / "README.md"
 IMAGE = "leaner-clustering"  # the tags docker/Dockerfile's header builds: leaner-clustering:gpu / :cpu
 NAMESPACE = "leaner-clustering"  # where docker/k8s-mlflow.yaml and docker/kuberay-rayjob.yaml are applied
 # What README promises and the cluster files' resources must give: ten trials (packs) share a GPU.
@@ -53,7 +54,7 @@ def runs_of(lines: list[str]) -> list[str]:
 
 
 def makefile_recipe(target: str) -> list[str]:
-    lines = (ROOT / "Makefile").read_text().splitlines()
+    lines = (REPO / "Makefile").read_text().splitlines()
     start = next(i for i, l in enumerate(lines) if re.match(rf"^{re.escape(target)}\s*:", l))
     recipe = []
     for line in lines[start + 1 :]:
@@ -105,7 +106,7 @@ def override(args: list[str], key: str) -> str | None:
 
 
 def pyproject() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
 def ray_pin() -> str:
@@ -132,11 +133,11 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
     deps = deps_install(lines)
     # The lock's torch pin (which the Makefile installs), then pyproject.toml's dependencies and `cluster`
     # extra (Ray's dashboard and job API) as a requirements list; no dev extra (pytest...) in the image.
-    torch = next(l for l in (ROOT / "requirements.lock").read_text().splitlines() if l.startswith("torch=="))
+    torch = next(l for l in (REPO / "requirements.lock").read_text().splitlines() if l.startswith("torch=="))
     assert f"pip install -q {torch} " in deps, deps
     code = re.search(r'python -c "(.*?)" > /tmp/requirements\.txt', deps).group(1)
     listed = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     project = pyproject()
     assert listed.stdout.split("\n")[:-1] == (
@@ -199,7 +200,7 @@ def test_git_commit_falls_back_to_the_images_build_argument(tmp_path, monkeypatc
     assert recorder.git_commit() == "0123abcd"
     monkeypatch.delenv("GIT_COMMIT")
     assert recorder.git_commit() == "unknown"
-    monkeypatch.setattr(recorder, "REPO_DIR", ROOT)
+    monkeypatch.setattr(recorder, "REPO_DIR", REPO)
     monkeypatch.setenv("GIT_COMMIT", "0123abcd")
     assert recorder.git_commit() != "0123abcd", "a checkout's own HEAD comes first"
 
@@ -288,7 +289,7 @@ def test_compose_binds_to_loopback_and_takes_credentials_from_the_env_file():
         assert re.search(rf"\$\{{{secret}:\?", text), secret
         with pytest.raises(KeyError):
             interpolate(text, {k: v for k, v in example.items() if k != secret})
-    ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=ROOT)
+    ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=REPO)
     assert ignored.returncode == 0, ".gitignore must list docker/.env"
 
 
@@ -365,7 +366,7 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
         anonymous = subprocess.run(
             [sys.executable, "-m", "sweeper.train", f"tracking.uri={uri}"],
             cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
             text=True,
             timeout=300,
@@ -380,7 +381,7 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path)
             **os.environ,
             "MLFLOW_TRACKING_USERNAME": user,
             "MLFLOW_TRACKING_PASSWORD": password,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(REPO),
         }
         train = subprocess.run(
             [

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import README, blocks, commands
+from support.readme import blocks, commands
+from support.repo import README, REPO
 
 from config import reference as config_reference
 from config.compose import compose
 from sweeper import exit_codes
 from sweeper import sweep as sweep_cli
 
-ROOT = Path(__file__).resolve().parent.parent
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 
 def python_module_commands(module: str) -> list[list[str]]:
@@ -112,8 +112,8 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         [sys.executable, "-m", "sweeper.rerun", "--help"],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert rerun_help.returncode == 0 and "tracking.uri=URI" in rerun_help.stdout
     importlib.import_module("analysis.claims")
@@ -125,7 +125,7 @@ def test_readme_lists_the_exit_code_table_and_every_command():
     assert body.strip() == exit_codes.markdown(), (
         "README's exit codes differ from sweeper/exit_codes.py's table"
     )
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
     # `python -m bench` runs bench/__main__.py, which calls bench.cli:main.
     assert {name: f"{module}:main" for name, module in listed} == {
@@ -139,25 +139,28 @@ def test_readme_names_files_that_exist():
         set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))
     ):
         if path != "docker/.env":  # the user makes it from docker/.env.example
-            assert (ROOT / path).exists(), path
+            assert (REPO / path).exists(), path
+
+
+# Every package of the tree (a new one included without an edit here), and the other folders a document names.
+PACKAGES = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").exists())
+DIRECTORIES = sorted({*PACKAGES, "conf", "docker", "tests", "docs"})
 
 
 def test_architecture_names_files_modules_and_targets_that_exist():
     text = ARCHITECTURE.read_text()
-    found = re.findall(
-        r"(?<![\w/.-])((?:tasks|models|sweeper|analysis|conf|docker|tests|docs)/[\w./-]*)", text
-    )
+    found = re.findall(r"(?<![\w/.-])((?:" + "|".join(DIRECTORIES) + r")/[\w./-]*)", text)
     paths = {path.rstrip(".") for path in found}  # a sentence may end right after a path
     assert len(paths) > 20
     for path in sorted(paths):
-        assert (ROOT / path).exists(), f"docs/architecture.md names {path}: no such file or folder"
+        assert (REPO / path).exists(), f"docs/architecture.md names {path}: no such file or folder"
     modules = set(re.findall(r"python -m ([\w.]+)", text))
     assert len(modules) >= 6
     for module in sorted(modules):
         importlib.import_module(module)
     targets = set(re.findall(r"`make ([\w-]+)`", text))
     assert targets >= {"test", "test-fast"}
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     assert all(re.search(rf"^{re.escape(t)}:", makefile, flags=re.M) for t in targets), targets
 
 
@@ -167,7 +170,7 @@ DEMO_STEPS = "train.steps=20 train.eval_every=10 train.val_batches=2 cluster.cpu
 
 def demo_sweep() -> str:
     """The Makefile's demo sweep command (its first recipe line), at DEMO_STEPS."""
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     (sweep,) = [line.strip() for line in recipe if "-m sweeper.sweep " in line]
     return f"{sweep.replace('$(PY)', 'python')} {DEMO_STEPS}"
@@ -180,11 +183,9 @@ def runnable_script() -> str:
             continue
         text = block.text
         if block.smoke:
+            smoke = " ".join(block.smoke)
             text = re.sub(
-                r"^(python -m sweeper\.train .*)$",
-                lambda m: f"{m.group(1)} {' '.join(block.smoke)}",
-                text,
-                flags=re.M,
+                r"^(python -m sweeper\.train .*)$", lambda m, s=smoke: f"{m.group(1)} {s}", text, flags=re.M
             )
         parts += [f'echo "### README block at line {block.line} (started at ${{SECONDS}}s)"', text]
     return "\n".join(parts) + "\n"
@@ -207,7 +208,7 @@ def test_runnable_blocks(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=str(REPO),
         MPLBACKEND="Agg",
         RAY_DEDUP_LOGS="0",
     )
@@ -234,9 +235,7 @@ def test_runnable_blocks(tmp_path):
 
 def test_every_torch_load_is_weights_only():
     """The security notes promise it: no checkpoint unpickles code when loaded."""
-    sources = [
-        p for d in ("tasks", "models", "sweeper", "analysis", "tests") for p in (ROOT / d).rglob("*.py")
-    ]
+    sources = [p for d in (*PACKAGES, "tests") for p in (REPO / d).rglob("*.py")]
     calls = [
         (p, m)
         for p in sources
@@ -244,12 +243,12 @@ def test_every_torch_load_is_weights_only():
     ]
     assert calls, "the project loads checkpoints somewhere"
     for path, call in calls:
-        assert "weights_only=True" in call.group(1), f"{path.relative_to(ROOT)}: {call.group(0)}"
+        assert "weights_only=True" in call.group(1), f"{path.relative_to(REPO)}: {call.group(0)}"
     readme_calls = re.findall(r"torch\.load\(([^)]*)\)", README.read_text())
     assert readme_calls and all("weights_only=True" in c for c in readme_calls)
 
 
-SCIENCE = ROOT / "docs" / "science.md"
+SCIENCE = REPO / "docs" / "science.md"
 
 
 def test_every_claim_is_written_up_in_docs_science():
@@ -266,18 +265,18 @@ def test_every_claim_is_written_up_in_docs_science():
 def test_no_reference_points_outside_the_repository():
     """Code, configs, the Makefile and the docs cite docs/science.md, never a spec outside the clone.
     docs/results/ is one run's committed output and is rewritten by the next run."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
     files = [
-        ROOT / name
+        REPO / name
         for name in tracked.stdout.split()
         if (name.endswith((".py", ".yaml", ".md", ".toml")) or name == "Makefile")
         and not name.startswith("docs/results/")
-        and ROOT / name != Path(__file__)  # this test spells the patterns out
+        and REPO / name != Path(__file__)  # this test spells the patterns out
     ]
     assert README in files and SCIENCE in files or not SCIENCE.exists()
     outside = re.compile(r"\bSPEC\b|SPEC\.md|/work/|paper_grid\.csv beside|shared/paper")
     found = [
-        f"{p.relative_to(ROOT)}:{i}"
+        f"{p.relative_to(REPO)}:{i}"
         for p in files
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if outside.search(line)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import ray_local
 
 from sweeper.fifo import LiveFifo
 
@@ -49,16 +50,11 @@ def start_order(scheduler, tmp: Path) -> list[int]:
 
 
 def test_live_fifo_starts_trials_as_tunes_fifo_does(tmp_path: Path) -> None:
-    import ray
     from ray.tune.schedulers import FIFOScheduler
 
-    ray.shutdown()
-    ray.init(num_cpus=1, include_dashboard=False)
-    try:
+    with ray_local.own(num_cpus=1):  # one trial at a time: the start order is the scheduler's alone
         tunes = start_order(FIFOScheduler(), tmp_path / "tune")
         ours = start_order(LiveFifo(), tmp_path / "ours")
-    finally:
-        ray.shutdown()
     assert ours == tunes
     assert ours.count(2) == 2 and sorted(set(ours)) == list(
         range(6)

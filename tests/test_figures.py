@@ -209,7 +209,7 @@ def test_time_to_quality_x_is_step_times_seconds_per_step(ctx: Context) -> None:
 @pytest.fixture
 def trained(sqlite_uri: str, tiny: list[str], tmp_path: Path) -> dict:
     """One tiny run trained for real, and both checkpoint artifacts. At lr 1.0 the tiny model overshoots
-    (val_rel_lloyd 12.6 at step 0, in the hundreds after), so its best checkpoint (step 0's) is not its last."""
+    (val_rel_lloyd 12.6 at step 0, in the hundreds after): its best checkpoint (step 0's) is not its last."""
     cfg = compose(tiny + ["optim.lr=1.0", f"tracking.uri={sqlite_uri}"])
     train(cfg, MlflowRecorder(sqlite_uri, cfg.tracking.experiment), tmp_path / "work")
     run = load_runs(sqlite_uri, cfg.tracking.experiment).iloc[0]

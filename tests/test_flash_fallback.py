@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.configs import SHORT
 
 from config.compose import compose
 from models import attention, flash_dropout
@@ -21,17 +22,6 @@ from tracking.recorder import MemoryRecorder
 from training.loop import train
 
 # model.dropout stays at the paper's 0.01: the path under test.
-TINY = [
-    "task.n=24",
-    "task.d=3",
-    "task.k=4",
-    "train.batch=4",
-    "train.steps=12",
-    "train.eval_every=6",
-    "train.log_every=3",
-    "train.val_batches=2",
-    "train.device=cpu",
-]
 LOGGER = flash_dropout.__name__
 
 
@@ -119,7 +109,7 @@ def test_a_kernel_that_fails_the_self_check_is_not_used(
 
 
 def test_training_on_the_fallback_runs_and_repeats(no_private_ops: None, tmp_path: Path) -> None:
-    cfg = compose(TINY)
+    cfg = compose(SHORT)
     assert cfg.model.dropout > 0
     first = train(cfg, MemoryRecorder(), tmp_path / "a")
     again = train(cfg, MemoryRecorder(), tmp_path / "b")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.repo import REPO
 
 from analysis.runs import typed
 from config import grid
@@ -16,7 +16,6 @@ from config.identity import config_hash, run_name
 from config.schema import ConfigError
 from sweeper.sweep import load, main
 
-REPO = Path(__file__).resolve().parent.parent
 PAPER_GRID = REPO / "tests" / "data" / "paper_grid.csv"  # a copy of the published list (shared/)
 CSV_KEYS = {
     "tau": "loss.tau",
@@ -116,7 +115,8 @@ LITE_SCALE = {"family": {"task.d": 32, "task.k": 10}}
 
 @pytest.mark.parametrize("sweep", ["lite", "demo"])
 def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(paper, sweep):
-    """Every configuration of sweep=lite / demo, scaled back, is a configuration of the paper's sub-grid of that name."""
+    """Every configuration of sweep=lite / demo, scaled back, is a configuration of the paper's sub-grid of
+    that name."""
     _, plan = load([f"sweep={sweep}"])
     _, paper_plan = paper
     named = {

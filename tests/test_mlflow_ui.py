@@ -13,9 +13,10 @@ import sys
 
 import browser
 import pytest
-from helpers import REPO, children
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from support.repo import REPO
+from support.sweeps import children
 
 from tracking import ui
 from tracking.names import CONFIGURATION, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD

@@ -17,21 +17,21 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from support.repo import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
-LOCK = ROOT / "requirements.lock"
+LOCK = REPO / "requirements.lock"
 
 
 def top_level_packages() -> list[str]:
-    return sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name != "tests")
+    return sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").exists() and p.name != "tests")
 
 
 def imported_modules(folders: list[str]) -> set[str]:
     """Top-level names of every absolute import in the .py files under `folders`."""
     names = set()
-    for path in (p for folder in folders for p in (ROOT / folder).rglob("*.py")):
+    for path in (p for folder in folders for p in (REPO / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
@@ -41,10 +41,14 @@ def imported_modules(folders: list[str]) -> set[str]:
 
 
 def undeclared(names: set[str], declared_names: set[str]) -> list[str]:
-    """Modules among `names` that no declared distribution provides (stdlib and the project's own left out)."""
-    ours = set(top_level_packages()) | {
-        p.stem for p in (ROOT / "tests").glob("*.py")
-    }  # helpers, conftest, ...
+    """Modules among `names` that no declared distribution provides (stdlib and the project's own left
+    out)."""
+    tests = REPO / "tests"  # its modules (conftest, browser) and packages (support) import as top-level names
+    ours = (
+        set(top_level_packages())
+        | {p.stem for p in tests.glob("*.py")}
+        | {p.parent.name for p in tests.glob("*/__init__.py")}
+    )
     providers = importlib.metadata.packages_distributions()
     out = []
     for name in sorted(names - set(sys.stdlib_module_names) - ours - {"__future__"}):
@@ -97,7 +101,7 @@ def test_the_lock_pins_every_declared_package_inside_its_range():
 
 
 def test_make_installs_from_the_lock():
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     installs = [l.strip() for l in makefile.splitlines() if "pip install" in l and "--upgrade pip" not in l]
     assert installs and all("-c requirements.lock" in l for l in installs), installs
 
@@ -107,7 +111,7 @@ def test_the_wheel_holds_every_package_and_the_config_tree():
     for package in [*top_level_packages(), "conf"]:
         assert f"{package}*" in include, f"{package}/ is not in the wheel"
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["conf"]
-    configs = {p.relative_to(ROOT / "conf") for p in (ROOT / "conf").rglob("*") if p.is_file()}
+    configs = {p.relative_to(REPO / "conf") for p in (REPO / "conf").rglob("*") if p.is_file()}
     assert all(
         any(c.match(pattern) and len(c.parts) == len(Path(pattern).parts) for pattern in patterns)
         for c in configs
@@ -121,11 +125,11 @@ def test_the_wheel_installed_alone_runs_from_another_directory(tmp_path):
     site-packages, and run console scripts from a directory with no conf/ or source in it."""
     source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
     for name in [*top_level_packages(), "conf", "pyproject.toml", "README.md"]:
-        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
         copy(
-            ROOT / name,
+            REPO / name,
             source / name,
-            **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}),
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / name).is_dir() else {}),
         )
     subprocess.run(
         [
@@ -199,7 +203,7 @@ def imports_of(folder: str) -> set[str]:
     """Full module names of every absolute first-party import under `folder` ("config.schema", ...)."""
     ours = tuple(top_level_packages())
     names = set()
-    for path in (ROOT / folder).rglob("*.py"):
+    for path in (REPO / folder).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 modules = (

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.configs import PACKABLE as TINY
 
 from config.compose import compose
 from config.identity import config_hash
@@ -30,19 +31,6 @@ from training.fused import Pack
 from training.loop import Trainer, Validation, train
 from training.packed import check_packable, train_pack
 
-TINY = [
-    "task.n=24",
-    "task.d=3",
-    "task.k=4",
-    "train.batch=4",
-    "train.steps=12",
-    "train.eval_every=3",
-    "train.log_every=2",
-    "train.val_batches=2",
-    "model.dropout=0.0",
-    "optim.lr_patience=0",
-    "train.device=cpu",
-]
 # Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
 # the last one diverges (the test-only NaN fault, training.faults) at step 5 and must leave the others
 # untouched.
@@ -218,8 +206,8 @@ def test_an_interrupted_pack_resumes_to_the_same_weights(tmp_path: Path) -> None
 
 @pytest.mark.slow  # torch.compile
 def test_compiled_training_equals_eager(tmp_path: Path) -> None:
-    """train.compile (aot_eager: torch.compile's graph capture and autograd tracing, no code generation) changes
-    no number, solo or packed: to 1e-6 (measured: equal)."""
+    """train.compile (aot_eager: torch.compile's graph capture and autograd tracing, no code generation)
+    changes no number, solo or packed: to 1e-6 (measured: equal)."""
     base = TINY + ["train.steps=6"]
     runs = {}
     for mode in ("off", "aot_eager"):

@@ -47,11 +47,12 @@ def test_rerun_reproduces_the_run_as_a_new_tagged_run(tiny, tmp_path, sqlite_uri
         repr(original.data.metrics[VAL_REL_LLOYD]) in out[0]
         and repr(new.data.metrics[VAL_REL_LLOYD]) in out[1]
     )
+
+    def history(run, key: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+
     for key in METRICS:
-        history = lambda run: sorted(
-            (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
-        )  # noqa: E731
-        assert history(new) == history(original), key
+        assert history(new, key) == history(original, key), key
 
 
 def test_rerun_of_an_unknown_run_names_the_store(sqlite_uri, capsys):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from support.repo import REPO
 
 from bench.scale import REPORTS, interval_points
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import REPO
 from mlflow import MlflowClient
 from mlflow.entities import Metric
+from support.repo import REPO
 
 from analysis import report
 from analysis.runs import histories, load_runs
@@ -66,7 +66,8 @@ print(store.experiment_id(store.connect(sys.argv[1]), "e"))
 
 @pytest.mark.slow
 def test_two_processes_open_a_new_sqlite_store_at_once(tmp_path: Path) -> None:
-    """Creating MLflow's schema on a new file, one of two processes failed (alembic) until connect serialised it."""
+    """Creating MLflow's schema on a new file, one of two processes failed (alembic) until connect serialised
+    it."""
     for attempt in range(2):
         uri = f"sqlite:///{tmp_path}/m{attempt}.db"
         procs = [
@@ -85,7 +86,7 @@ def test_two_processes_open_a_new_sqlite_store_at_once(tmp_path: Path) -> None:
             p.stdin.write("go\n")
             p.stdin.flush()
         outs = [p.communicate(timeout=120) for p in procs]
-        for p, (out, err) in zip(procs, outs):
+        for p, (_, err) in zip(procs, outs):
             assert p.returncode == 0, f"attempt {attempt}: a process failed to open {uri}:\n{err[-2000:]}"
         assert [out.strip() for out, _ in outs] == ["1", "1"], "both see the one experiment"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from alembic.script import ScriptDirectory
-from helpers import REPO, subprocess_env
 from mlflow.store.db.utils import _get_alembic_config
+from support.repo import REPO, subprocess_env
 
 from analysis import claims, report
 from config.compose import compose

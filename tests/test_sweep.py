@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_trials
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (
     MLFLOW_GIT_COMMIT,
@@ -25,6 +24,10 @@ from mlflow.utils.mlflow_tags import (
     MLFLOW_SOURCE_NAME,
     MLFLOW_USER,
 )
+from support import ray_local
+from support.histories import check_histories, histories, point_counts
+from support.repo import REPO
+from support.sweeps import children, most_at_once, sweep_trials
 
 from analysis.runs import load_runs
 from sweeper.rerun import main as rerun_main
@@ -56,27 +59,21 @@ from tracking.names import (
 )
 from training.faults import NAN_AT_STEP
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    """Ray's workers inherit the environment of ray.init: with it, the `bad` sub-grid's trials diverge at step 7."""
-    import ray
-
-    ray.shutdown()
+    """Ray's workers inherit the environment of ray.init: with it, the `bad` sub-grid's trials diverge at
+    step 7."""
     bad = [
         t.key
         for sweep in (MIXED, PACKED)
         for t in sweep_trials(sweep)
         if t.configuration.subgrids == ("bad",)
     ]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(NAN_AT_STEP, f"7@{','.join(bad)}")
-        ray.init(num_cpus=2, include_dashboard=False)
+    with ray_local.own(num_cpus=2, env={NAN_AT_STEP: f"7@{','.join(bad)}"}):
         yield
-        ray.shutdown()
 
 
 # 3 smoke configurations and 1 of its own (lr 0.02, so its own config hashes) that diverges at step 7 (the
@@ -129,8 +126,8 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
     check_histories(client, by_key, good, ["train.steps=60"])
     at_once = most_at_once(runs)
     print(
-        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
-        "(8 slots)"
+        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; "
+        f"most trials training at once: {at_once} (8 slots)"
     )
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
     check_ui_story(client, runs, trials, overrides, out.out)
@@ -170,7 +167,8 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
 
 def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[str], printed: str) -> None:
     """What the MLflow UI shows of a sweep: unique run names, seeds grouped by the configuration tag, the
-    standard columns, best_val_rel_lloyd, no operational params, and a parent run with plan, command and counts."""
+    standard columns, best_val_rel_lloyd, no operational params, and a parent run with plan, command and
+    counts."""
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     assert sorted(r.info.run_name for r in runs) == sorted(t.name for t in trials)  # one name per trial
     assert all(by_key[t.key].info.run_name == t.name == t.name.split(" s")[0] + f" s{t.seed}" for t in trials)
@@ -226,7 +224,8 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
 
 
 def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
-    """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack diverges)."""
+    """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack
+    diverges)."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert (
         main(
@@ -312,15 +311,15 @@ def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
     at_once = most_at_once(runs)
     print(
-        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; most trials training at once: {at_once} "
-        "(8 slots)"
+        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; "
+        f"most trials training at once: {at_once} (8 slots)"
     )
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
 
 
 def test_a_sweep_adopts_the_finished_runs_it_skips(tmp_path, capfd):
-    """`points` at n 512 is `paper`'s baseline: run by paper first, points skips it, and adds itself to the run's
-    sweep and subgrids tags (lists), so select.sweep=points finds both of its configurations."""
+    """`points` at n 512 is `paper`'s baseline: run by paper first, points skips it, and adds itself to the
+    run's sweep and subgrids tags (lists), so select.sweep=points finds both of its configurations."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     tiny = [
         "sweep.seeds=[1]",

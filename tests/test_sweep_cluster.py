@@ -17,8 +17,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
 from mlflow.tracking import MlflowClient
+from support.histories import check_histories
+from support.ray_nodes import RayNodes, peak_overlap, trial_spans
+from support.sweeps import children, sweep_trials, when
 
 from sweeper.sweep import main
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
@@ -99,7 +101,8 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     duplicates, lost = len(hashes) - len(set(hashes)), len({t.key for t in trials} - set(hashes))
     print(
         f"simulated GPU cluster: {len(trials) // 2} trials of 2 models on 3 nodes (head 0 GPUs, 2 workers "
-        f"of {WORKER_GPUS} GPU, {WORKER_CPUS} CPUs); peak trials at once per node {peaks} (allowed {AT_ONCE}); "
+        f"of {WORKER_GPUS} GPU, {WORKER_CPUS} CPUs); "
+        f"peak trials at once per node {peaks} (allowed {AT_ONCE}); "
         f"worker b killed, {retries} retries; runs {len(runs)}, duplicates {duplicates}, lost {lost}"
     )
     assert sorted(hashes) == sorted(t.key for t in trials)  # one run each

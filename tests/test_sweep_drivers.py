@@ -1,39 +1,33 @@
 """Two drivers on one sweep: started together, mid-trial and near the end, the second refuses (naming the
-running driver: host, pid, start) or, once the first is done, finds nothing to run. No run twice, no point twice."""
+running driver: host, pid, start) or, once the first is done, finds nothing to run. No run twice, no point
+twice."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import (
+from mlflow.tracking import MlflowClient
+from support.configs import FOUR_TRIALS
+from support.histories import point_counts
+from support.repo import REPO
+from support.sweeps import (
     children,
     ended_runs,
     interrupted_runs,
     kill_group,
-    point_counts,
     start_sweep,
     sweep_trials,
     wait_for,
 )
-from mlflow.tracking import MlflowClient
 
 from sweeper import exit_codes
 from tracking.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
-SMOKE = [
-    "sweep=smoke",
-    "sweep.seeds=[1, 2]",
-    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-    "train.steps=300",
-    "train.eval_every=10",
-    "cluster.cpus_per_trial=1",
-]
+SMOKE = [*FOUR_TRIALS, "train.steps=300", "cluster.cpus_per_trial=1"]
 
 
 def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:

@@ -15,17 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import (
-    children,
-    interrupted_runs,
-    kill_group,
-    point_counts,
-    start_sweep,
-    subprocess_env,
-    sweep_trials,
-    wait_for,
-)
 from mlflow.tracking import MlflowClient
+from support.configs import FOUR_TRIALS
+from support.histories import point_counts
+from support.repo import REPO, subprocess_env
+from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
 
 from tracking.names import (
     BEST_CHECKPOINT,
@@ -37,7 +31,6 @@ from tracking.names import (
     TUNE_CHECKPOINT,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 CLIENT = {
@@ -48,13 +41,7 @@ CLIENT = {
 }
 PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
 # 2 x 2 trials, two at a time.
-SWEEP = [
-    "sweep=smoke",
-    "sweep.seeds=[1, 2]",
-    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-    "train.eval_every=10",
-    "cluster.cpus_per_trial=1",
-]
+SWEEP = [*FOUR_TRIALS, "cluster.cpus_per_trial=1"]
 # 900 steps, ten seconds or more a trial: the pause, the stop and the driver noticing it all fall while
 # trials still train (at 300 steps the trials could end first).
 LONG = [*SWEEP, "train.steps=900"]
@@ -80,7 +67,8 @@ def check_store(uri: str, experiment: str, sweep: list[str], label: str) -> None
         )
     points, duplicated, lost = point_counts(client, runs, [])
     print(
-        f"{label}: trials {len(trials)}, runs {len(runs)}, points {points}, duplicates {duplicated}, lost {lost}"
+        f"{label}: trials {len(trials)}, runs {len(runs)}, points {points}, "
+        f"duplicates {duplicated}, lost {lost}"
     )
     assert (duplicated, lost) == (0, 0)
 
@@ -160,7 +148,7 @@ def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_comman
         timeout=600,
     )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    for key, run in interrupted.items():  # resumed in its own run, from the checkpoint it recorded
+    for run in interrupted.values():  # resumed in its own run, from the checkpoint it recorded
         assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in again.stdout + again.stderr
     by_key = {r.data.tags[CONFIG_HASH]: r.info.run_id for r in children(pg_server.uri, "smoke", experiment)}
     assert all(by_key[key] == run.info.run_id for key, run in interrupted.items())

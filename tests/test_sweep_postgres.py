@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from helpers import children, most_at_once, point_counts, sweep_trials
 from mlflow.tracking import MlflowClient
+from support.histories import point_counts
+from support.sweeps import children, most_at_once, sweep_trials
 
 from analysis import report
 from sweeper.sweep import main
@@ -26,18 +27,8 @@ SWEEP = [
 ]
 
 
-@pytest.fixture
-def ray_two_cpus():
-    import ray
-
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 def test_sweep_through_a_server_on_postgres_then_report_both_ways(
-    pg_server, postgres, ray_two_cpus, tmp_path, capfd
+    pg_server, postgres, local_ray, tmp_path, capfd
 ):
     overrides = [
         *SWEEP,
@@ -54,7 +45,8 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(
     stored, duplicated, lost = point_counts(MlflowClient(tracking_uri=pg_server.uri), runs, [])
     at_once = most_at_once(runs)
     print(
-        f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored}, duplicates {duplicated}, lost {lost}; "
+        f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored}, "
+        f"duplicates {duplicated}, lost {lost}; "
         f"most trials training at once: {at_once} (4 slots)"
     )
     assert (duplicated, lost) == (0, 0)

@@ -7,38 +7,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers import (
-    check_histories,
-    children,
-    interrupted_runs,
-    kill_group,
-    start_sweep,
-    sweep_trials,
-    wait_for,
-)
 from mlflow.tracking import MlflowClient
+from support.configs import FOUR_TRIALS, PACKED
+from support.histories import check_histories
+from support.repo import REPO
+from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 # 2 x 2 trials, two at a time: when the first pair finishes the next starts. 200 steps: a trial runs
 # seconds, far longer than the moment between seeing it checkpointed in the store and the kill.
-TRAIN = ["train.steps=200", "train.eval_every=10"]
-SWEEP = [
-    "sweep=smoke",
-    "sweep.seeds=[1, 2]",
-    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-    *TRAIN,
-]
-
-
-# Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
-PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
+TRAIN = ["train.steps=200", "train.eval_every=10"]  # also the local runs check_histories compares with
+SWEEP = [*FOUR_TRIALS, *TRAIN]
 
 
 @pytest.mark.parametrize(
@@ -91,7 +75,7 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     finished_before = sum(r.data.tags.get(OUTCOME) == FINISHED for r in before.values())
     assert f"{finished_before} of 4 trials already in MLflow" in second.stdout
-    for key, run in interrupted.items():  # resumed from the checkpoint its run recorded
+    for run in interrupted.values():  # resumed from the checkpoint its run recorded
         assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in second.stdout + second.stderr
 
     runs = children(uri, "smoke", experiment)
@@ -104,5 +88,6 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
     check_histories(client, by_key, trials, [*TRAIN, *pack[2:]], packed=bool(pack))
     print(
-        f"SIGKILL {store}: trials {len(trials)}, runs {len(runs)}, resumed {len(interrupted)}, duplicates 0, lost 0"
+        f"SIGKILL {store}: trials {len(trials)}, runs {len(runs)}, resumed {len(interrupted)}, "
+        "duplicates 0, lost 0"
     )

@@ -13,25 +13,19 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials, wait_for
 from mlflow.tracking import MlflowClient
+from support.configs import FOUR_TRIALS, PACKED
+from support.histories import point_counts
+from support.repo import REPO
+from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 STOP_BOUND_S = 120  # the driver must be gone this soon after the signal (it takes seconds)
 # 2 x 2 trials, two at a time, 200 steps: seconds a trial, so a signal sent at a checkpoint lands mid-trial.
-SWEEP = [
-    "sweep=smoke",
-    "sweep.seeds=[1, 2]",
-    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
-    "train.steps=200",
-    "train.eval_every=10",
-    "cluster.cpus_per_trial=1",
-]
-PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
+SWEEP = [*FOUR_TRIALS, "train.steps=200", "cluster.cpus_per_trial=1"]
 
 
 def checkpointed(uri: str, seen: set[str]) -> dict:
@@ -96,7 +90,8 @@ def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_pat
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     points, duplicated, lost = point_counts(MlflowClient(tracking_uri=uri), runs, pack[2:])
     print(
-        f"{'+'.join(signal.Signals(s).name for s in signals)} {'packed' if pack else 'solo'}: trials {len(trials)}, "
+        f"{'+'.join(signal.Signals(s).name for s in signals)} {'packed' if pack else 'solo'}: "
+        f"trials {len(trials)}, "
         f"runs {len(runs)}, resumed {len(resumed)}, points {points}, duplicates {duplicated}, lost {lost}"
     )
     assert (duplicated, lost) == (0, 0)

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 import torch
-from helpers import free_port
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME, MLFLOW_USER
 from omegaconf import OmegaConf
+from support.servers import free_port
 
 from config.compose import compose
 from config.identity import config_hash, configuration_hash, configuration_name, flat_params

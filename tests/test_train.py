@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import subprocess_env
 from mlflow.tracking import MlflowClient
+from support.repo import subprocess_env
 
 from config.compose import compose
 from config.identity import config_hash, run_config
@@ -130,7 +130,8 @@ def test_nan_fault_is_a_test_only_variable_not_configuration(tiny, monkeypatch):
 
 
 def test_corrupt_checkpoint_is_an_error_when_resuming_strictly(tiny, tmp_path):
-    """train.resume=must; with auto a damaged checkpoint is logged and training restarts (test_bad_checkpoints)."""
+    """train.resume=must; with auto a damaged checkpoint is logged and training restarts
+    (test_bad_checkpoints)."""
     checkpoint.last_path(tmp_path).write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="last.pt.*train.resume=never"):
         run(tiny + ["train.resume=must"], tmp_path)

@@ -1,0 +1,45 @@
+"""The tests' small configurations (overrides of conf/): one definition each, extended where a test needs
+more."""
+
+from __future__ import annotations
+
+# Trains in about a second: 40 steps, evaluations at 0, 10, 20, 30, 40 (the `tiny` fixture).
+TINY = [
+    "task.n=64",
+    "task.d=2",
+    "task.k=3",
+    "train.batch=4",
+    "train.steps=40",
+    "train.eval_every=10",
+    "train.val_batches=2",
+    "train.log_every=5",
+    "train.device=cpu",
+]
+
+# Twelve steps with a checkpoint every 3: restarts and packs at many steps in well under a second.
+SHORT = [
+    "task.n=24",
+    "task.d=3",
+    "task.k=4",
+    "train.batch=4",
+    "train.steps=12",
+    "train.eval_every=3",
+    "train.log_every=2",
+    "train.val_batches=2",
+    "train.device=cpu",
+]
+# SHORT for packs: dropout 0, so models restarting at different steps draw no dropout masks together,
+# and no learning-rate patience, so a plateau changes the rate at once.
+PACKABLE = [*SHORT, "model.dropout=0.0", "optim.lr_patience=0"]
+
+# The sweep subprocess tests' sweep: 2 smoke configurations x 2 seeds = 4 trials, evaluated (and Tune
+# checkpointed) every 10 steps; each test sets its own train.steps, long enough for its fault to land
+# mid-trial.
+FOUR_TRIALS = [
+    "sweep=smoke",
+    "sweep.seeds=[1, 2]",
+    "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
+    "train.eval_every=10",
+]
+# Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
+PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]

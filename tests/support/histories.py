@@ -1,0 +1,105 @@
+"""A sweep's stored metric points against the points its configuration logs and against local training."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from config import grid
+from config.compose import compose
+from config.identity import run_overrides
+from support.repo import REPO
+from tracking.names import METRICS, TRAIN_LOSS
+
+
+def point_counts(client: MlflowClient, runs: list, overrides: list[str]) -> tuple[int, int, int]:
+    """(points stored, duplicated, lost) over `runs`, each against the points its configuration logs once.
+
+    overrides: the sweep's base overrides; a run's own configuration comes from its params.
+    """
+    stored = duplicated = lost = 0
+    for run in runs:
+        want = expected_counts(compose([*overrides, *run_overrides(run.data.params)]))
+        for key, points in histories(client, run.info.run_id).items():
+            steps = [s for s, _ in points]
+            stored += len(steps)
+            duplicated += len(steps) - len(set(steps))
+            lost += max(want[key] - len(set(steps)), 0)
+    return stored, duplicated, lost
+
+
+def histories(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in METRICS}
+
+
+def expected_counts(cfg) -> dict[str, int]:
+    """Points a run of cfg logs: train_loss every log_every steps; the rest at step 0, every eval_every, the
+    end."""
+    t = cfg.train
+    evals = len({0, t.steps} | set(range(t.eval_every, t.steps + 1, t.eval_every)))
+    return {key: (t.steps // t.log_every if key == TRAIN_LOSS else evals) for key in METRICS}
+
+
+LOCAL = """
+import json, sys, tempfile, torch
+from config.compose import compose
+from tracking.recorder import MemoryRecorder
+from training.loop import train
+torch.set_num_threads(1)
+out = []
+for overrides in json.load(sys.stdin):
+    recorder = MemoryRecorder()
+    train(compose(overrides), recorder, tempfile.mkdtemp())
+    out.append({key: sorted(points) for key, points in recorder.metrics.items()})
+print(json.dumps(out))
+"""
+
+
+_TRAINED: dict[str, dict[str, list[tuple[int, float]]]] = {}  # overrides (JSON) -> histories, this session
+
+
+def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, float]]]]:
+    """Each configuration trained locally in a fresh process with one thread, as a trial with
+    cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count).
+
+    Training is deterministic, so a configuration another test of the session trained is not trained
+    again (tests/test_sweep.py checks the smoke grid's nine models against a SQLite file and a server)."""
+    missing = [r for r in runs if json.dumps(r) not in _TRAINED]
+    if missing:
+        done = subprocess.run(
+            [sys.executable, "-c", LOCAL],
+            cwd=REPO,
+            input=json.dumps(missing),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        for r, h in zip(missing, json.loads(done.stdout)):
+            _TRAINED[json.dumps(r)] = {key: [tuple(p) for p in points] for key, points in h.items()}
+    return [_TRAINED[json.dumps(r)] for r in runs]
+
+
+def check_histories(
+    client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str], packed: bool = False
+) -> None:
+    """Every metric point once (counted from the config) and equal to a local run of the same config and seed:
+    exactly, or to 1e-5 for models trained in a pack (batched matmuls sum in another order)."""
+    runs = [[*base, *t.configuration.override_strings(), f"seed={t.seed}"] for t in trials]
+    for t, overrides, want in zip(trials, runs, local_histories(runs)):
+        got = histories(client, by_key[t.key].info.run_id)
+        assert {k: len(v) for k, v in got.items()} == expected_counts(compose(overrides)), t.name  # none lost
+        if not packed:
+            assert got == want, t.name  # none duplicated, the same numbers
+            continue
+        for key in METRICS:
+            assert [s for s, _ in got[key]] == [s for s, _ in want[key]], (t.name, key)
+            assert [v for _, v in got[key]] == pytest.approx([v for _, v in want[key]], rel=1e-5, abs=1e-6), (
+                key
+            )

@@ -1,0 +1,121 @@
+"""Sweep stores (the runs of a sweep, what they hold) and sweep drivers as subprocesses: started, signalled,
+killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from config import grid
+from support.repo import REPO
+from sweeper.sweep import load
+from tracking.names import CONFIG_HASH, OUTCOME, SWEEP, TUNE_CHECKPOINT
+
+
+def children(uri: str, sweep: str, experiment: str = "leaner-clustering") -> list:
+    """The runs of a sweep (its parent run left out)."""
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([experiment.experiment_id], f"tags.{SWEEP} LIKE '%{sweep}%'", max_results=5000)
+    return [r for r in runs if CONFIG_HASH in r.data.tags and sweep in r.data.tags[SWEEP].split(",")]
+
+
+def most_at_once(runs: list) -> int:
+    """Most runs open at once, from their start and end times: the trials that really ran concurrently."""
+    spans = [(r.info.start_time, r.info.end_time) for r in runs]
+    return max(sum(a <= start < b for a, b in spans) for start, _ in spans)
+
+
+def wait_for(predicate, proc: subprocess.Popen | None, timeout: float, what: str) -> None:
+    """Poll `predicate` until true; fail when `proc` (the sweep) ended first or after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc is None or proc.poll() is None, f"the sweep ended (exit {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+
+
+def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
+    cfg, plan = load(overrides)
+    return grid.trials(cfg, plan)
+
+
+# ---- sweep drivers as subprocesses: started, signalled, killed ----
+
+
+def start_sweep(overrides: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`python -m sweeper.sweep` in its own session (the driver, its local Ray and trials form one group)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sweeper.sweep", *overrides],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a start_sweep driver, its process group and whatever else of its session is left (Ray's
+    daemons)."""
+    import psutil
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    left = [p for p in psutil.process_iter() if _session(p) == proc.pid]
+    for p in left:
+        p.kill()
+    psutil.wait_procs(left, timeout=30)
+
+
+def _session(p) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def interrupted_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-clustering") -> dict:
+    """Config hash -> run, for the runs whose Tune checkpoint the driver recorded and that have no outcome
+    yet."""
+    try:
+        runs = children(uri, sweep, experiment)
+    except Exception:  # the store or its experiment does not exist yet
+        return {}
+    return {
+        r.data.tags[CONFIG_HASH]: r
+        for r in runs
+        if OUTCOME not in r.data.tags and TUNE_CHECKPOINT in r.data.tags
+    }
+
+
+def ended_runs(uri: str, sweep: str = "smoke", experiment: str = "leaner-clustering") -> list:
+    try:
+        return [r for r in children(uri, sweep, experiment) if OUTCOME in r.data.tags]
+    except Exception:
+        return []
+
+
+def when(condition, action, done: threading.Event, every: float = 0.5) -> threading.Thread:
+    """A thread that runs action() once condition() holds, checking every `every` s until `done` is set."""
+
+    def run() -> None:
+        while not done.wait(every):
+            if condition():
+                action()
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
