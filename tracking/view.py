@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
-from mlflow.tracking import MlflowClient
+if TYPE_CHECKING:  # the sweep's dry run imports this module and must not load MLflow
+    from mlflow.tracking import MlflowClient
 
 from config.identity import EMBEDDINGS
 from tracking.names import (
