@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import check_histories, children, expected_counts, sweep_trials
+from helpers import check_histories, children, expected_counts, sweep_jobs
 from mlflow.tracking import MlflowClient
 
 from config.compose import compose
@@ -169,7 +169,7 @@ def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     overrides = [*SWEEP, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.max_failures=0"]
-    (trial,) = sweep_trials(SWEEP)
+    (trial,) = sweep_jobs(SWEEP)
     ray.shutdown()
     with pytest.MonkeyPatch.context() as patch:  # Ray's workers inherit the environment of ray.init
         patch.setenv(CRASH_AT_STEP, f"13@{trial.key}")

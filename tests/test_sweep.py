@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_trials
+from helpers import check_histories, children, histories, most_at_once, point_counts, sweep_jobs
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (
     MLFLOW_GIT_COMMIT,
@@ -68,7 +68,7 @@ def ray_session():
     bad = [
         t.key
         for sweep in (MIXED, PACKED)
-        for t in sweep_trials(sweep)
+        for t in sweep_jobs(sweep)
         if t.configuration.subgrids == ("bad",)
     ]
     with pytest.MonkeyPatch.context() as patch:
@@ -103,7 +103,7 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
     assert "database is locked" not in out.out + out.err
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_trials(MIXED)
+    trials = sweep_jobs(MIXED)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert len({r.data.tags[MLFLOW_PARENT_RUN_ID] for r in runs}) == 1
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
@@ -234,7 +234,7 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in capfd.readouterr().out
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_trials(PACKED)
+    trials = sweep_jobs(PACKED)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(
         t.key for t in trials
     )  # one run per model
@@ -304,7 +304,7 @@ def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     assert "database is locked" not in out.out + out.err
     client = MlflowClient(tracking_uri=mlflow_server)
     runs = children(mlflow_server, "smoke")
-    trials = sweep_trials(smoke)
+    trials = sweep_jobs(smoke)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
     check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
     at_once = most_at_once(runs)

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import RayNodes, check_histories, children, peak_overlap, sweep_trials, trial_spans, when
+from helpers import RayNodes, check_histories, children, peak_overlap, sweep_jobs, trial_spans, when
 from mlflow.tracking import MlflowClient
 
 from sweeper.sweep import main
@@ -94,7 +94,7 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     assert peaks == {"head": 0, "a": AT_ONCE, "b": AT_ONCE}, peaks
 
     runs = children(uri, "smoke")
-    trials = sweep_trials(SWEEP)
+    trials = sweep_jobs(SWEEP)
     hashes = [r.data.tags[CONFIG_HASH] for r in runs]
     duplicates, lost = len(hashes) - len(set(hashes)), len({t.key for t in trials} - set(hashes))
     print(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from helpers import children, most_at_once, point_counts, sweep_trials
+from helpers import children, most_at_once, point_counts, sweep_jobs
 from mlflow.tracking import MlflowClient
 
 from analysis import report
@@ -48,7 +48,7 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(
     ]
     assert main(overrides) == 0
     runs = children(pg_server.uri, "smoke", EXPERIMENT)
-    trials = sweep_trials(SWEEP)
+    trials = sweep_jobs(SWEEP)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     stored, duplicated, lost = point_counts(MlflowClient(tracking_uri=pg_server.uri), runs, [])

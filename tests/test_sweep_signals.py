@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_trials, wait_for
+from helpers import children, interrupted_runs, kill_group, point_counts, start_sweep, sweep_jobs, wait_for
 from mlflow.tracking import MlflowClient
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
@@ -87,7 +87,7 @@ def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_pat
     )
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
     runs = children(uri, "smoke")
-    trials = sweep_trials([*SWEEP, *pack])
+    trials = sweep_jobs([*SWEEP, *pack])
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     assert all(

@@ -1,6 +1,6 @@
 """The MLflow tracking store: the one module that knows how to open it, find experiments, search and read histories.
 
-Training (tracking.recorder), the sweep driver (sweeper.mlflow_callback), reruns and the analysis write and
+Training (tracking.recorder), the sweep driver (sweeper.record), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
   connect        fail fast, naming the URI, when the store cannot be reached; else a client
   experiment_id  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows runs)
