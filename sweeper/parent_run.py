@@ -1,8 +1,8 @@
 """The parent run of a sweep: the MLflow UI's one row that tells the sweep's story.
 
-Its trials' runs are its children. It holds the plan (tags with its sizes,
+Its jobs' runs are its children. It holds the plan (tags with its sizes,
 plan.txt, plan.csv, sweep.yaml), the command line that started it, how many
-trials finished, diverged, were stopped or are pending (metrics, kept current
+jobs finished, diverged, were stopped or are pending (metrics, kept current
 by the driver while the sweep runs), and, once `python -m analysis.report`
 has run on the sweep, the report's figures, index.md and claims under report/.
 """
@@ -45,7 +45,7 @@ def name_of(sweep: str) -> str:
 
 
 def is_parent(run: Run, sweep: str) -> bool:
-    """The one rule for a sweep's parent run: its name, its sweep tag, no config_hash (a job's run has one)."""
+    """The one rule for a sweep's parent run: its name and sweep tag, no config_hash (a job's run has one)."""
     tags = run.data.tags
     return run.info.run_name == name_of(sweep) and tags.get(SWEEP) == sweep and CONFIG_HASH not in tags
 

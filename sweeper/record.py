@@ -1,4 +1,4 @@
-"""A sweep's record in MLflow: the one object that reads it, owns its parent run and writes its trials.
+"""A sweep's record in MLflow: the one object that reads it, owns its parent run and writes its jobs' runs.
 
     record = SweepRecord(uri, experiment, sweep, jobs, outage_s)  # reads the store once
     record.adopt(); record.pending()                               # what is left to run

@@ -124,16 +124,16 @@ def display_name(members: list[str], jobs: dict[str, dict]) -> str:
 
 
 def param_space(packs: dict[str, list[str]], jobs: dict[str, dict]) -> dict:
-    """Tune's trials, one per pack: each trial's config holds its key and name (sweeper.trial.TRIAL).
+    """Tune's trials, one per pack: each trial's config holds its key and name (sweeper.trial.TrialSpec).
 
     Its name travels in its config, so Tune's trial_name_creator keeps nothing of the sweep
     (sweeper.driver_only); the keys are the packs' (so a restart continues the same jobs).
     """
     from ray import tune
 
-    from sweeper.trial import TRIAL
+    from sweeper.trial import TRIAL, TrialSpec
 
-    trials = [{"key": key, "name": display_name(members, jobs)} for key, members in packs.items()]
+    trials = [TrialSpec(key, display_name(members, jobs)) for key, members in packs.items()]
     return {TRIAL: tune.grid_search(trials)}
 
 
@@ -256,9 +256,7 @@ def open_record(cfg: DictConfig, plan: grid.Plan) -> SweepRecord | None:
     return record
 
 
-def drive(
-    cfg: DictConfig, plan: grid.Plan, overrides: list[str], record: SweepRecord, trainable=None
-) -> int:
+def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], record: SweepRecord, trainable=None) -> int:
     """Run what is left of the sweep, this driver alone on it; trainable: a stand-in for run_trial (bench)."""
     from sweeper.stop import STOP_DRAIN_S, Halt, stopped
 
