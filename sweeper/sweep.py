@@ -124,16 +124,16 @@ def display_name(members: list[str], jobs: dict[str, dict]) -> str:
 
 
 def param_space(packs: dict[str, list[str]], jobs: dict[str, dict]) -> dict:
-    """Tune's trials, one per pack: each trial's config holds its key and name (sweeper.trial.TrialSpec).
+    """Tune's trials, one per pack: each trial's config holds its key and name (sweeper.trial.trial_entry).
 
     Its name travels in its config, so Tune's trial_name_creator keeps nothing of the sweep
     (sweeper.driver_only); the keys are the packs' (so a restart continues the same jobs).
     """
     from ray import tune
 
-    from sweeper.trial import TRIAL, TrialSpec
+    from sweeper.trial import TRIAL, trial_entry
 
-    trials = [TrialSpec(key, display_name(members, jobs)) for key, members in packs.items()]
+    trials = [trial_entry(key, display_name(members, jobs)) for key, members in packs.items()]
     return {TRIAL: tune.grid_search(trials)}
 
 

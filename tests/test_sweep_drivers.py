@@ -60,7 +60,7 @@ def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen
 def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
     uri = sqlite_uri  # an existing store: two drivers creating one SQLite file at once race on its schema
     overrides = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
-    # Two started at once: both may create a parent run and claim it; one drives, the other refuses.
+    # Two started at once: both may create a parent run and lock it; one drives, the other refuses.
     a, b = (start_sweep(overrides, tmp_path / f"{name}.log") for name in "ab")
     try:
         wait_for(
@@ -95,7 +95,7 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
         for r in client.search_runs([experiment], f"tags.{SWEEP} = 'smoke'")
         if CONFIG_HASH not in r.data.tags
     ]
-    assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its claim released
+    assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its lock released
     points, duplicated, lost = point_counts(client, runs, [])
     print(
         f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {points}, "

@@ -15,7 +15,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from sweeper.record import SweepRecord
 from sweeper.stop import Halt
-from sweeper.trial import TRIAL, TrialSpec, trial_dirname, trial_name
+from sweeper.trial import TRIAL, trial_dirname, trial_entry, trial_name
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, SWEEP, TUNE_CHECKPOINT
 
 SWEEP_NAME = "smoke"
@@ -109,7 +109,7 @@ def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
         assert pickle.loads(cloudpickle.dumps(creator)) is creator
 
     class Trial:  # what the creators read of Tune's trial: its config (sweeper.sweep.param_space), its id
-        config = {TRIAL: TrialSpec("pack-1", "smoke/x/2seeds")}
+        config = {TRIAL: trial_entry("pack-1", "smoke/x/2seeds")}
         trial_id = "abc"
 
     assert (trial_name(Trial), trial_dirname(Trial)) == ("smoke/x/2seeds", "pack-1-abc")
