@@ -70,7 +70,7 @@ class SweepRecord(DriverOnly, tune.Callback):
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
         self.error: Exception | None = None
         self.thread: threading.Thread | None = None
-        self.earlier = self.ledger.earlier({j.key for j in jobs})  # outcomes the parent's counts start from
+        self.earlier = Counter()  # the outcomes the parent's counts start from, as the lock's ledger has them
         self.shown: Counter | None = None  # the parent's counts as last written
 
     def _read(self) -> ledger.Ledger:
@@ -128,6 +128,7 @@ class SweepRecord(DriverOnly, tune.Callback):
         """Open the parent run (plan, command line, counts) and the writing thread for the jobs of `work`."""
         parent_run.open_parent(self.client, self.parent_id, cfg, plan, self.jobs, argv)
         patient = PatientClient(self.client, self.uri, self.outage_s, waiting=self.events.qsize)
+        self.earlier = self.ledger.earlier({j.key for j in self.jobs})
         self.writer = MlflowWriter(
             patient, self.experiment, self.sweep, self.parent_id, work, packs, self.ledger
         )
