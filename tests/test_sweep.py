@@ -66,10 +66,7 @@ def ray_session():
 
     ray.shutdown()
     bad = [
-        t.key
-        for sweep in (MIXED, PACKED)
-        for t in sweep_jobs(sweep)
-        if t.configuration.subgrids == ("bad",)
+        t.key for sweep in (MIXED, PACKED) for t in sweep_jobs(sweep) if t.configuration.subgrids == ("bad",)
     ]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(NAN_AT_STEP, f"7@{','.join(bad)}")
