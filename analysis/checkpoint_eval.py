@@ -44,6 +44,7 @@ from models.transformer import ClusteringTransformer
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking import store
 from tracking.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
+from training.loop import pick_device
 from training.run_tags import evaluation_link
 
 # Tags and the artifact of an evaluation run (they describe evaluation runs only, never training runs).
@@ -105,9 +106,7 @@ class EvalSettings:
         return f"probes load each run's `{CHECKPOINT_DIR}/{artifact}` ({chosen})"
 
     def torch_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        return pick_device(self.device)
 
 
 def spec_of(run: pd.Series, **changes: object) -> TaskSpec:

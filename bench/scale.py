@@ -4,23 +4,27 @@
     python -m bench scale --trials 20 --packs 0    # 20 trials only
     python -m bench scale --trials '' --packs 3000 # the 300 packs of ten only
 
-Each size runs in a fresh process through the sweep's real machinery: the
-Tuner with its resources, the MlflowWriter callback, and one MLflow tracking
-server (`mlflow server`, a subprocess) on PostgreSQL when the `pgserver`
-wheel is importable, else on SQLite. Trials train nothing: each reports what
-a paper trial reports over REPORTS evaluation intervals (its start, every
-metric point of the interval, a checkpoint) and then its outcome, so what is
-measured is the driver: scheduling, Tune's bookkeeping and MLflow writing.
+Each size runs in a fresh process through the sweep's production wiring
+(sweeper.sweep.open_record and drive, as `python -m sweeper.sweep` runs them:
+the sweep's record read once, its parent run locked, the Tuner with its
+resources, the record as Tune callback with its writing thread and patient
+client, the stopper), against one MLflow tracking server (`mlflow server`, a
+subprocess) on PostgreSQL when the `pgserver` wheel is importable, else on
+SQLite. Trials train nothing: each reports what a paper trial reports over
+REPORTS evaluation intervals (its start, every metric point of the interval,
+a checkpoint) and then its outcome, so what is measured is the driver:
+scheduling, Tune's bookkeeping and MLflow writing.
 
 Per size it prints JSON, then a table: driver wall and CPU seconds per trial,
 the driver's peak resident memory, metric points written per second, runs
 stored with an outcome (none lost), and each figure's ratio to the smallest
-size's. Exit code 1 when a run is missing or a trial failed.
+size's. Exit code 1 when a run is missing or the sweep did not end every trial.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -48,32 +52,36 @@ CONFIGURATIONS = 300  # the paper grid: 300 configurations x 10 seeds
 PACK = 10
 
 
-def interval_points(step: int) -> list[list]:
-    """The metric points a paper trial reports for the evaluation interval ending at `step`."""
+def interval_points(step: int) -> list:
+    """The metric points (sweeper.trial.Point) a paper trial reports for the interval ending at `step`."""
+    from sweeper.trial import Point
+
     now = int(time.time() * 1000)
-    points = [[TRAIN_LOSS, 1.0, s, now] for s in range(step - EVAL_EVERY + LOG_EVERY, step + 1, LOG_EVERY)]
-    return points + [[key, 1.0, step, now] for key in METRICS if key != TRAIN_LOSS]
+    points = [
+        Point(TRAIN_LOSS, 1.0, s, now) for s in range(step - EVAL_EVERY + LOG_EVERY, step + 1, LOG_EVERY)
+    ]
+    return points + [Point(key, 1.0, step, now) for key in METRICS if key != TRAIN_LOSS]
 
 
 def noop_trial(config: dict, *, jobs: dict, packs: dict, base: list) -> None:
-    """Reports like a trial of the paper grid (every model of its pack) and trains nothing."""
+    """Reports like a trial of the paper grid (every job of its pack) and trains nothing."""
     from ray import tune
 
-    from sweeper.trial import PAYLOAD, STEP
+    from sweeper.trial import PAYLOAD, STEP, Recorded, RunStart, pack_key
 
-    members = packs[config["key"]]
+    members = packs[pack_key(config)]
     work = Path(tune.get_context().get_trial_dir()) / "work"
     work.mkdir(parents=True, exist_ok=True)
     for i in range(1, REPORTS + 1):
-        payload = {key: {"points": interval_points(i * EVAL_EVERY)} for key in members}
+        recorded = {key: Recorded(points=interval_points(i * EVAL_EVERY)) for key in members}
         if i == 1:
             for key in members:
-                payload[key]["start"] = {"name": jobs[key]["name"], "params": {"probe": "1"}, "tags": {}}
+                recorded[key].start = RunStart(jobs[key]["name"], {"probe": "1"}, {})
         (work / "state").write_text(str(i))  # a checkpoint per report, as training writes one per evaluation
         tune.report(
-            {STEP: i * EVAL_EVERY, PAYLOAD: payload}, checkpoint=tune.Checkpoint.from_directory(str(work))
+            {STEP: i * EVAL_EVERY, PAYLOAD: recorded}, checkpoint=tune.Checkpoint.from_directory(str(work))
         )
-    outcome = {key: {"tags": {OUTCOME: FINISHED}, "status": "FINISHED"} for key in members}
+    outcome = {key: Recorded(tags={OUTCOME: FINISHED}, status="FINISHED") for key in members}
     tune.report({STEP: REPORTS * EVAL_EVERY, PAYLOAD: outcome})
 
 
@@ -91,17 +99,16 @@ class PeakRss(threading.Thread):
 
 
 def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
-    """Run `models` trials of the paper grid (packed by `pack`) against the server at `uri`: its figures."""
+    """Run `models` jobs of the paper grid (packed by `pack`) on the server at `uri`; the driver's figures."""
     import ray
 
-    from config import grid
-    from sweeper.mlflow_callback import Ledger, MlflowWriter, read_ledger
-    from sweeper.sweep import jobs_of, load, packs_of, tune_fit
+    from sweeper import ledger
+    from sweeper.sweep import drive, load, open_record
     from tracking import store
 
     tmp = tempfile.mkdtemp(prefix="scale-probe-")
-    # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds of the first models/10
-    # configurations.
+    # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds. Then the first configurations,
+    # enough for `models` jobs (rounded up to whole configurations).
     seeds = range(PACK) if pack == "seeds" else range(-(-models // CONFIGURATIONS))
     name = f"scale-{models}-{pack}-{os.getpid()}"
     cfg, plan = load(
@@ -109,44 +116,42 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
             "sweep=paper",
             f"sweep.seeds=[{', '.join(map(str, seeds))}]",
             f"tracking.uri={uri}",
+            f"tracking.experiment={name}",
             f"cluster.storage={tmp}/ray",
             f"cluster.pack={pack}",
             *overrides,
         ]
     )
-    chosen = plan.configurations[: -(-models // PACK)] if pack == "seeds" else plan.configurations
-    trials = [t for t in grid.trials(cfg, plan) if t.configuration in chosen][:models]
-    client = store.connect(uri)
-    experiment = store.experiment_id(client, name)
-    parent = client.create_run(experiment, run_name="probe").info.run_id
-    jobs = jobs_of(trials)
-    packs = packs_of(trials, set(jobs), pack)
+    plan = dataclasses.replace(plan, configurations=plan.configurations[: -(-models // len(seeds))])
     ray.init(address="local", dashboard_host=cfg.cluster.dashboard_host, include_dashboard=False)
-    writer = MlflowWriter(uri, experiment, name, parent, jobs, packs, Ledger())
     me = psutil.Process()
     rss = PeakRss()
     rss.start()
     start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    errors = tune_fit(cfg, plan, [], jobs, packs, f"{tmp}/ray", writer, trainable=noop_trial)
+    record = open_record(cfg, plan)
+    code = drive(cfg, plan, [], record, trainable=noop_trial)
     wall, end_cpu = time.perf_counter() - start, me.cpu_times()
     rss.stop.set()
     ray.shutdown()
     cpu = (end_cpu.user - start_cpu.user) + (end_cpu.system - start_cpu.system)
-    stored = len(read_ledger(client, experiment, name).done & set(jobs))
+    runs = store.search(store.connect(uri), [record.experiment])
+    jobs = {j.key for j in record.jobs}
+    stored = len(ledger.read(runs, plan.name).done & jobs)
+    trials = len(record.writer.packs)
     return {
-        "models": len(trials),
-        "trials": len(packs),
+        "models": len(jobs),
+        "trials": trials,
         "pack": pack,
-        "errors": errors,
+        "exit_code": code,  # the sweep's: 0 when every trial ended
         "runs_stored": stored,
-        "lost": len(trials) - stored,
+        "lost": len(jobs) - stored,
         "wall_s": round(wall, 1),
-        "s_per_trial": round(wall / len(packs), 4),
-        "cpu_s_per_trial": round(cpu / len(packs), 4),
+        "s_per_trial": round(wall / trials, 4),
+        "cpu_s_per_trial": round(cpu / trials, 4),
         "driver_rss_start_mib": round(start_rss / 2**20),
         "driver_rss_peak_mib": round(rss.peak / 2**20),
-        "points_written": writer.points_written,
-        "points_per_s": round(writer.points_written / wall, 1),
+        "points_written": record.writer.points_written,
+        "points_per_s": round(record.writer.points_written / wall, 1),
         "cpus_per_trial": cfg.cluster.cpus_per_trial,
     }
 
@@ -313,4 +318,4 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows, store))
-    return 0 if all(r["errors"] == 0 and r["lost"] == 0 for r in rows) else 1
+    return 0 if all(r["exit_code"] == 0 and r["lost"] == 0 for r in rows) else 1

@@ -1,4 +1,4 @@
-"""Expand a sweep (conf/sweep/*.yaml) into configurations and trials.
+"""Expand a sweep (conf/sweep/*.yaml) into configurations and jobs (a configuration at a seed).
 
 A sweep names sub-grids; each is the product of its axes, every other axis at
 the sweep's baseline. The union of the sub-grids is the set of distinct
@@ -19,7 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from config.compose import validate
-from config.identity import config_hash, format_value, run_name
+from config.identity import config_hash, flatten, format_value, run_name
 from config.schema import ConfigError
 
 SWEEP_KEYS = ("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids")
@@ -48,8 +48,11 @@ class Subgrid:
 
 
 @dataclass(frozen=True)
-class Trial:
-    """One training job: a configuration at a seed; `key` is its config_hash."""
+class Job:
+    """One grid entry, one model to train: a configuration at a seed; `key` is its config_hash.
+
+    A Ray Tune trial trains one job, or a pack of them (cluster.pack=seeds): "trial" is only Tune's.
+    """
 
     key: str
     seed: int
@@ -65,7 +68,7 @@ class Plan:
     seeds: tuple[int, ...]
 
     @property
-    def trial_count(self) -> int:
+    def job_count(self) -> int:
         return len(self.configurations) * len(self.seeds)
 
     def summary(self) -> str:
@@ -156,7 +159,7 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
         (key,) = _axis_keys(name, axes, axis)
         baseline[key] = value
     _refuse_overwritten(name, spec, axes, command_line)
-    fixed = {k: v for k, v in _flatten(spec.get("fixed") or {}).items() if k not in command_line}
+    fixed = {k: v for k, v in flatten(spec.get("fixed") or {}).items() if k not in command_line}
     seeds = _seeds(name, spec.get("seeds"))
     subgrids, union = [], {}
     for sub in spec.get("subgrids") or []:
@@ -206,17 +209,6 @@ def _refuse_overwritten(name: str, spec: dict, axes: dict[str, str], command_lin
                 f"{key} on the command line would be overwritten: every sub-grid "
                 f"holds it at the baseline {axis}={format_value(value)}; set sweep.baseline.{axis}=... instead",
             )
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{train: {steps: 5}} and {train.steps: 5} alike -> {"train.steps": 5}."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _seeds(name: str, seeds: Any) -> tuple[int, ...]:
@@ -269,11 +261,11 @@ def check(base: DictConfig, plan: Plan) -> None:
             _reject(plan, configuration, str(err))
 
 
-def trials(base: DictConfig, plan: Plan) -> list[Trial]:
+def jobs(base: DictConfig, plan: Plan) -> list[Job]:
     """Every (configuration, seed) with its config_hash, the key of exactly-once."""
     out = []
     for configuration, cfg in _configured(base, plan):
         for seed in plan.seeds:
             cfg.seed = seed
-            out.append(Trial(config_hash(cfg), seed, run_name(cfg, plan.name), configuration))
+            out.append(Job(config_hash(cfg), seed, run_name(cfg, plan.name), configuration))
     return out

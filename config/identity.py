@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -100,7 +101,7 @@ def flat_params(cfg: DictConfig) -> dict[str, str]:
     Where and how a run executes and records (operational_values) and the sweep group are left out:
     they are no part of the configuration.
     """
-    out = _flat({group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS})
+    out = _formatted({group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS})
     for key in OPERATIONAL_TRAIN_KEYS:
         out.pop(f"train.{key}")
     return {**out, "seed": format_value(cfg.seed)}
@@ -109,19 +110,24 @@ def flat_params(cfg: DictConfig) -> dict[str, str]:
 def operational_values(cfg: DictConfig) -> dict[str, str]:
     """Where and how a run executes and records (tracking.*, cluster.*, train.device/resume/workdir), with
     dotted keys: a run carries them as tags, so that with its params it holds every config value (docs/science.md section 8)."""
-    out = _flat(
+    out = _formatted(
         {group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")}
     )
     out["tracking.uri"] = re.sub(r"//[^/@]*@", "//", out["tracking.uri"])  # no user:password@ in a tag
     return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
 
 
-def _flat(tree: dict, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested keys dotted: {train: {steps: 5}} and {train.steps: 5} alike -> {"train.steps": 5}."""
+    out: dict[str, Any] = {}
     for key, child in tree.items():
         name = f"{prefix}.{key}" if prefix else str(key)
-        out.update(_flat(child, name) if isinstance(child, dict) else {name: format_value(child)})
+        out.update(flatten(child, name) if isinstance(child, dict) else {name: child})
     return out
+
+
+def _formatted(tree: dict) -> dict[str, str]:
+    return {key: format_value(value) for key, value in flatten(tree).items()}
 
 
 def run_overrides(params: dict[str, str]) -> list[str]:

@@ -18,7 +18,7 @@ class ExitCode:
     raised_as: str = ""  # "module.Class" of the exception that ends a command with this code
 
 
-OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, CLAIMED, NO_SUCH_RUN = range(10)
+OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN = range(10)
 SIGINT_STOP, SIGTERM_STOP = 130, 143  # 128 + the signal's number, as shells report it
 
 TABLE = (
@@ -51,7 +51,7 @@ TABLE = (
         "analysis.runs.NoRuns",
     ),
     ExitCode(
-        CLAIMED, "another driver runs this sweep (sweep; the message names it)", "sweeper.claim.SweepClaimed"
+        LOCKED, "another driver runs this sweep (sweep; the message names it)", "sweeper.lock.SweepLocked"
     ),
     ExitCode(
         NO_SUCH_RUN,

@@ -1,39 +1,30 @@
-"""The sweep driver's writes outlast a tracking-server outage.
+"""The sweep driver's writes outlast a tracking-server outage: PatientClient.
 
 A driver of a night-long sweep must not stop because the MLflow server
-restarts, nor stall its trials while it waits. Two parts:
-
-- PatientClient: an MlflowClient whose calls, when the HTTP server does not
-  answer (its /health does not reply), wait and retry until the server is back,
-  for up to tracking.outage_s; then TrackingOutage. A call the server refuses
-  while it answers is a real error, raised at once. Retries are safe: MLflow
-  stores a metric point once per (key, step, timestamp, value), tags and params
-  are set to the same values, and a run whose creation reply was lost is found
-  by its config_hash rather than created twice.
-- Buffered: a Tune callback that hands each of the writer's events to one
-  thread that writes them in order, so the Tune loop never waits on the store
-  and trials keep training. The queue holds at most BUFFER events (bounded
-  memory); when it is full the Tune loop waits, which pauses the trials.
+restarts. PatientClient is an MlflowClient whose calls, when the HTTP server
+does not answer (its /health does not reply), wait and retry until the server
+is back, for up to tracking.outage_s; then TrackingOutage. A call the server
+refuses while it answers is a real error, raised at once. Retries are safe:
+MLflow stores a metric point once per (key, step, timestamp, value), tags and
+params are set to the same values, and a run whose creation reply was lost is
+found by its config_hash rather than created twice. The trials keep training
+meanwhile: the sweep's record (sweeper.record) writes on a thread of its own,
+which is the one that waits.
 
 The driver logs one line when an outage starts and one when it ends.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from typing import Callable
 
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from ray import tune
 
-from sweeper.trial import PAYLOAD
 from tracking.names import CONFIG_HASH
 from tracking.store import TrackingError, probe
 
-BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most
 MAX_WAIT_S = 10.0  # longest pause between two tries of a write during an outage
 
 
@@ -50,9 +41,6 @@ class PatientClient:
         self.client, self.uri, self.outage_s, self.waiting = client, uri, outage_s, waiting
         self.down_since: float | None = None
         self.outages = 0
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "waiting"}  # a live queue's (see Buffered)
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name == "client":  # pickle's probes, and before __init__ ran
@@ -136,64 +124,3 @@ class PatientClient:
         self.call(
             lambda: key in self.client.get_run(run_id).data.tags and self.client.delete_tag(run_id, key)
         )
-
-
-class Buffered(tune.Callback):
-    """Passes a writer's Tune events to one thread that applies them in order (see the module docstring)."""
-
-    def __init__(self, writer: tune.Callback) -> None:
-        self.writer = writer
-        self.followers: list[tune.Callback] = []  # see each event after the writer (the parent run's counts)
-        self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
-        self.error: Exception | None = None
-        self.dropped = 0
-        self.thread = threading.Thread(target=self._apply, name="mlflow-writer", daemon=True)
-        self.thread.start()
-
-    def __getstate__(self) -> dict:
-        # Tune pickles its callbacks into the experiment state; a sweep resumes from its ledger, never from
-        # that state, so the live queue and thread stay out.
-        return {"writer": self.writer, "followers": self.followers}
-
-    def _apply(self) -> None:
-        while (event := self.events.get()) is not None:
-            if self.error is None:
-                try:
-                    event()
-                except Exception as err:  # the Tune loop sees it (failed) and stops the sweep
-                    self.error = err
-            if self.error is not None:
-                self.dropped += 1
-
-    def _each(self, event: str, *args, **info) -> None:
-        for callback in (self.writer, *self.followers):
-            getattr(callback, event)(*args, **info)
-
-    def _put(self, event: Callable[[], None]) -> None:
-        self.events.put(event)
-
-    def failed(self) -> bool:
-        return self.error is not None
-
-    def close(self, timeout: float | None = None) -> bool:
-        """Apply every waiting event (for at most `timeout` s); True when all were applied."""
-        self.events.put(None)
-        self.thread.join(timeout)
-        return not self.thread.is_alive() and self.error is None
-
-    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        # Popped here: Tune keeps `result` in its state, and the points and bytes need not stay there.
-        payload = {PAYLOAD: result.pop(PAYLOAD, None)}
-        self._put(lambda: self._each("on_trial_result", iteration, trials, trial, payload, **info))
-
-    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info) -> None:
-        self._put(lambda: self._each("on_checkpoint", iteration, trials, trial, checkpoint, **info))
-
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        self._put(lambda: self._each("on_trial_complete", iteration, trials, trial, **info))
-
-    def on_trial_recover(self, iteration, trials, trial, **info) -> None:
-        self._put(lambda: self._each("on_trial_recover", iteration, trials, trial, **info))
-
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self._put(lambda: self._each("on_trial_error", iteration, trials, trial, **info))

@@ -1,8 +1,8 @@
 """The parent run of a sweep: the MLflow UI's one row that tells the sweep's story.
 
-Its trials' runs are its children. It holds the plan (tags with its sizes,
+Its jobs' runs are its children. It holds the plan (tags with its sizes,
 plan.txt, plan.csv, sweep.yaml), the command line that started it, how many
-trials finished, diverged, were stopped or are pending (metrics, kept current
+jobs finished, diverged, were stopped or are pending (metrics, kept current
 by the driver while the sweep runs), and, once `python -m analysis.report`
 has run on the sweep, the report's figures, index.md and claims under report/.
 """
@@ -16,25 +16,22 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from mlflow.entities import Metric, RunTag
+from mlflow.entities import Metric, Run, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
-from config.grid import Plan, Trial
+from config.grid import Job, Plan
 from tracking import store
 from tracking.names import (
     COMMAND,
     CONFIG_HASH,
-    DIVERGED,
-    FINISHED,
-    OUTCOME,
+    ENDED,
     PENDING,
     PLAN_ARTIFACT,
     PLAN_TAGS,
     PLAN_TRIALS_ARTIFACT,
     REPORT_DIR,
-    STOPPED,
     SUBGRIDS,
     SWEEP,
     SWEEP_ARTIFACT,
@@ -42,34 +39,31 @@ from tracking.names import (
 )
 from training.run_tags import source_tags
 
-ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good
-
 
 def name_of(sweep: str) -> str:
     return f"sweep-{sweep}"
 
 
-def find_or_create(client: MlflowClient, experiment_id: str, sweep: str, found: str | None) -> str:
-    """The sweep's parent run: `found` (sweeper.mlflow_callback.read_ledger), else a new one.
+def is_parent(run: Run, sweep: str) -> bool:
+    """The one rule for a sweep's parent run: its name and sweep tag, no config_hash (a job's run has one)."""
+    tags = run.data.tags
+    return run.info.run_name == name_of(sweep) and tags.get(SWEEP) == sweep and CONFIG_HASH not in tags
 
-    Two drivers started at once may each create one: both then keep the oldest and delete their own.
-    """
-    if found is not None:
-        return found
-    mine = client.create_run(experiment_id, run_name=name_of(sweep), tags={SWEEP: sweep}).info.run_id
-    oldest_id = find_parent(client, experiment_id, sweep)
-    if oldest_id != mine:
-        client.delete_run(mine)
-    return oldest_id
+
+def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | None:
+    """The id of the parent run of `sweep` in the experiment (the oldest, if two drivers made one each)."""
+    query = f"tags.{SWEEP} = '{sweep}' and attributes.run_name = '{name_of(sweep)}'"
+    parents = [r for r in store.search(client, [experiment_id], query) if is_parent(r, sweep)]
+    return min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if parents else None
 
 
 def open_parent(
-    client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, trials: list[Trial], argv: list[str]
+    client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, jobs: list[Job], argv: list[str]
 ) -> None:
     """Mark the sweep's parent run running and record the plan and the command line on it."""
     client.update_run(parent_id, status="RUNNING")
     command = shlex.join(["python", "-m", "sweeper.sweep", *argv])
-    sizes = (len(plan.configurations), len(plan.seeds), plan.trial_count)
+    sizes = (len(plan.configurations), len(plan.seeds), plan.job_count)
     tags = {
         COMMAND: command,
         MLFLOW_RUN_NOTE: describe(plan, command),
@@ -84,7 +78,7 @@ def open_parent(
         with open(folder / PLAN_TRIALS_ARTIFACT, "w", newline="") as out:
             rows = csv.writer(out)
             rows.writerow(["run_name", "seed", SUBGRIDS, CONFIG_HASH])
-            rows.writerows([t.name, t.seed, ",".join(t.configuration.subgrids), t.key] for t in trials)
+            rows.writerows([j.name, j.seed, ",".join(j.configuration.subgrids), j.key] for j in jobs)
         client.log_artifacts(parent_id, tmp)
 
 
@@ -100,35 +94,12 @@ def describe(plan: Plan, command: str) -> str:
     )
 
 
-def earlier_outcomes(client: MlflowClient, experiment_id: str, keys: set[str]) -> Counter:
-    """Outcomes of the planned trials (config_hash in keys) that runs of this experiment already carry,
-    each trial counted once (a rerun of a run carries its config_hash too)."""
-    found: dict[str, str] = {}
-    for outcome in ENDED:
-        for run in store.search(client, [experiment_id], f"tags.{OUTCOME} = '{outcome}'"):
-            if run.data.tags.get(CONFIG_HASH) in keys:
-                found.setdefault(run.data.tags[CONFIG_HASH], outcome)
-    return Counter(found.values())
-
-
 def log_counts(client: MlflowClient, parent_id: str, ended: Counter, planned: int) -> None:
     """The parent's trial counts, one point per metric at step = trials ended so far."""
     counts = {outcome: ended[outcome] for outcome in ENDED}
     counts[PENDING] = planned - sum(counts.values())
     step, now = sum(counts[o] for o in ENDED), int(time.time() * 1000)
     client.log_batch(parent_id, metrics=[Metric(TRIAL_COUNTS[o], n, now, step) for o, n in counts.items()])
-
-
-def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | None:
-    """The parent run of `sweep` in the experiment, if there is one."""
-    query = f"tags.{SWEEP} = '{sweep}' and attributes.run_name = '{name_of(sweep)}'"
-    return oldest(store.search(client, [experiment_id], query))
-
-
-def oldest(runs: list) -> str | None:
-    """The id of the oldest parent run among `runs` (the trials' runs, which carry a config_hash, left out)."""
-    parents = [r for r in runs if CONFIG_HASH not in r.data.tags]
-    return min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if parents else None
 
 
 def attach_report(client: MlflowClient, parent_id: str, files: list[Path]) -> None:

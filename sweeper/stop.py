@@ -6,7 +6,7 @@ outcome and their last recorded checkpoint (one per evaluation, at most
 train.eval_every steps back). The driver then writes what the trials reported
 (for at most STOP_DRAIN_S), marks those runs KILLED and prints the command that
 resumes them: the same one. A second signal kills the driver at once. Halt
-also ends the run when the MLflow writer failed (sweeper.outage).
+also ends the run when the sweep's record failed to write (sweeper.record).
 """
 
 from __future__ import annotations
@@ -19,23 +19,23 @@ import threading
 
 from ray.tune.stopper import Stopper
 
+from sweeper.driver_only import DriverOnly
+from sweeper.record import SweepRecord
+
 STOP_DRAIN_S = 60.0  # after a signal, how long the driver still writes what the trials reported
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class Halt(Stopper):
-    def __init__(self, buffered) -> None:
-        self.buffered = buffered  # sweeper.outage.Buffered: its error stops the sweep too
+class Halt(DriverOnly, Stopper):
+    def __init__(self, record: SweepRecord) -> None:
+        self.record = record  # its writing thread's error stops the sweep too
         self.signal: int | None = None
-
-    def __getstate__(self) -> dict:
-        return {"signal": self.signal}  # Tune pickles its stopper; the live writer stays out (see Buffered)
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False  # trials end when their training does
 
     def stop_all(self) -> bool:
-        return self.signal is not None or self.buffered.failed()
+        return self.signal is not None or self.record.failed()
 
     def _caught(self, signum: int, frame) -> None:
         self.signal = signum
@@ -61,18 +61,14 @@ class Halt(Stopper):
                 signal.signal(s, handler)
 
 
-def stopped(sweep: str, overrides: list[str], writer, applied: bool, signum: int) -> int:
+def stopped(sweep: str, overrides: list[str], record: SweepRecord, applied: bool, signum: int) -> int:
     """After a signal: the runs still training are KILLED, without an outcome; returns the exit code 128 + signum."""
-    interrupted = [run_id for key, run_id in writer.runs.items() if key not in writer.outcomes]
-    if applied:
-        for run_id in interrupted:
-            writer.client.set_terminated(run_id, "KILLED")
-        writer.client.set_terminated(writer.parent_id, "KILLED")
+    interrupted = record.kill() if applied else record.writer.interrupted()
     command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *overrides])
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
     print(
-        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(writer.outcomes)} trials ended here, "
-        f"{len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same command:\n"
+        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(record.writer.outcomes)} trials ended "
+        f"here, {len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same command:\n"
         f"  {command}",
         flush=True,
     )

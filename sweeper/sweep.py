@@ -27,6 +27,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
@@ -37,6 +38,9 @@ from config.schema import CONF_DIR, ConfigError
 from sweeper import console, exit_codes
 from sweeper.entry import command
 from tracking import ui
+
+if TYPE_CHECKING:
+    from sweeper.record import SweepRecord
 
 EXIT_FAILED = exit_codes.FAILED
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
@@ -77,41 +81,45 @@ def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
     ]
 
 
-def jobs_of(trials: list[grid.Trial]) -> dict[str, dict]:
-    """What each model needs, keyed by config_hash: plain data, shipped once to every worker."""
+def jobs_of(jobs: list[grid.Job], resume_from: dict[str, str]) -> dict[str, dict]:
+    """What each job needs, keyed by config_hash: plain data, shipped once to every worker.
+
+    resume_from: config_hash -> the Tune checkpoint its unfinished run recorded (sweeper.ledger).
+    """
     return {
-        t.key: {
-            "overrides": t.configuration.override_strings(),
-            "seed": t.seed,
-            "name": t.name,
-            "subgrids": list(t.configuration.subgrids),
+        j.key: {
+            "overrides": j.configuration.override_strings(),
+            "seed": j.seed,
+            "name": j.name,
+            "subgrids": list(j.configuration.subgrids),
+            "resume_from": resume_from.get(j.key),
         }
-        for t in trials
+        for j in jobs
     }
 
 
-def packs_of(trials: list[grid.Trial], pending: set[str], mode: str, size: int) -> dict[str, list[str]]:
-    """Ray Tune's trials, each a list of the pending models (config_hash) it trains.
+def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> dict[str, list[str]]:
+    """Ray Tune's trials, each a list of the pending jobs (config_hash) it trains.
 
-    mode none: one model per trial, keyed by its config_hash. mode seeds: the
+    mode none: one job per trial, keyed by its config_hash. mode seeds: the
     seeds of a configuration train together (training.packed). mode shapes: the
-    models that share training.packed.SHARED_KEYS train together, `size` at most
+    jobs that share training.packed.SHARED_KEYS train together, `size` at most
     (cluster.pack_size), cut from the whole plan in its order. A pack is keyed
-    by a hash of all its models' keys, done or not, so a restarted sweep packs
+    by a hash of all its jobs' keys, done or not, so a restarted sweep packs
     what is left under the same key.
     """
     if mode == "none":
-        return {t.key: [t.key] for t in trials if t.key in pending}
+        return {j.key: [j.key] for j in jobs if j.key in pending}
     groups: dict[tuple, list[str]] = {}
     if mode == "seeds":
-        for t in trials:
-            groups.setdefault(tuple(t.configuration.override_strings()), []).append(t.key)
+        for j in jobs:
+            groups.setdefault(tuple(j.configuration.override_strings()), []).append(j.key)
         cuts = list(groups.values())
     else:
         from training.packed import SHARED_KEYS  # torch: only the sweeps that pack by shape need it
 
-        for t in trials:  # a key no configuration overrides has the sweep's one value
-            groups.setdefault(tuple(t.configuration.overrides.get(k) for k in SHARED_KEYS), []).append(t.key)
+        for j in jobs:  # a key no configuration overrides has the sweep's one value
+            groups.setdefault(tuple(j.configuration.overrides.get(k) for k in SHARED_KEYS), []).append(j.key)
         cuts = [keys[i : i + size] for keys in groups.values() for i in range(0, len(keys), size)]
     packs = {
         "pack-" + hashlib.sha256(" ".join(keys).encode()).hexdigest()[:12]: [k for k in keys if k in pending]
@@ -120,33 +128,24 @@ def packs_of(trials: list[grid.Trial], pending: set[str], mode: str, size: int) 
     return {key: members for key, members in packs.items() if members}
 
 
-def trial_name(members: list[str], jobs: dict[str, dict]) -> str:
-    """A model's run name; a pack's is its first model's without the seed, plus how many seeds it trains."""
+def display_name(members: list[str], jobs: dict[str, dict]) -> str:
+    """A trial's name: its job's run name; a pack's, how many jobs and its first job's name."""
     first = jobs[members[0]]["name"]
-    return first if len(members) == 1 else f"{first.rsplit('/s', 1)[0]}/{len(members)}seeds"
+    return first if len(members) == 1 else f"pack of {len(members)} from {first}"
 
 
-class TrialNames:
-    """Tune's trial_name_creator: a trial's display name from its key (trial.config["key"]).
+def param_space(packs: dict[str, list[str]], jobs: dict[str, dict]) -> dict:
+    """Tune's trials, one per pack: each trial's config holds its key and name (sweeper.trial.trial_entry).
 
-    Tune keeps the creator in every trial's saved state (cloudpickled, hex, in the driver's memory and in
-    experiment_state-*.json, rewritten as trials change). A closure over the sweep's `packs` and `jobs` made
-    each trial's state as big as the whole sweep: 1.5 MB a trial at 3,000 trials, 4.5 GB in all. The names
-    are read only when Tune creates a trial, so they are left out of that state; the sweep never restores a
-    Tune experiment from it (a restart reads MLflow).
+    Its name travels in its config, so Tune's trial_name_creator keeps nothing of the sweep
+    (sweeper.driver_only); the keys are the packs' (so a restart continues the same jobs).
     """
+    from ray import tune
 
-    def __init__(self, packs: dict[str, list[str]], jobs: dict[str, dict]) -> None:
-        self.names = {key: trial_name(members, jobs) for key, members in packs.items()}
+    from sweeper.trial import TRIAL, trial_entry
 
-    def __call__(self, trial) -> str:
-        return self.names[trial.config["key"]]
-
-    def __getstate__(self) -> dict:
-        return {}  # pickled: an empty creator
-
-    def __deepcopy__(self, memo: dict) -> TrialNames:
-        return self  # Tune deep-copies its experiment spec, this creator with it: the names stay
+    trials = [trial_entry(key, display_name(members, jobs)) for key, members in packs.items()]
+    return {TRIAL: tune.grid_search(trials)}
 
 
 def reachable(address: str, timeout: float = 5.0) -> None:
@@ -243,10 +242,13 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
 
 
 def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
-    from sweeper import parent_run
-    from sweeper.claim import Claim
-    from sweeper.mlflow_callback import adopt, read_ledger
-    from tracking import store
+    record = open_record(cfg, plan)
+    return 0 if record is None else drive(cfg, plan, overrides, record)
+
+
+def open_record(cfg: DictConfig, plan: grid.Plan) -> SweepRecord | None:
+    """The sweep's record in MLflow (sweeper.record.SweepRecord), read once; None when nothing is left."""
+    from sweeper.record import SweepRecord
 
     uri, cluster = cfg.tracking.uri, cfg.cluster
     if (cluster.address or "").startswith("ray://") and not uri.startswith(("http://", "https://")):
@@ -254,78 +256,58 @@ def run(cfg: DictConfig, plan: grid.Plan, overrides: list[str]) -> int:
             f"cluster.address={cluster.address} runs the sweep driver, the MLflow writer, on the "
             f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)"
         )
-    trials = grid.trials(cfg, plan)
-    client = store.connect(uri)  # probes the store first
-    experiment = store.experiment_id(client, cfg.tracking.experiment)
-    ledger = read_ledger(client, experiment, plan.name)
-    adopted = adopt(client, ledger, plan.name, {t.key: t.configuration.subgrids for t in trials})
+    jobs = grid.jobs(cfg, plan)
+    record = SweepRecord(uri, cfg.tracking.experiment, plan.name, jobs, cfg.tracking.outage_s)
+    adopted = record.adopt()
     if adopted:
         print(f"{adopted} runs finished outside this sweep now carry sweep={plan.name} too")
-    if all(t.key in ledger.done for t in trials):
-        print(f"{len(trials)} of {len(trials)} trials already in MLflow; 0 to run")
-        return 0
-    claim = Claim(
-        client, parent_run.find_or_create(client, experiment, plan.name, ledger.parent_id), plan.name
-    )
-    claim.take()  # before the ledger is read again: no other driver writes to this sweep from here on
-    try:
-        return drive(cfg, plan, overrides, trials, experiment, client)
-    finally:
-        claim.release()
+    if not record.pending():
+        print(f"{len(jobs)} of {len(jobs)} trials already in MLflow; 0 to run")
+        return None
+    return record
 
 
-def drive(
-    cfg: DictConfig, plan: grid.Plan, overrides: list[str], trials: list[grid.Trial], experiment: str, client
-) -> int:
-    """Run what is left of the sweep, this driver holding its claim."""
-    from sweeper import parent_run
-    from sweeper.mlflow_callback import MlflowWriter, ParentProgress, read_ledger
-    from sweeper.outage import Buffered, PatientClient
+def drive(cfg: DictConfig, plan: grid.Plan, overrides: list[str], record: SweepRecord, trainable=None) -> int:
+    """Run what is left of the sweep, this driver alone on it; trainable: a stand-in for run_trial (bench)."""
     from sweeper.stop import STOP_DRAIN_S, Halt, stopped
 
-    uri, cluster = cfg.tracking.uri, cfg.cluster
-    ledger = read_ledger(client, experiment, plan.name)
-    pending = [t for t in trials if t.key not in ledger.done]
-    print(f"{len(trials) - len(pending)} of {len(trials)} trials already in MLflow; {len(pending)} to run")
-    if not pending:
-        return 0
-    # The MLflow UI groups the trials' runs under it; it holds the plan, the command line and the counts.
-    parent_run.open_parent(client, ledger.parent_id, cfg, plan, trials, overrides)
-    jobs = jobs_of(pending)
-    for key, path in ledger.resume_from.items():
-        if key in jobs:
-            jobs[key]["resume_from"] = path
-    packs = packs_of(trials, set(jobs), cluster.pack, cluster.pack_size)
-    for key, members in packs.items():
-        for member in members:
-            jobs[member]["pack"] = key if len(members) > 1 else None
-    connect(cluster)
-    storage = storage_path(cluster)
-    check_shared(storage)
-    writer = MlflowWriter(uri, experiment, plan.name, ledger.parent_id, jobs, packs, ledger)
-    buffered = Buffered(writer)
-    writer.client = PatientClient(writer.client, uri, cfg.tracking.outage_s, waiting=buffered.events.qsize)
-    # The parent run's trial counts, kept current by the same thread, after the writer has recorded each
-    # event.
-    earlier = parent_run.earlier_outcomes(client, experiment, {t.key for t in trials})
-    buffered.followers.append(ParentProgress(writer, len(trials), earlier))
-    halt = Halt(buffered)
-    with halt.on_signals():
-        errors = tune_fit(cfg, plan, overrides, jobs, packs, storage, buffered, stop=halt)
-        applied = buffered.close(STOP_DRAIN_S if halt.signal else None)
-    if buffered.error is not None:
-        raise buffered.error
-    if halt.signal:
-        return stopped(plan.name, overrides, writer, applied, halt.signal)
-    complete = errors == 0 and len(writer.outcomes) == len(pending)
-    writer.finish_parent(complete)
+    with record.locked():
+        pending = record.pending()  # the lock may have found another driver's work since the read
+        jobs = record.jobs
+        print(f"{len(jobs) - len(pending)} of {len(jobs)} trials already in MLflow; {len(pending)} to run")
+        if not pending:
+            return 0
+        work = jobs_of(pending, record.ledger.resume_from)
+        packs = packs_of(jobs, set(work), cfg.cluster.pack, cfg.cluster.pack_size)
+        for key, members in packs.items():
+            for member in members:
+                work[member]["pack"] = key if len(members) > 1 else None
+        connect(cfg.cluster)
+        storage = storage_path(cfg.cluster)
+        check_shared(storage)
+        # The MLflow UI groups the jobs' runs under the parent run: the plan, the command line and the counts.
+        record.start(cfg, plan, overrides, work, packs)
+        halt = Halt(record)
+        with halt.on_signals():
+            errors = tune_fit(
+                cfg, plan, overrides, work, packs, storage, record, trainable=trainable, stop=halt
+            )
+            applied = record.close(STOP_DRAIN_S if halt.signal else None)
+        if record.error is not None:
+            raise record.error
+        if halt.signal:
+            return stopped(plan.name, overrides, record, applied, halt.signal)
+        writer = record.writer
+        complete = errors == 0 and len(writer.outcomes) == len(pending)
+        record.finish(complete)
     counts = {o: list(writer.outcomes.values()).count(o) for o in sorted(set(writer.outcomes.values()))}
+    again = " (start the same command again to retry them)" if errors else ""
     print(
-        f"sweep {plan.name}: {len(writer.outcomes)} of {len(pending)} trials ended {counts}; {writer.retries} "
-        f"retries; {errors} failed after retries{' (start the same command again to retry them)' if errors else ''}"
-        f"; {writer.points_written} metric points written"
+        f"sweep {plan.name}: {len(writer.outcomes)} of {len(pending)} trials ended {counts}; "
+        f"{writer.retries} retries; {errors} failed after retries{again}; "
+        f"{writer.points_written} metric points written"
     )
-    print(where_to_look(uri, cfg.tracking.experiment, experiment))
+    print(where_to_look(cfg.tracking.uri, cfg.tracking.experiment, record.experiment))
     return 0 if complete else EXIT_FAILED
 
 
@@ -336,17 +318,17 @@ def tune_fit(
     jobs: dict[str, dict],
     packs: dict[str, list[str]],
     storage: str | None,
-    writer,
+    record: SweepRecord,
     trainable=None,
     stop=None,
 ) -> int:
-    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); returns how many failed after retries.
+    """Run the trials of `packs` (with sweeper.trial.run_trial, or a stand-in); how many failed after retries.
 
-    writer: the Tune callback that records the trials; stop: a Tune stopper (sweeper.sweep.Halt) or None.
+    record: the Tune callback that records the trials (sweeper.record); stop: a Tune stopper or None.
     """
     from ray import tune
 
-    from sweeper.trial import run_trial
+    from sweeper.trial import run_trial, trial_dirname, trial_name
     from tracking.names import VAL_REL_LLOYD
 
     c = cfg.cluster
@@ -357,26 +339,26 @@ def tune_fit(
     scheduler = scheduler_of(cfg, plan)
     tuner = tune.Tuner(
         trainable,
-        param_space={"key": tune.grid_search(list(packs))},
+        param_space=param_space(packs, jobs),
         tune_config=tune.TuneConfig(
             max_concurrent_trials=c.max_concurrent,
             scheduler=scheduler,
             reuse_actors=True,  # imports once per worker
             metric=VAL_REL_LLOYD if cfg.sweep.scheduler == "asha" else None,
             mode="min" if cfg.sweep.scheduler == "asha" else None,
-            trial_name_creator=TrialNames(packs, jobs),
-            trial_dirname_creator=lambda trial: f"{trial.config['key']}-{trial.trial_id}",
+            trial_name_creator=trial_name,
+            trial_dirname_creator=trial_dirname,
         ),
         run_config=tune.RunConfig(
             name=f"{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=storage,
-            callbacks=[writer],
+            callbacks=[record],
             stop=stop,
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             verbose=console.tune_output(),  # quiet: the status table, not a box per trial event
         ),
-    )  # MlflowWriter prunes them
+    )  # the record's MlflowWriter prunes them
     results = tuner.fit()
     return len(results.errors)
 

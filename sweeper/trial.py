@@ -1,12 +1,13 @@
-"""One sweep trial inside Ray Tune: the same training as `python -m sweeper.train`.
+"""One Ray Tune trial of a sweep: the same training as `python -m sweeper.train`.
 
-A trial trains one model or, with cluster.pack=seeds, the seeds of one
-configuration together (training.packed.train_pack); each model is a
-member with its own MLflow run. A trial never touches MLflow (a SQLite store
-must have one writer). Each member's recorder collects what training records,
-and one tune.report hands all of it to Tune, member by member, together with
-the checkpoint it leads up to, so the driver's MlflowWriter stores points and
-checkpoint location in step. The trial's checkpoint is its work folder, one
+A trial trains one job (config.grid.Job: a configuration at a seed) or, with
+cluster.pack=seeds, the seeds of one configuration together
+(training.packed.train_pack); each job is a member with its own MLflow run.
+A trial never touches MLflow (a SQLite store must have one writer). Each
+member's recorder collects what training records (a Recorded), and one
+tune.report hands all of them to Tune together with the checkpoint they lead
+up to, so the driver's MlflowWriter stores points and checkpoint location in
+step. The trial's checkpoint is its work folder, one
 subfolder per member. A trial resumes from the checkpoint Tune gives back
 after a crash, or from the ones a restarted sweep found recorded in its
 members' unfinished MLflow runs.
@@ -18,7 +19,9 @@ import math
 import shutil
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ray import tune
 
@@ -28,49 +31,91 @@ from sweeper import console
 from tracking.names import VAL_REL_LLOYD
 from training.packed import train_pack
 
-PAYLOAD = "mlflow"  # result key the driver pops: member key -> what it recorded since the last report
+PAYLOAD = "mlflow"  # result key the driver pops: job key -> its Recorded since the trial's last report
 STEP = "step"  # result key: the training step reported (ASHA's time axis)
+TRIAL = "trial"  # a Tune trial's config: {TRIAL: trial_entry(key, name)}
+
+
+def trial_entry(key: str, name: str) -> str:
+    """A Tune trial's config value (sweeper.sweep.param_space): its key in `packs`, a space, its display name.
+
+    One string, not a pair: Tune deep-copies its whole grid for every trial it creates, so the grid's cost
+    grows with the square of its size (3,000 strings: 5 s of the driver's CPU; 3,000 dicts: 66 s), and it
+    replaces any other object by a placeholder its name creator sees. A key (config_hash, pack-HASH) has
+    no space.
+    """
+    return f"{key} {name}"
+
+
+class Point(NamedTuple):
+    name: str
+    value: float
+    step: int
+    timestamp: int  # ms: the time of training, not of the driver's write
+
+
+class Artifact(NamedTuple):
+    folder: str | None  # its artifact path in the run
+    name: str
+    data: bytes  # bytes, not a path: the driver may be on another node; artifacts are small
+
+
+class RunStart(NamedTuple):
+    name: str
+    params: dict[str, str]
+    tags: dict[str, str]
+
+
+@dataclass
+class Recorded:
+    """What one job recorded since its trial's last report: what the driver writes into the job's run."""
+
+    start: RunStart | None = None  # the run's params and first tags, once, with the first report
+    points: list[Point] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifacts: list[Artifact] = field(default_factory=list)
+    status: str | None = None  # the MLflow status once training ended (its outcome tag is in `tags`)
+
+    def __bool__(self) -> bool:
+        return bool(self.start or self.points or self.tags or self.artifacts or self.status)
 
 
 class TuneRecorder:
-    """A Recorder (tracking.recorder) for one member that buffers everything for the trial's next report."""
+    """A Recorder (tracking.recorder) for one job that buffers everything for the trial's next report."""
 
     def __init__(self) -> None:
-        self.payload: dict = {}
+        self.recorded = Recorded()
 
-    def take(self) -> dict:
-        payload, self.payload = self.payload, {}
-        return payload
+    def take(self) -> Recorded:
+        recorded, self.recorded = self.recorded, Recorded()
+        return recorded
 
     def start(
         self, name: str, params: dict[str, str], tags: dict[str, str], run_id: str | None = None
     ) -> str:
-        # The driver owns the MLflow run (it reuses an unfinished one on restart), so the id here is a
-        # stand-in.
-        self.payload["start"] = {"name": name, "params": params, "tags": tags}
+        # The driver owns the MLflow run (it reuses an unfinished one on restart): the id here is a stand-in.
+        self.recorded.start = RunStart(name, params, tags)
         return run_id or "tune-trial"
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        now = int(time.time() * 1000)  # the time of training, not of the driver's write
-        self.payload.setdefault("points", []).extend([key, float(v), step, now] for key, v in metrics.items())
+        now = int(time.time() * 1000)
+        self.recorded.points.extend(Point(key, float(v), step, now) for key, v in metrics.items())
 
     def flush(self) -> None:
         pass  # the points travel with the checkpoint in the next report
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        self.payload.setdefault("tags", {}).update(tags)
+        self.recorded.tags.update(tags)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        # Bytes, not a path: the driver may be on another node. Artifacts are small (config, two checkpoints,
-        # a PNG).
-        self.payload.setdefault("artifacts", []).append([artifact_path, path.name, path.read_bytes()])
+        self.recorded.artifacts.append(Artifact(artifact_path, path.name, path.read_bytes()))
 
     def finish(self, status: str) -> None:
-        self.payload["status"] = status
+        self.recorded.status = status
 
 
 class Reporter:
-    """The trial's members and their recorders; report() sends what all of them recorded in one tune.report."""
+    """The trial's members and their recorders; report() sends what they all recorded in one tune.report."""
 
     def __init__(self, members: list[str], work: Path) -> None:
         self.work = work
@@ -81,7 +126,7 @@ class Reporter:
         return self.work / key
 
     def report(self, step: int, evaluated: dict[str, dict[str, float]], checkpoint: bool = True) -> None:
-        """evaluated: member -> its metrics at this step; checkpoint: the work folder holds their state at step."""
+        """evaluated: member -> its metrics at this step; checkpoint: the work folder holds their state."""
         for key, metrics in evaluated.items():
             value = metrics.get(VAL_REL_LLOYD, math.inf)
             self.latest[key] = value if math.isfinite(value) else math.inf  # NaN breaks schedulers
@@ -124,10 +169,25 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
                 shutil.rmtree(work / key, ignore_errors=True)
 
 
+def pack_key(trial_config: dict) -> str:
+    """A Tune trial's key in `packs`, from its config (sweeper.sweep.param_space)."""
+    return trial_config[TRIAL].split(" ", 1)[0]
+
+
+def trial_name(trial) -> str:
+    """Tune's trial_name_creator: the name the param space gave the trial (pickled by reference: nothing)."""
+    return trial.config[TRIAL].split(" ", 1)[1]
+
+
+def trial_dirname(trial) -> str:
+    """Tune's trial_dirname_creator: the pack's key and Tune's trial id."""
+    return f"{pack_key(trial.config)}-{trial.trial_id}"
+
+
 def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]], base: list[str]) -> None:
-    """Tune's function trainable; config["key"] names the trial in `packs`, its members are keys of `jobs`."""
+    """Tune's function trainable; pack_key(config) names the trial in `packs`, its members keys of `jobs`."""
     console.quiet()  # this worker's Ray Train logs a line per checkpoint otherwise
-    members = packs[config["key"]]
+    members = packs[pack_key(config)]
     cfgs = []
     for key in members:
         job = jobs[key]

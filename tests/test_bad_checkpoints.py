@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from support import ray_local
 from support.configs import PACKABLE
 from support.histories import check_histories, expected_counts
-from support.sweeps import children, sweep_trials
+from support.sweeps import children, sweep_jobs
 
 from config.compose import compose
 from sweeper import exit_codes
@@ -155,7 +155,7 @@ def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     overrides = [*SWEEP, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.max_failures=0"]
-    (trial,) = sweep_trials(SWEEP)
+    (trial,) = sweep_jobs(SWEEP)
     with ray_local.own(num_cpus=1, env={CRASH_AT_STEP: f"13@{trial.key}"}):
         assert sweep_main(overrides) == 1  # failed after its retries
     (run,) = children(uri, "smoke")

@@ -51,8 +51,8 @@ def test_paper_grid_equals_the_published_list(paper):
 
 def test_paper_trials_are_config_hashes_of_composed_runs(paper):
     cfg, plan = paper
-    trials = grid.trials(cfg, plan)
-    assert len(trials) == len(plan.configurations) * len(plan.seeds) == plan.trial_count
+    trials = grid.jobs(cfg, plan)
+    assert len(trials) == len(plan.configurations) * len(plan.seeds) == plan.job_count
     assert (
         len({t.key for t in trials}) == len({t.name for t in trials}) == len(trials)
     )  # run names unique too
@@ -95,7 +95,7 @@ def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
     assert (
         plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
     )
-    trials = grid.trials(cfg, plan)
+    trials = grid.jobs(cfg, plan)
     assert len(trials) == len({t.name for t in trials}) == configurations * seeds  # one run name per trial
     assert all(t.name.endswith(f" s{t.seed}") for t in trials)  # the sweep is a tag, not part of the name
 
@@ -174,7 +174,7 @@ def test_command_line_beats_the_sweeps_fixed_values():
     cfg, plan = load(["sweep=smoke", "train.steps=7"])
     assert all("train.steps" not in c.overrides for c in plan.configurations)
     assert sorted(c.overrides["model.embedding"] for c in plan.configurations) == ["binary", "none", "onehot"]
-    t = grid.trials(cfg, plan)[0]
+    t = grid.jobs(cfg, plan)[0]
     assert (
         config_hash(compose(["train.steps=7", *t.configuration.override_strings(), f"seed={t.seed}"]))
         == t.key

@@ -14,10 +14,10 @@ from training.packed import SHARED_KEYS, check_packable
 
 
 @pytest.fixture(scope="module")
-def lite() -> tuple[list[grid.Trial], dict[str, object]]:
+def lite() -> tuple[list[grid.Job], dict[str, object]]:
     """sweep=lite's trials, and each one's composed configuration (as its sweep trial composes it)."""
     cfg, plan = load(["sweep=lite"])
-    trials = grid.trials(cfg, plan)
+    trials = grid.jobs(cfg, plan)
     cfgs = {t.key: compose([*t.configuration.override_strings(), f"seed={t.seed}"]) for t in trials}
     assert all(config_hash(c) == key for key, c in cfgs.items())
     return trials, cfgs

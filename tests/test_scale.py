@@ -1,6 +1,6 @@
-"""The scale probe (python -m bench scale) end to end at 12 trials and 2 packs of ten: the real Tuner,
-MlflowWriter and `mlflow server`; every model stored once with every point. The 3,000-trial run is
-a benchmark (README, "The driver at 3,000 trials"), not a test."""
+"""The scale probe (python -m bench scale) end to end at 12 trials and 2 packs of ten: the sweep's
+production wiring (its record, the Tuner) and `mlflow server`; every model stored once with every point.
+The 3,000-trial run is a benchmark (README, "The driver at 3,000 trials"), not a test."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None
     assert [(r["models"], r["trials"], r["pack"]) for r in rows] == [(12, 12, "none"), (20, 2, "seeds")]
     per_model = REPORTS * len(interval_points(50))
     for r in rows:
-        assert r["errors"] == 0 and r["runs_stored"] == r["models"] and r["lost"] == 0
+        assert r["exit_code"] == 0 and r["runs_stored"] == r["models"] and r["lost"] == 0
         assert r["points_written"] == r["models"] * per_model  # none dropped, none twice
         assert r["cpu_s_per_trial"] > 0 and r["driver_rss_peak_mib"] >= r["driver_rss_start_mib"] > 0
     assert "MLflow server on sqlite" in done.stdout and lines[-1].split()[:3] == ["20", "2", "seeds"]

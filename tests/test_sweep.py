@@ -27,7 +27,7 @@ from mlflow.utils.mlflow_tags import (
 from support import ray_local
 from support.histories import check_histories, histories, point_counts
 from support.repo import REPO
-from support.sweeps import children, most_at_once, sweep_trials
+from support.sweeps import children, most_at_once, sweep_jobs
 
 from analysis.runs import load_runs
 from sweeper.rerun import main as rerun_main
@@ -67,10 +67,7 @@ def ray_session():
     """Ray's workers inherit the environment of ray.init: with it, the `bad` sub-grid's trials diverge at
     step 7."""
     bad = [
-        t.key
-        for sweep in (MIXED, PACKED)
-        for t in sweep_trials(sweep)
-        if t.configuration.subgrids == ("bad",)
+        t.key for sweep in (MIXED, PACKED) for t in sweep_jobs(sweep) if t.configuration.subgrids == ("bad",)
     ]
     with ray_local.own(num_cpus=2, env={NAN_AT_STEP: f"7@{','.join(bad)}"}):
         yield
@@ -101,7 +98,7 @@ def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd)
     assert "database is locked" not in out.out + out.err
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_trials(MIXED)
+    trials = sweep_jobs(MIXED)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert len({r.data.tags[MLFLOW_PARENT_RUN_ID] for r in runs}) == 1
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
@@ -236,7 +233,7 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in capfd.readouterr().out
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_trials(PACKED)
+    trials = sweep_jobs(PACKED)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(
         t.key for t in trials
     )  # one run per model
@@ -306,7 +303,7 @@ def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     assert "database is locked" not in out.out + out.err
     client = MlflowClient(tracking_uri=mlflow_server)
     runs = children(mlflow_server, "smoke")
-    trials = sweep_trials(smoke)
+    trials = sweep_jobs(smoke)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
     check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
     at_once = most_at_once(runs)

@@ -20,7 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.histories import check_histories
 from support.ray_nodes import RayNodes, peak_overlap, trial_spans
-from support.sweeps import children, sweep_trials, when
+from support.sweeps import children, sweep_jobs, when
 
 from sweeper.sweep import main
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
@@ -96,7 +96,7 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     assert peaks == {"head": 0, "a": AT_ONCE, "b": AT_ONCE}, peaks
 
     runs = children(uri, "smoke")
-    trials = sweep_trials(SWEEP)
+    trials = sweep_jobs(SWEEP)
     hashes = [r.data.tags[CONFIG_HASH] for r in runs]
     duplicates, lost = len(hashes) - len(set(hashes)), len({t.key for t in trials} - set(hashes))
     print(

@@ -18,7 +18,7 @@ from support.sweeps import (
     interrupted_runs,
     kill_group,
     start_sweep,
-    sweep_trials,
+    sweep_jobs,
     wait_for,
 )
 
@@ -42,7 +42,7 @@ def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:
 
 def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen) -> str:
     """The second driver refused, naming the first; or the first had finished and nothing was left to run."""
-    if second.returncode == exit_codes.CLAIMED:
+    if second.returncode == exit_codes.LOCKED:
         assert f"pid {first.pid}, started " in second.stderr, second.stderr
         return "refused"
     assert second.returncode == 0 and "4 of 4 trials already in MLflow; 0 to run" in second.stdout, (
@@ -54,7 +54,7 @@ def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen
 def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
     uri = sqlite_uri  # an existing store: two drivers creating one SQLite file at once race on its schema
     overrides = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
-    # Two started at once: both may create a parent run and claim it; one drives, the other refuses.
+    # Two started at once: both may create a parent run and lock it; one drives, the other refuses.
     a, b = (start_sweep(overrides, tmp_path / f"{name}.log") for name in "ab")
     try:
         wait_for(
@@ -62,7 +62,7 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
         )
         loser, first = (a, b) if a.poll() is not None else (b, a)
         log = tmp_path / ("a.log" if loser is a else "b.log")
-        assert loser.returncode == exit_codes.CLAIMED, log.read_text()[-3000:]
+        assert loser.returncode == exit_codes.LOCKED, log.read_text()[-3000:]
         assert f"pid {first.pid}, started " in log.read_text()
         seen = ["together: refused"]
         wait_for(lambda: interrupted_runs(uri), first, 300, "a trial checkpointed")
@@ -80,7 +80,7 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
         kill_group(b)
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_trials(SMOKE)
+    trials = sweep_jobs(SMOKE)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
@@ -89,7 +89,7 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
         for r in client.search_runs([experiment], f"tags.{SWEEP} = 'smoke'")
         if CONFIG_HASH not in r.data.tags
     ]
-    assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its claim released
+    assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its lock released
     points, duplicated, lost = point_counts(client, runs, [])
     print(
         f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {points}, "

@@ -2,7 +2,7 @@
 
 The sweep driver runs as a subprocess whose MLflow client gives up after one retry (MLflow's own
 environment variables): its window is a few seconds, so a server restart outlasts it and only the
-driver's own buffering (sweeper.outage) carries the sweep through; tracking.outage_s bounds that.
+driver's own buffering (sweeper.record, sweeper.outage) carries the sweep through; tracking.outage_s bounds that.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS
 from support.histories import point_counts
 from support.repo import REPO, subprocess_env
-from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
+from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_jobs, wait_for
 
 from tracking.names import (
     BEST_CHECKPOINT,
@@ -57,7 +57,7 @@ def check_store(uri: str, experiment: str, sweep: list[str], label: str) -> None
     """Every trial's run once, finished, with its checkpoints; every metric point once."""
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke", experiment)
-    trials = sweep_trials(sweep)
+    trials = sweep_jobs(sweep)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     for run in runs:  # no checkpoint lost

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from support.histories import point_counts
-from support.sweeps import children, most_at_once, sweep_trials
+from support.sweeps import children, most_at_once, sweep_jobs
 
 from analysis import report
 from sweeper.sweep import main
@@ -39,7 +39,7 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(
     ]
     assert main(overrides) == 0
     runs = children(pg_server.uri, "smoke", EXPERIMENT)
-    trials = sweep_trials(SWEEP)
+    trials = sweep_jobs(SWEEP)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     stored, duplicated, lost = point_counts(MlflowClient(tracking_uri=pg_server.uri), runs, [])

@@ -1,7 +1,7 @@
 """Exactly-once under a killed driver: SIGKILL the sweep's whole process group mid-sweep, start again.
 
 Solo through the MLflow server on PostgreSQL (the compose stack's), packed on a SQLite file. The restart
-also shows that the claim the killed driver left on the sweep (sweeper.claim) does not block it."""
+also shows that the lock the killed driver left on the sweep (sweeper.lock) does not block it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACKED
 from support.histories import check_histories
 from support.repo import REPO
-from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
+from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_jobs, wait_for
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
@@ -79,7 +79,7 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
         assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in second.stdout + second.stderr
 
     runs = children(uri, "smoke", experiment)
-    trials = sweep_trials([*SWEEP, *pack])
+    trials = sweep_jobs([*SWEEP, *pack])
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     for key, run in interrupted.items():

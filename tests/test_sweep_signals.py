@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACKED
 from support.histories import point_counts
 from support.repo import REPO
-from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_trials, wait_for
+from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_jobs, wait_for
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
@@ -81,7 +81,7 @@ def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_pat
     )
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
     runs = children(uri, "smoke")
-    trials = sweep_trials([*SWEEP, *pack])
+    trials = sweep_jobs([*SWEEP, *pack])
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     assert all(

@@ -36,7 +36,7 @@ CONFIGURATION = (
 EVALUATION_LINK = (
     "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
 )
-DRIVER = "sweep_driver"  # on a sweep's parent run: the driver running it (sweeper.claim), while it runs
+DRIVER = "sweep_driver"  # on a sweep's parent run: the driver running it (sweeper.lock), while it runs
 
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"
@@ -49,8 +49,9 @@ BEST_CHECKPOINT = "best.pt"
 LAST_CHECKPOINT = "last.pt"
 CURVE_ARTIFACT = "curves.png"
 
-# Outcome of a sweep trial the ASHA scheduler stopped early (MLflow status KILLED; not run again).
+# Outcome of a sweep's model the ASHA scheduler stopped early (MLflow status KILLED; not run again).
 STOPPED = "stopped"
+ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a model for good: a sweep never runs it again
 
 # The parent run of a sweep (sweeper.parent_run).
 COMMAND = "command"  # tag: the command line that (last) started the sweep
@@ -60,7 +61,7 @@ PLAN_TRIALS_ARTIFACT = "plan.csv"  # one row per trial: run name, configuration,
 SWEEP_ARTIFACT = "sweep.yaml"  # the sweep's definition (conf/sweep/ with the command line's overrides)
 REPORT_DIR = "report"  # analysis.report's figures, index.md and claims of the sweep
 PENDING = "pending"
-TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (FINISHED, DIVERGED, STOPPED, PENDING)}  # metrics
+TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (*ENDED, PENDING)}  # metrics
 # The sweep's summary, logged on its parent run by analysis.report (so that sweeps compare in the UI).
 MEDIAN_FINAL = (
     "median_val_rel_lloyd."  # + embedding: median over the sweep's finished runs of the final value

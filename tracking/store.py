@@ -1,6 +1,6 @@
 """The MLflow tracking store: the one module that opens it, finds experiments, searches and reads histories.
 
-Training (tracking.recorder), the sweep driver (sweeper.mlflow_callback), reruns and the analysis write and
+Training (tracking.recorder), the sweep driver (sweeper.record), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
   connect        fail fast, naming the URI, when the store cannot be reached or used; else a client
   explain        a SQLite error met later, as one line naming the store

@@ -87,12 +87,12 @@ def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, flo
 
 
 def check_histories(
-    client: MlflowClient, by_key: dict, trials: list[grid.Trial], base: list[str], packed: bool = False
+    client: MlflowClient, by_key: dict, jobs: list[grid.Job], base: list[str], packed: bool = False
 ) -> None:
     """Every metric point once (counted from the config) and equal to a local run of the same config and seed:
     exactly, or to 1e-5 for models trained in a pack (batched matmuls sum in another order)."""
-    runs = [[*base, *t.configuration.override_strings(), f"seed={t.seed}"] for t in trials]
-    for t, overrides, want in zip(trials, runs, local_histories(runs)):
+    runs = [[*base, *t.configuration.override_strings(), f"seed={t.seed}"] for t in jobs]
+    for t, overrides, want in zip(jobs, runs, local_histories(runs)):
         got = histories(client, by_key[t.key].info.run_id)
         assert {k: len(v) for k, v in got.items()} == expected_counts(compose(overrides)), t.name  # none lost
         if not packed:

@@ -42,9 +42,9 @@ def wait_for(predicate, proc: subprocess.Popen | None, timeout: float, what: str
         time.sleep(0.2)
 
 
-def sweep_trials(overrides: list[str]) -> list[grid.Trial]:
+def sweep_jobs(overrides: list[str]) -> list[grid.Job]:
     cfg, plan = load(overrides)
-    return grid.trials(cfg, plan)
+    return grid.jobs(cfg, plan)
 
 
 # ---- sweep drivers as subprocesses: started, signalled, killed ----

@@ -1,0 +1,197 @@
+"""The sweep driver as the single MLflow writer of its jobs' runs.
+
+Trials report what they record through Ray Tune (sweeper.trial.Recorded);
+MlflowWriter, called by the sweep's record (sweeper.record) on its writing
+thread, writes it: one child run per job under one parent run per sweep (a
+Tune trial trains one job, or a pack of them), one log_batch per job and
+report. So a SQLite store sees one writer and an HTTP server one client,
+whatever the concurrency.
+
+Exactly-once rests on two facts. The ledger (sweeper.ledger): a job whose run
+carries an outcome is not scheduled again. And deterministic training: a
+resumed trial replays the steps after its checkpoint exactly, so the writer
+drops every point at or below the run's last stored step for that metric,
+and nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from pyarrow.fs import LocalFileSystem
+from ray import tune
+
+from sweeper.ledger import STATUS, Ledger
+from sweeper.trial import Artifact, Recorded, RunStart
+from tracking import store
+from tracking.names import CONFIG_HASH, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP, TUNE_CHECKPOINT
+from training.run_tags import source_tags  # the driver's: it launched the sweep
+
+BATCH = 1000  # MLflow's limit of metrics per log_batch
+
+
+def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
+    """A location Checkpoint(...) opens again: a plain path on a (shared) file system, else a URI."""
+    if isinstance(checkpoint.filesystem, LocalFileSystem):
+        return checkpoint.path
+    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}"
+
+
+def _delete(checkpoint: tune.Checkpoint) -> None:
+    try:
+        checkpoint.filesystem.delete_dir(checkpoint.path)
+    except (OSError, FileNotFoundError):
+        pass  # already gone
+
+
+class MlflowWriter:
+    """Writes every job's report into its child run; runs in the driver only, on the record's thread.
+
+    Keys: a Tune trial's key (sweeper.trial.pack_key) names its jobs in `packs`;
+    everything else is keyed by job (config_hash), as the ledger is.
+    """
+
+    def __init__(
+        self,
+        client: MlflowClient,
+        experiment: str,
+        sweep: str,
+        parent_id: str,
+        jobs: dict[str, dict],
+        packs: dict[str, list[str]],
+        ledger: Ledger,
+    ) -> None:
+        self.client = client
+        self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
+        self.jobs, self.packs, self.unfinished = jobs, packs, dict(ledger.unfinished)
+        # job -> the checkpoint it would resume from; a checkpoint is deleted once no job holds it
+        self.held = {k: tune.Checkpoint(p) for k, p in ledger.resume_from.items() if k in jobs}
+        self.runs: dict[str, str] = {}  # job -> run id, opened in this session
+        self.logged: dict[str, dict[str, int]] = {}  # run id -> metric -> last stored step
+        self.outcomes: dict[str, str] = {}  # job -> outcome, once it ended
+        self.points_written = 0
+        self.retries = 0  # trials Tune restarted after a failure
+
+    def _run(self, key: str, start: RunStart | None) -> str:
+        """The job's run: opened once per session, continuing an unfinished one when there is one."""
+        if key in self.runs:
+            return self.runs[key]
+        job = self.jobs[key]
+        tags = {
+            SWEEP: self.sweep,
+            SUBGRIDS: ",".join(job["subgrids"]),
+            CONFIG_HASH: key,
+            SEED: str(job["seed"]),
+            MLFLOW_PARENT_RUN_ID: self.parent_id,
+            **(start.tags if start else {}),
+            **source_tags(),
+        }
+        if job.get("pack"):
+            tags[PACK] = job["pack"]
+        tags = {k: str(v) for k, v in tags.items()}
+        params = dict(start.params if start else {})
+        run_id = self.unfinished.get(key)
+        if run_id is None:  # created with its tags in one call: the ledger finds every run it left
+            run_id = self.client.create_run(self.experiment, run_name=job["name"], tags=tags).info.run_id
+            self.logged[run_id] = {}
+        else:  # continued: its stored points are skipped, its params kept (MLflow forbids changing one)
+            self.client.update_run(run_id, status="RUNNING")
+            run = self.client.get_run(run_id)
+            self.logged[run_id] = store.last_steps(self.client, run)
+            params = {k: v for k, v in params.items() if k not in run.data.params}
+        self.client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+        self.runs[key] = run_id
+        return run_id
+
+    def result(self, recorded: dict[str, Recorded]) -> None:
+        """A trial's report: what each of its jobs recorded since the last one."""
+        for key, job_recorded in recorded.items():
+            if job_recorded:
+                self._write(key, job_recorded)
+
+    def _write(self, key: str, recorded: Recorded) -> None:
+        """One job's part of a report: its points, tags and artifacts; its end when training ended it."""
+        run_id = self._run(key, recorded.start)
+        logged = self.logged[run_id]
+        points = []
+        for name, value, step, timestamp in recorded.points:
+            if step > logged.get(name, -1):
+                points.append(Metric(name, value, timestamp, step))
+                logged[name] = step
+        tags = [RunTag(k, str(v)) for k, v in recorded.tags.items()]
+        for i in range(0, max(len(points), 1), BATCH):
+            self.client.log_batch(run_id, metrics=points[i : i + BATCH], tags=tags if i == 0 else [])
+        self.points_written += len(points)
+        self._artifacts(run_id, recorded.artifacts)
+        if recorded.status is not None:  # training ended: the outcome tag came with this report's tags
+            self.client.set_terminated(run_id, recorded.status)
+            self.outcomes[key] = recorded.tags.get(OUTCOME, "")
+            self._release(key)
+
+    def _release(self, key: str) -> None:
+        """A job that ended needs no checkpoint to resume from (its last and best are its run's artifacts)."""
+        checkpoint = self.held.pop(key, None)
+        if checkpoint is not None and key in self.runs:
+            self.client.delete_tag(self.runs[key], TUNE_CHECKPOINT)
+        self._collect(checkpoint)
+
+    def _collect(self, checkpoint: tune.Checkpoint | None) -> None:
+        """Delete a checkpoint no job holds any more (a pack's is shared by its jobs)."""
+        if checkpoint is not None and all(c.path != checkpoint.path for c in self.held.values()):
+            _delete(checkpoint)
+
+    def _artifacts(self, run_id: str, artifacts: list[Artifact]) -> None:
+        if not artifacts:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            for folder, name, data in artifacts:
+                where = Path(tmp) / (folder or "")
+                where.mkdir(parents=True, exist_ok=True)
+                (where / name).write_bytes(data)
+            self.client.log_artifacts(run_id, tmp)
+
+    def checkpoint(self, pack: str, checkpoint: tune.Checkpoint) -> None:
+        """A trial's checkpoint, recorded after the points of the same report.
+
+        A restart then resumes from here and replays no unstored point; only then is the previous checkpoint
+        deleted (Tune's num_to_keep would force an experiment-state snapshot per checkpoint, and that state
+        is not what a restart relies on).
+        """
+        previous = []
+        for key in self.packs[pack]:
+            if key in self.runs and key not in self.outcomes:
+                self.client.set_tag(self.runs[key], TUNE_CHECKPOINT, checkpoint_uri(checkpoint))
+                previous.append(self.held.get(key))
+                self.held[key] = checkpoint
+        for old in [*previous, checkpoint]:  # the new one too: it may come after the trial's jobs ended
+            self._collect(old)
+
+    def complete(self, pack: str) -> None:
+        """A trial ended; its jobs still without an outcome were stopped by the scheduler."""
+        for key in self.packs[pack]:
+            if key in self.runs and key not in self.outcomes:
+                self.client.log_batch(self.runs[key], tags=[RunTag(OUTCOME, STOPPED)])
+                self.client.set_terminated(self.runs[key], STATUS[STOPPED])
+                self.outcomes[key] = STOPPED
+                self._release(key)
+
+    def recovered(self, pack: str) -> None:
+        self.retries += 1  # Tune restarts it from its last checkpoint; the writer drops replayed points
+
+    def failed(self, pack: str) -> None:
+        """Out of retries: the runs stay without an outcome, so the next start of the sweep tries again."""
+        for key in self.packs[pack]:
+            if key in self.runs and key not in self.outcomes:
+                self.client.set_terminated(self.runs[key], "FAILED")
+
+    def interrupted(self) -> list[str]:
+        """The runs of jobs that started here and have not ended."""
+        return [run_id for key, run_id in self.runs.items() if key not in self.outcomes]

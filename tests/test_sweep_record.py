@@ -1,0 +1,115 @@
+"""The sweep's record (sweeper.record.SweepRecord) on a real SQLite store: a sweep's start reads the store
+once, whatever it finds there; the lock reads it again only when another driver ran the sweep since; and
+Tune keeps nothing of the sweep's objects."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections import Counter
+
+from helpers import sweep_jobs
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from ray import cloudpickle  # what Tune pickles its state with
+
+from sweeper.record import SweepRecord
+from sweeper.stop import Halt
+from sweeper.trial import TRIAL, trial_dirname, trial_entry, trial_name
+from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, SWEEP, TUNE_CHECKPOINT
+
+SWEEP_NAME = "smoke"
+EXPERIMENT = "record"
+
+
+class CountingClient(MlflowClient):
+    """A real MlflowClient that counts its run searches (each page of tracking.store.search is one)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(tracking_uri=uri)
+        self.searches: list[str] = []
+
+    def search_runs(self, experiment_ids, filter_string="", *args, **kwargs):
+        self.searches.append(filter_string)
+        return super().search_runs(experiment_ids, filter_string, *args, **kwargs)
+
+
+def jobs_of(uri: str):
+    return sweep_jobs(
+        ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke}]", f"tracking.uri={uri}"]
+    )
+
+
+def open_record(uri: str) -> tuple[SweepRecord, CountingClient]:
+    client = CountingClient(uri)
+    return SweepRecord(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri), outage_s=5, client=client), client
+
+
+def test_a_sweep_start_reads_the_store_once(sqlite_uri):
+    jobs = jobs_of(sqlite_uri)
+    assert len(jobs) == 2
+    record, client = open_record(sqlite_uri)  # a new sweep: nothing stored yet
+    assert client.searches == [""]  # one search of the whole experiment
+    assert record.pending() == jobs and record.ledger.parent is None
+    with record.locked():
+        parent = record.parent_id
+    # A parent run made here: one more, narrow search for one that another driver made at the same moment.
+    assert len(client.searches) == 2 and "run_name" in client.searches[1]
+
+    # What an interrupted session leaves: one job finished, the other's run with a checkpoint, no outcome.
+    done, resumed = jobs
+    store = MlflowClient(sqlite_uri)
+    experiment = record.experiment
+    for job, tags in ((done, {OUTCOME: FINISHED}), (resumed, {TUNE_CHECKPOINT: "/ckpt/0001"})):
+        tags = {SWEEP: SWEEP_NAME, CONFIG_HASH: job.key, MLFLOW_PARENT_RUN_ID: parent, **tags}
+        run = store.create_run(experiment, run_name=job.name, tags=tags)
+        if OUTCOME in tags:
+            store.set_terminated(run.info.run_id, "FINISHED")
+        else:
+            unfinished = run.info.run_id
+    store.set_terminated(parent, "KILLED")
+
+    record, client = open_record(sqlite_uri)  # the restart
+    assert client.searches == [""]
+    assert record.ledger.parent.info.run_id == parent
+    assert record.ledger.done == {done.key} and record.pending() == [resumed]
+    assert record.ledger.unfinished == {resumed.key: unfinished}
+    assert record.ledger.resume_from == {resumed.key: "/ckpt/0001"}
+    assert record.ledger.earlier({j.key for j in jobs}) == Counter({FINISHED: 1})
+    with record.locked():
+        assert record.parent_id == parent
+    assert client.searches == [""]  # the lock found the parent as the read did: no second read
+
+
+def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(sqlite_uri):
+    first, _ = open_record(sqlite_uri)
+    with first.locked():
+        parent = first.parent_id
+    record, client = open_record(sqlite_uri)
+    # Another driver, between this one's read and its lock, ran the last job and finished the sweep.
+    job = record.jobs[0]
+    tags = {SWEEP: SWEEP_NAME, CONFIG_HASH: job.key, OUTCOME: FINISHED, MLFLOW_PARENT_RUN_ID: parent}
+    store = MlflowClient(sqlite_uri)
+    store.create_run(record.experiment, run_name=job.name, tags=tags)
+    store.set_terminated(parent, "FINISHED")
+    assert job in record.pending()
+    with record.locked():
+        assert job not in record.pending()
+    assert client.searches == ["", ""]
+
+
+def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
+    record, _ = open_record(sqlite_uri)
+    halt = Halt(record)
+    for obj in (record, halt):
+        assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue
+        assert copy.deepcopy(obj) is obj  # Tune's copy of its experiment spec: the same live object
+    # The name creators are functions of an importable module: pickled by reference, a few bytes.
+    for creator in (trial_name, trial_dirname):
+        assert pickle.loads(cloudpickle.dumps(creator)) is creator
+
+    class Trial:  # what the creators read of Tune's trial: its config (sweeper.sweep.param_space), its id
+        config = {TRIAL: trial_entry("pack-1", "smoke/x/2seeds")}
+        trial_id = "abc"
+
+    assert (trial_name(Trial), trial_dirname(Trial)) == ("smoke/x/2seeds", "pack-1-abc")
