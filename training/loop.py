@@ -214,7 +214,8 @@ class Run:
 
 
 def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
-    """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's run."""
+    """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's
+    run."""
     validate(cfg)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
     workdir = Path(workdir)
