@@ -41,7 +41,7 @@ from tracking.names import (
     SWEEP,
     TUNE_CHECKPOINT,
 )
-from training.run_tags import source_tags  # the driver's: it launched the sweep
+from tracking.run_tags import source_tags  # the driver's: it launched the sweep
 
 DONE = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good (a diverged one is not retried)
 STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", STOPPED: "KILLED"}  # MLflow run status per outcome

@@ -40,7 +40,7 @@ from tracking.names import (
     SWEEP_ARTIFACT,
     TRIAL_COUNTS,
 )
-from training.run_tags import source_tags
+from tracking.run_tags import source_tags
 
 ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a trial for good
 

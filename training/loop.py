@@ -48,11 +48,11 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 from tracking.recorder import Recorder, git_commit
+from tracking.run_tags import training_tags
 from training import checkpoint
 from training.checkpoint import CheckpointError
 from training.faults import crash_at_step, nan_at_step
 from training.fused import Pack
-from training.run_tags import training_tags
 
 OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
 OnRound = Callable[[int, dict[Path, dict]], None]  # train_models(): (step, {workdir: metrics}) per round
