@@ -1,5 +1,5 @@
-"""`python -m analysis.bench COMMAND ...`, the benchmarks' name in docs/science.md section 8: they live in bench/
-(`python -m bench`, `leaner-bench`); this keeps that public name working."""
+"""`python -m analysis.bench COMMAND ...`, the benchmarks' name in docs/science.md section 8: they live in
+bench/ (`python -m bench`, `leaner-bench`); this keeps that public name working."""
 
 import sys
 

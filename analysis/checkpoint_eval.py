@@ -43,15 +43,19 @@ from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking import store
-from tracking.names import BEST_CHECKPOINT, CHECKPOINT_DIR, LAST_CHECKPOINT, SEED
+from tracking.names import (
+    BEST_CHECKPOINT,
+    CHECKPOINT_DIR,
+    EVAL_KEY,
+    EVAL_OF,
+    EVALUATION,
+    LAST_CHECKPOINT,
+    RESULT_ARTIFACT,
+    SEED,
+)
+from tracking.run_tags import evaluation_link
 from training.loop import pick_device
-from training.run_tags import evaluation_link
 
-# Tags and the artifact of an evaluation run (they describe evaluation runs only, never training runs).
-EVAL_OF = "eval_of"
-EVALUATION = "evaluation"
-EVAL_KEY = "eval_key"
-RESULT_ARTIFACT = "evaluation.csv"
 VERSION = 1  # bump when an evaluation's definition changes: older cached results are then ignored
 
 METHODS = ("reembed", "naive", "attention")

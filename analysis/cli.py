@@ -24,7 +24,8 @@ OWN_DEFAULTS = {
     "figures": None,  # a list of figure names; all when null
     "out": "reports",  # the report goes to <out>/<experiment>/
     "select": {"sweep": None, "subgrid": None},  # only the runs of this sweep / sub-grid
-    "speed_json": "reports/speed_memory.json",  # `python -m bench speed_memory --out reports/speed_memory.json`
+    # written by `python -m bench speed_memory --out reports/speed_memory.json`
+    "speed_json": "reports/speed_memory.json",
     "eval": asdict(EvalSettings()),
 }
 # Sweeps whose sub-grid sizes say how complete a store is ("4/60 configurations found").

@@ -96,8 +96,8 @@ def tagged(runs: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def scope(runs: pd.DataFrame, subgrid: str, where: dict) -> pd.DataFrame:
-    """The runs tagged with `subgrid` whose config values lie in `where` (a value or a tuple of values per key):
-    never a fallback to other runs."""
+    """The runs tagged with `subgrid` whose config values lie in `where` (a value or a tuple of values per
+    key): never a fallback to other runs."""
     runs = tagged(runs, subgrid)
     for key, allowed in where.items():
         runs = (
@@ -113,7 +113,8 @@ def varying(runs: pd.DataFrame) -> list[str]:
 
 
 def narrow(runs: pd.DataFrame, keep: list[str], reference: dict = REFERENCE) -> pd.DataFrame:
-    """Fix every varying config key except `keep` at one value: the reference value, else the nearest, else the commonest."""
+    """Fix every varying config key except `keep` at one value: the reference value, else the nearest, else
+    the commonest."""
     for key in [k for k in reference if k in runs] + [k for k in varying(runs) if k not in reference]:
         if key in keep or runs[key].astype(str).nunique() <= 1:
             continue
@@ -182,7 +183,8 @@ def metric_curves(
 
 
 def lloyd_reference(curves: pd.DataFrame, level: float = 1.0) -> pd.DataFrame:
-    """Lloyd's as a flat black line at `level` (val_rel_lloyd is relative to one Lloyd step) in every panel."""
+    """Lloyd's as a flat black line at `level` (val_rel_lloyd is relative to one Lloyd step) in every
+    panel."""
     rows = []
     for panel, part in curves.groupby("panel", sort=False):
         for x in (part["x"].min(), part["x"].max()):
@@ -214,7 +216,8 @@ def evaluation_rows(
     """Evaluate every finished run (cached): its rows labelled panel, series, seed, step, value and `unit`.
 
     panel_of(table, run) -> Series of panel names for the rows of one run's evaluation table.
-    A model's series is '<series> <method>' when several methods are shown; Lloyd's is one black series per panel.
+    A model's series is '<series> <method>' when several methods are shown; Lloyd's is one black series per
+    panel.
     unit is what a row measures: a model row, the trained model (its configuration and seed); a Lloyd row,
     the tasks it ran on (the run's task keys but the one the evaluation replaces, the condition, the seed).
     """
@@ -253,7 +256,8 @@ def evaluation_rows(
 
 
 def count_once(rows: pd.DataFrame) -> pd.DataFrame:
-    """One value per (panel, series, seed, step, unit): Lloyd's once per seed and set of tasks, every model kept.
+    """One value per (panel, series, seed, step, unit): Lloyd's once per seed and set of tasks, every model
+    kept.
 
     Models of one seed share Lloyd's tasks, so Lloyd's counts once, while models trained on different
     configurations (e.g. on four families, tested in one panel) all count; a repeated (configuration, seed),
@@ -265,7 +269,8 @@ def count_once(rows: pd.DataFrame) -> pd.DataFrame:
 def eval_curves(
     ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series, methods: tuple[str, ...]
 ) -> pd.DataFrame:
-    """Evaluate every finished run (cached), then median/IQR across seeds per panel and series (evaluation_rows)."""
+    """Evaluate every finished run (cached), then median/IQR across seeds per panel and series
+    (evaluation_rows)."""
     per_seed = count_once(evaluation_rows(ctx, runs, name, panel_of, series, methods))
     curves = seed_band(per_seed, ["panel", "series"], "step", "value").rename(columns={"step": "x"})
     notes = _notes(runs, pd.Series("", index=runs.index), series).drop(columns="panel")

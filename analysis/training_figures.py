@@ -21,7 +21,8 @@ from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_R
 from training.loop import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
-# Sub-grid (docs/science.md section 6) -> the config key it varies: one ablation figure each, `ablation_<sub-grid>`.
+# Sub-grid (docs/science.md section 6) -> the config key it varies: one ablation figure each,
+# `ablation_<sub-grid>`.
 ABLATIONS = {
     "lr": "optim.lr",
     "points": "task.n",
@@ -101,7 +102,8 @@ def _ablation_runs(ctx: Context, subgrid: str) -> pd.DataFrame:
 
 
 def ablation(ctx: Context, subgrid: str) -> Figure:
-    """Final val_rel_lloyd against the sub-grid's axis: one panel per (d, tau), one series per embedding x regularizer.
+    """Final val_rel_lloyd against the sub-grid's axis: one panel per (d, tau), one series per embedding x
+    regularizer.
 
     The paper's ablation findings are differences between these series and panels (binary against onehot
     as k rises at d 4, tau 1; l2 against ne at tau 1 on gumbel and laplace; the lr minima at d 32), so
@@ -125,9 +127,9 @@ def ablation(ctx: Context, subgrid: str) -> Figure:
     )
     notes = [
         f"`{subgrid}` sub-grid: {ctx.coverage(subgrid)}",
-        f"each point: the median across seeds of the runs' final {VAL_REL_LLOYD}, bars the inter-quartile range; "
-        "below Lloyd's line (1) beats one Lloyd step; an x at a panel's top: some runs of that series diverged "
-        f"there (left out; counted in the `diverged` column of {name}.csv)",
+        f"each point: the median across seeds of the runs' final {VAL_REL_LLOYD}, bars the inter-quartile "
+        "range; below Lloyd's line (1) beats one Lloyd step; an x at a panel's top: some runs of that series "
+        f"diverged there (left out; counted in the `diverged` column of {name}.csv)",
     ]
     return Figure(name, data, list(runs["run_id"]), files, notes=notes)
 
@@ -193,8 +195,8 @@ def time_to_quality(ctx: Context) -> Figure:
     notes = [
         f"compute sub-grid: {ctx.coverage('compute')}",
         f"seconds per step (table step_seconds): measured for this figure on {device} with the runs' "
-        f"train.threads={threads}, the median of {STEP_ROUNDS} training steps (after one warm-up step) of a fresh "
-        "model at each series' configuration, the series of a panel timed alternately",
+        f"train.threads={threads}, the median of {STEP_ROUNDS} training steps (after one warm-up step) of a "
+        "fresh model at each series' configuration, the series of a panel timed alternately",
     ]
     return Figure(
         "time_to_quality", data, list(runs["run_id"]), files, tables={"step_seconds": seconds}, notes=notes

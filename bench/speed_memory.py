@@ -6,6 +6,7 @@ One task of n = max(task.n, 1024) points (k up to 1024 needs n >= k); `--quick` 
 from __future__ import annotations
 
 import statistics
+from functools import partial
 
 import torch
 from omegaconf import DictConfig
@@ -40,8 +41,8 @@ def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool) -> dict:
             }
             variants = {}
             for e, model in models.items():
-                variants[f"{e}_forward"] = lambda m=model: m(X, C)
-                variants[f"{e}_backward"] = lambda m=model: _backward(m, X, C, cfg)
+                variants[f"{e}_forward"] = partial(model, X, C)
+                variants[f"{e}_backward"] = partial(_backward, model, X, C, cfg)
             log(f"  d={d} k={k}")
             times = alternate(variants, repeats, device)
             row = {"d": d, "k": k}
@@ -53,7 +54,7 @@ def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool) -> dict:
                     "d_emb": embedding_dim(d, k, e),
                     "forward_seconds": forward,
                     "backward_seconds": backward,
-                    "peak_memory_bytes": peak_memory_bytes(lambda m=model: _backward(m, X, C, cfg), device),
+                    "peak_memory_bytes": peak_memory_bytes(partial(_backward, model, X, C, cfg), device),
                 }
             for what in ("forward_seconds", "backward_seconds", "peak_memory_bytes"):
                 row[f"onehot_over_binary_{what}"] = row["onehot"][what] / max(row["binary"][what], 1e-12)

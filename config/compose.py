@@ -40,7 +40,8 @@ def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictC
 
 
 def _no_sweep_to_none(cfg: DictConfig) -> None:
-    """sweep=none (conf/sweep/none.yaml, no keys) composes to a SweepConfig of missing values: make it None."""
+    """sweep=none (conf/sweep/none.yaml, no keys) composes to a SweepConfig of missing values: make it
+    None."""
     sweep = cfg.sweep
     if sweep is None or not OmegaConf.is_missing(sweep, "name"):
         return

@@ -206,8 +206,8 @@ def _refuse_overwritten(name: str, spec: dict, axes: dict[str, str], command_lin
             _fail(
                 name,
                 "sweep.baseline",
-                f"{key} on the command line would be overwritten: every sub-grid "
-                f"holds it at the baseline {axis}={format_value(value)}; set sweep.baseline.{axis}=... instead",
+                f"{key} on the command line would be overwritten: every sub-grid holds it at the baseline "
+                f"{axis}={format_value(value)}; set sweep.baseline.{axis}=... instead",
             )
 
 

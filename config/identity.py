@@ -109,7 +109,8 @@ def flat_params(cfg: DictConfig) -> dict[str, str]:
 
 def operational_values(cfg: DictConfig) -> dict[str, str]:
     """Where and how a run executes and records (tracking.*, cluster.*, train.device/resume/workdir), with
-    dotted keys: a run carries them as tags, so that with its params it holds every config value (docs/science.md section 8)."""
+    dotted keys: a run carries them as tags, so that with its params it holds every config value
+    (docs/science.md section 8)."""
     out = _formatted(
         {group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")}
     )

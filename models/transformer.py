@@ -21,7 +21,8 @@ Attend = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]  # (module na
 
 def layer_equation(attend: Attend, X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer above, the only place it is written; `attend` applies the module named cax, sax, cac or sac
-    (one model's module here, a batch of models' in training.packed, the plain reference in models.reference)."""
+    (one model's module here, a batch of models' in training.packed, the plain reference in
+    models.reference)."""
     X1 = X + attend("cax", X, C) + attend("sax", X, X)
     C1 = C + attend("cac", C, X1) + attend("sac", C, C)
     return X1, C1

@@ -37,7 +37,7 @@ from tracking.names import (
     SWEEP_ARTIFACT,
     TRIAL_COUNTS,
 )
-from training.run_tags import source_tags
+from tracking.run_tags import source_tags
 
 
 def name_of(sweep: str) -> str:

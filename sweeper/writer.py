@@ -29,7 +29,7 @@ from sweeper.ledger import STATUS, Ledger
 from sweeper.trial import Artifact, Recorded, RunStart
 from tracking import store
 from tracking.names import CONFIG_HASH, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP, TUNE_CHECKPOINT
-from training.run_tags import source_tags  # the driver's: it launched the sweep
+from tracking.run_tags import source_tags  # the driver's: it launched the sweep
 
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 

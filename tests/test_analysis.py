@@ -24,7 +24,7 @@ from support.repo import REPO
 
 from analysis import claims, report
 from analysis.aggregate import seed_band
-from analysis.checkpoint_eval import EVAL_OF, EvalSettings, fresh_tasks, load_model, spec_of, trajectories
+from analysis.checkpoint_eval import EvalSettings, fresh_tasks, load_model, spec_of, trajectories
 from analysis.cli import expected_sizes
 from analysis.context import Context
 from analysis.figures import FIGURES
@@ -35,7 +35,7 @@ from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
-from tracking.names import EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
+from tracking.names import EVAL_OF, EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
 from tracking.recorder import MlflowRecorder
 from training.loop import train
 

@@ -37,6 +37,10 @@ EVALUATION_LINK = (
     "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
 )
 DRIVER = "sweep_driver"  # on a sweep's parent run: the driver running it (sweeper.lock), while it runs
+# Tags of an evaluation run (analysis.checkpoint_eval): they describe evaluation runs, never training runs.
+EVAL_OF = "eval_of"  # the id of the training run evaluated
+EVALUATION = "evaluation"  # the evaluation's name
+EVAL_KEY = "eval_key"  # hash of (version, name, training run, settings): the key a cached result is found by
 
 # Outcomes (values of the OUTCOME tag).
 FINISHED = "finished"
@@ -48,6 +52,7 @@ CHECKPOINT_DIR = "checkpoints"  # holds BEST_CHECKPOINT and LAST_CHECKPOINT
 BEST_CHECKPOINT = "best.pt"
 LAST_CHECKPOINT = "last.pt"
 CURVE_ARTIFACT = "curves.png"
+RESULT_ARTIFACT = "evaluation.csv"  # an evaluation run's result table (analysis.checkpoint_eval)
 
 # Outcome of a sweep's model the ASHA scheduler stopped early (MLflow status KILLED; not run again).
 STOPPED = "stopped"

@@ -53,7 +53,8 @@ def save(state: dict, path: Path) -> None:
 
 
 def load(path: Path) -> dict:
-    """The checkpoint at path; CheckpointError naming the file when it is missing, damaged or something else."""
+    """The checkpoint at path; CheckpointError naming the file when it is missing, damaged or something
+    else."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for a damaged file

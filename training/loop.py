@@ -48,11 +48,11 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 from tracking.recorder import Recorder, git_commit
+from tracking.run_tags import training_tags
 from training import checkpoint
 from training.checkpoint import CheckpointError
 from training.faults import crash_at_step, nan_at_step
 from training.fused import Pack
-from training.run_tags import training_tags
 
 OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
 OnRound = Callable[[int, dict[Path, dict]], None]  # train_models(): (step, {workdir: metrics}) per round
@@ -214,7 +214,8 @@ class Run:
 
 
 def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
-    """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's run."""
+    """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's
+    run."""
     validate(cfg)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
     workdir = Path(workdir)

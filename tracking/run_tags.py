@@ -49,8 +49,8 @@ def description(cfg: DictConfig) -> str:
         f"One-layer clustering transformer, **{m.embedding}** token embedding (gamma {m.gamma:g}, dropout "
         f"{m.dropout:g}), trained on the **{loss.regularizer}**-regularised min at **tau {loss.tau:g}**: "
         f"{tr.steps} Adam steps at lr {opt.lr:g}, batches of {tr.batch} tasks. Tasks: {t.n} points from "
-        f"mixtures of **k={t.k} {t.family}** components in **d={t.d}** (scale {t.scale:g}, {weights} weights, "
-        f"{scales} scales), {t.init} initial centers. Seed {cfg.seed}."
+        f"mixtures of **k={t.k} {t.family}** components in **d={t.d}** (scale {t.scale:g}, {weights} "
+        f"weights, {scales} scales), {t.init} initial centers. Seed {cfg.seed}."
     )
 
 
@@ -77,6 +77,6 @@ def _source() -> tuple[tuple[str, str], ...]:
 
 
 def evaluation_link(name: str, evaluation_run_id: str) -> tuple[str, str]:
-    """The tag (key, value) a training run gets for its evaluation `name` (analysis.checkpoint_eval): the way from
-    the run to the evaluation, which links back with its eval_of tag."""
+    """The tag (key, value) a training run gets for its evaluation `name` (analysis.checkpoint_eval): the way
+    from the run to the evaluation, which links back with its eval_of tag."""
     return EVALUATION_LINK + name, evaluation_run_id
