@@ -19,7 +19,8 @@ from ray.tune.schedulers import FIFOScheduler
 
 
 class LiveFifo(FIFOScheduler):
-    """FIFOScheduler's choice (the first pending trial, else the first paused one) from the live trials only."""
+    """FIFOScheduler's choice (the first pending trial, else the first paused one) from the live trials
+    only."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -79,16 +79,17 @@ class PatientClient:
         if self.down_since is None:
             self.down_since, self.outages = now, self.outages + 1
             print(
-                f"tracking: MLflow server {self.uri} unreachable ({type(err).__name__}); trials keep training, "
-                f"{self.waiting()} writes wait and are retried for up to tracking.outage_s={self.outage_s:g} s",
+                f"tracking: MLflow server {self.uri} unreachable ({type(err).__name__}); trials keep "
+                f"training, {self.waiting()} writes wait and are retried for up to "
+                f"tracking.outage_s={self.outage_s:g} s",
                 flush=True,
             )
         elif now - self.down_since > self.outage_s:
             raise TrackingOutage(
                 f"MLflow server {self.uri} unreachable for {now - self.down_since:.0f} s (tracking.outage_s="
-                f"{self.outage_s:g}): the sweep driver stops. What was written before the outage is stored; once "
-                "the server is back, start the same command again: finished trials are skipped, the others "
-                "resume from their last recorded checkpoint"
+                f"{self.outage_s:g}): the sweep driver stops. What was written before the outage is stored; "
+                "once the server is back, start the same command again: finished trials are skipped, the "
+                "others resume from their last recorded checkpoint"
             ) from None
 
     def _up(self) -> None:

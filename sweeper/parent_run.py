@@ -89,7 +89,8 @@ def describe(plan: Plan, command: str) -> str:
         f"Sweep **{plan.name}**: {plan.summary()}; sub-grids {subgrids}. Started with `{command}`.\n\n"
         f"Its trials are the child runs: group them by the `configuration` tag to see each configuration's "
         f"seeds together. Metrics {', '.join(f'`{m}`' for m in TRIAL_COUNTS.values())} count the trials as "
-        f"they end. Artifacts: `{PLAN_ARTIFACT}`, `{PLAN_TRIALS_ARTIFACT}`, `{SWEEP_ARTIFACT}`, and `{REPORT_DIR}/` "
+        f"they end. Artifacts: `{PLAN_ARTIFACT}`, `{PLAN_TRIALS_ARTIFACT}`, `{SWEEP_ARTIFACT}`, "
+        f"and `{REPORT_DIR}/` "
         f"once `python -m analysis.report select.sweep={plan.name}` has run."
     )
 

@@ -38,7 +38,8 @@ class NoSuchRun(LookupError):
 
 
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:
-    """Train run_id's configuration again as a new run; return (original's tags, its final value, new result)."""
+    """Train run_id's configuration again as a new run; return (original's tags, its final value, new
+    result)."""
     client = connect(uri)
     try:
         original = client.get_run(run_id)
@@ -108,7 +109,7 @@ def main(argv: list[str]) -> int:
         print("equal" if before == after else f"differ by {abs(after - before):.3g}")
     if PACK in tags:
         print(
-            f"the original trained in pack {tags[PACK]} (cluster.pack=seeds): trained alone it matches to about "
+            f"the original trained in pack {tags[PACK]}: trained alone it matches to about "
             "1e-5 with model.dropout=0, and only in distribution with dropout > 0"
         )
     return exit_codes.DIVERGED if result.outcome == DIVERGED else exit_codes.OK

@@ -48,7 +48,8 @@ class Halt(DriverOnly, Stopper):
 
     @contextlib.contextmanager
     def on_signals(self):
-        """Catch SIGINT and SIGTERM while the sweep runs (only the main thread can; a caller's thread keeps its own)."""
+        """Catch SIGINT and SIGTERM while the sweep runs (only the main thread can; a caller's thread keeps
+        its own)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -62,13 +63,15 @@ class Halt(DriverOnly, Stopper):
 
 
 def stopped(sweep: str, overrides: list[str], record: SweepRecord, applied: bool, signum: int) -> int:
-    """After a signal: the runs still training are KILLED, without an outcome; returns the exit code 128 + signum."""
+    """After a signal: the runs still training are KILLED, without an outcome; returns the exit code
+    128 + signum."""
     interrupted = record.kill() if applied else record.writer.interrupted()
     command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *overrides])
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
     print(
-        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(record.writer.outcomes)} trials ended "
-        f"here, {len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same command:\n"
+        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(record.writer.outcomes)} trials "
+        f"ended here, {len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same "
+        "command:\n"
         f"  {command}",
         flush=True,
     )

@@ -8,10 +8,10 @@ import copy
 import pickle
 from collections import Counter
 
-from helpers import sweep_jobs
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from ray import cloudpickle  # what Tune pickles its state with
+from support.sweeps import sweep_jobs
 
 from sweeper.record import SweepRecord
 from sweeper.stop import Halt
