@@ -64,8 +64,8 @@ def compiled(forward: Callable, mode: str) -> Callable:
     dropout 0 and lost 23% / 4% / 4% at dropout 0.01, after 20-30 s of
     compiling per new pack size (warm cache; minutes cold). cudagraphs
     (inductor plus CUDA graphs) targets GPUs, where tiny models wait on kernel
-    launches. Compiled kernels
-    round differently, so the mode is part of the configuration.
+    launches. Compiled kernels round differently, so the mode is part of the
+    configuration.
     """
     if mode == "off":
         return forward
