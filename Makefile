@@ -22,6 +22,7 @@ install: $(STAMP)
 # instance, MLflow in ./mlflow.db), then every figure and table it supports under reports/.
 demo: $(STAMP)
 	$(PY) -m sweeper.sweep sweep=demo
+	$(PY) -m bench step_seconds sweep=demo --out reports/step_seconds.json
 	$(PY) -m analysis.report select.sweep=demo eval.batches=1 eval.threads=2 'eval.lengths=[128,256,1024]'
 
 # The paper's sub-grids at laptop scale (conf/sweep/lite.yaml): sweep, benchmark, report and
@@ -33,10 +34,11 @@ LITE_OUT := reports/leaner-clustering-lite
 # a pack of 10 trains 1.4x the model-steps per second of one model alone. LITE_PACK=none: one model a trial.
 LITE_PACK ?= shapes
 # The probes' default of 4 batches of 32 fresh tasks per condition and seed (128, as the report); both cores.
-LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json eval.threads=2
+LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json step_json=$(LITE_OUT)/step_seconds.json eval.threads=2
 reproduce: $(STAMP)
 	$(PY) -m sweeper.sweep sweep=lite $(LITE) cluster.pack=$(LITE_PACK)
 	$(PY) -m bench speed_memory --quick --repeats 3 --out $(LITE_OUT)/speed_memory.json
+	$(PY) -m bench step_seconds sweep=lite --repeats 3 --out $(LITE_OUT)/step_seconds.json
 	$(PY) -m analysis.report select.sweep=lite $(LITE) $(LITE_EVAL)
 	$(PY) -m analysis.claims select.sweep=lite $(LITE) $(LITE_EVAL)
 

@@ -34,8 +34,10 @@ import pandas as pd
 import torch
 from mlflow.artifacts import download_artifacts
 from mlflow.entities import Param
+from omegaconf import OmegaConf
 
 from analysis.aggregate import task_mean_log
+from config.compose import compose
 from config.schema import ConfigError
 from models.embedding import embed
 from models.lloyd import lloyd_step
@@ -79,23 +81,33 @@ LENGTH_RATIOS = (0.25, 0.5, 2.0, 4.0)
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Sizes of the evaluations and the checkpoint they load, set by the report's `eval.*` overrides
-    (tests use small ones). All but device, threads and max_elements are part of a cached result's key
-    (Evaluator.key)."""
+    """Sizes of the evaluations and the checkpoint they load: the report's `eval.*` keys, whose defaults and
+    meanings live in conf/report/default.yaml (`configured`; tests use small ones). All but device,
+    threads and max_elements are part of a cached result's key (Evaluator.key)."""
 
-    seed: int = 20261129  # fixes every evaluation task stream
-    batches: int = 4  # task batches per condition and seed
-    batch: int = 32  # tasks per batch
-    steps: int = 20  # T, re-applications of the model
-    inits: tuple[str, ...] = ("random", "kmeans++", "gonzalez")
-    lengths: tuple[int, ...] = ()  # empty: each run's task.n x LENGTH_RATIOS; else these n for every run
-    dissimilarity_tasks: int = 4  # tasks per family in the task-dissimilarity map (the paper: 4, and 16)
-    surface_points: int = 21  # loss-surface grid points per direction
-    surface_span: float = 1.0  # the grid covers [-span, span]^2 in units of the filter-normalised directions
-    device: str = "auto"  # auto: CUDA when present
-    threads: int = 1  # CPU threads while evaluating: the models are tiny, more threads mostly add contention
-    max_elements: int = 2**26  # tasks per forward are cut so B*n*n stays below this
-    checkpoint: str = "last"  # last | best: which of a run's checkpoints the probes load (CHECKPOINTS)
+    seed: int
+    batches: int
+    batch: int
+    steps: int
+    inits: tuple[str, ...]
+    lengths: tuple[int, ...]  # empty: each run's task.n x LENGTH_RATIOS; else these n for every run
+    dissimilarity_tasks: int
+    surface_points: int
+    surface_span: float
+    device: str
+    threads: int
+    max_elements: int
+    checkpoint: str  # a key of CHECKPOINTS
+
+    @classmethod
+    def of(cls, values: dict) -> "EvalSettings":
+        """From the composed `eval` node (lists become tuples: the settings are hashed and frozen)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    @classmethod
+    def configured(cls, **changes: object) -> "EvalSettings":
+        """conf/report's defaults with `changes`, as the report composes them."""
+        return cls.of(OmegaConf.to_container(compose([], config_name="analysis").eval) | changes)
 
     def __post_init__(self) -> None:
         if self.checkpoint not in CHECKPOINTS:
@@ -325,6 +337,7 @@ class Evaluator:
         self.client = store.connect(uri, write=False)
         self.store_results = store.writable(uri)  # a read-only store: cached under reports/ only
         self._logged: dict[str, str] | None = None
+        self._read: dict[Path, pd.DataFrame] = {}  # tables this report already has: the claims reuse them
         cache_dir.mkdir(parents=True, exist_ok=True)
 
     def key(self, name: str, run_id: str) -> str:
@@ -337,6 +350,11 @@ class Evaluator:
     def __call__(self, name: str, run: pd.Series) -> pd.DataFrame:
         key = self.key(name, run["run_id"])
         local = self.cache_dir / f"{name}-{key}.csv"
+        if local not in self._read:
+            self._read[local] = self._table(name, key, local, run)
+        return self._read[local].copy()  # callers add columns to theirs
+
+    def _table(self, name: str, key: str, local: Path, run: pd.Series) -> pd.DataFrame:
         if local.exists():
             return pd.read_csv(local)
         if key in self.logged():

@@ -41,8 +41,8 @@ import pandas as pd
 from analysis.checkpoint_eval import LLOYD_METHOD, SHIFTS
 from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context, count_once, evaluation_rows, scope, series_labels, varying
-from analysis.eval_figures import PROBES, task_dissimilarity
-from analysis.plot import MissingInput
+from analysis.eval_figures import PROBES, dissimilarity
+from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD, short
 from config.compose import compose
@@ -926,7 +926,12 @@ def _speed_rows(path: Path | None) -> list[dict] | None:
     return json.loads(path.read_text()).get("rows", []) if path is not None and path.exists() else None
 
 
-def evidence(ctx: Context) -> Evidence:
+def evidence(ctx: Context, drawn: dict[str, Figure] | None = None) -> Evidence:
+    """The claims' inputs from ctx; `drawn` (figure name -> Figure) holds what the report already drew, which
+    is reused rather than computed again."""
+    drawn = drawn or {}
+    figure = drawn.get("task_dissimilarity")
+    blocks = figure.tables["family_blocks"] if figure is not None else dissimilarity(ctx)[4]
     return Evidence(
         ctx.runs,
         paper_grid(),
@@ -935,13 +940,14 @@ def evidence(ctx: Context) -> Evidence:
         _history(ctx),
         _speed_rows(ctx.speed_json),
         f"{ctx.speed_json} (`python -m bench speed_memory --out FILE`, then speed_json=FILE)",
-        task_dissimilarity(ctx).tables["family_blocks"],
+        blocks,
     )
 
 
-def check(ctx: Context) -> list[Claim]:
-    """Every claim of docs/science.md section 7.1 against ctx's store, in order, then the ones beyond it."""
-    found = evidence(ctx)
+def check(ctx: Context, drawn: dict[str, Figure] | None = None) -> list[Claim]:
+    """Every claim of docs/science.md section 7.1 against ctx's store, in order, then the ones beyond it;
+    `drawn`: the figures the report drew, whose data the claims reuse (see `evidence`)."""
+    found = evidence(ctx, drawn)
     return [judge(record, found) for record in CLAIMS]
 
 

@@ -1,14 +1,13 @@
 """Command-line settings shared by `analysis.report` and `analysis.claims`.
 
-Overrides are Hydra-style `key=value`: `tracking.*` composes through the
-training config (conf/tracking, the one place its defaults live, $MLFLOW_TRACKING_URI and
-$MLFLOW_EXPERIMENT_NAME included); the rest are the analysis' own keys below. An unknown key
-fails before any work (ConfigError, exit code 2), naming the key and the allowed ones.
+Overrides are Hydra-style `key=value` on conf/analysis.yaml: `tracking.*` from conf/tracking (as for
+training, $MLFLOW_TRACKING_URI and $MLFLOW_EXPERIMENT_NAME included), the rest from conf/report, the one
+place their defaults live. An unknown key fails before any work (ConfigError, exit code 2), naming the
+key and the allowed ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -20,45 +19,30 @@ from config.compose import compose
 from config.grid import expand
 from config.schema import ConfigError
 
-OWN_DEFAULTS = {
-    "figures": None,  # a list of figure names; all when null
-    "out": "reports",  # the report goes to <out>/<experiment>/
-    "select": {"sweep": None, "subgrid": None},  # only the runs of this sweep / sub-grid
-    # written by `python -m bench speed_memory --out reports/speed_memory.json`
-    "speed_json": "reports/speed_memory.json",
-    "eval": asdict(EvalSettings()),
-}
+ANALYSIS = "analysis"  # conf/analysis.yaml
 # Sweeps whose sub-grid sizes say how complete a store is ("4/60 configurations found").
 REFERENCE_SWEEPS = ("paper", "points")
 
 
 def parse(argv: list[str]) -> tuple[dict, object]:
     """(analysis settings, tracking config) from the overrides."""
-    tracking_args = [a for a in argv if a.startswith("tracking.")]
-    own_args = [a for a in argv if not a.startswith("tracking.")]
-    for arg in own_args:
-        key = arg.split("=", 1)[0]
-        if "=" not in arg or not _known(key):
-            raise ConfigError(
-                f"unknown argument {arg!r}: allowed keys are tracking.uri, tracking.experiment, "
-                f"{', '.join(_allowed())}"
-            )
-    own = OmegaConf.merge(OmegaConf.create(OWN_DEFAULTS), OmegaConf.from_dotlist(own_args))
-    own = OmegaConf.to_container(own, resolve=True)
-    tracking = compose(tracking_args).tracking
-    return own, tracking
+    cfg = compose(argv, config_name=ANALYSIS)
+    own = OmegaConf.to_container(cfg, resolve=True)
+    del own["tracking"]
+    return own, cfg.tracking
 
 
 def options_help(figures: list[str] = ()) -> str:
     """--help's list of the keys report and claims take, with their defaults (and the figures to choose)."""
+    own, _ = parse([])
     flat = {}
-    for key, value in OWN_DEFAULTS.items():
+    for key, value in own.items():
         if isinstance(value, dict):
             flat.update({f"{key}.{sub}": default for sub, default in value.items()})
         elif key != "figures" or figures:
             flat[key] = value
     lines = [
-        "Options (key=value, default after the =):",
+        "Options (key=value, default after the =; conf/report/default.yaml):",
         "  tracking.uri, tracking.experiment: the store and experiment (README: Configuration reference;",
         "    $MLFLOW_TRACKING_URI and $MLFLOW_EXPERIMENT_NAME when set)",
         "  select.sweep, select.subgrid: only the runs of that sweep / sub-grid",
@@ -78,25 +62,6 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-def _allowed() -> list[str]:
-    out = []
-    for key, value in OWN_DEFAULTS.items():
-        out += [f"{key}.{sub}" for sub in value] if isinstance(value, dict) else [key]
-    return out
-
-
-def _known(key: str) -> bool:
-    return key in _allowed()
-
-
-def eval_settings(own: dict) -> EvalSettings:
-    values = dict(own["eval"])
-    for f in fields(EvalSettings):
-        if isinstance(getattr(EvalSettings(), f.name), tuple):
-            values[f.name] = tuple(values[f.name])
-    return EvalSettings(**values)
-
-
 def expected_sizes() -> dict[str, int]:
     """Sub-grid name -> number of configurations, from conf/sweep (the one place the grid is written)."""
     sizes: dict[str, int] = {}
@@ -107,18 +72,14 @@ def expected_sizes() -> dict[str, int]:
 
 
 def job_config(argv: list[str]) -> str:
-    """`--cfg job`: the analysis settings and the tracking config the overrides compose to."""
-    own, tracking = parse(argv)
-    return OmegaConf.to_yaml({**own, "tracking": OmegaConf.to_container(tracking, resolve=True)})
+    """`--cfg job`: the analysis config (tracking and the report's keys) the overrides compose to."""
+    return OmegaConf.to_yaml(OmegaConf.to_container(compose(argv, config_name=ANALYSIS), resolve=True))
 
 
 def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dict]:
     """Parse, load the runs and build the Context; bad input raises ConfigError, an empty store NoRuns."""
     own, tracking = parse(argv)
-    try:
-        settings = eval_settings(own)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None
+    settings = EvalSettings.of(own["eval"])
     unknown = [name for name in own["figures"] or [] if name not in figures]
     if unknown:
         raise ConfigError(
@@ -138,9 +99,9 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
             f"Every figure needs training runs with checkpoints and metrics (train_loss, "
             f"val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}"
         )
-    speed = Path(own["speed_json"]) if own["speed_json"] else None
+    benchmarks = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
     out_dir = Path(own["out"]) / experiment
-    ctx = Context.build(uri, experiment, runs, settings, out_dir, speed_json=speed, expected=expected_sizes())
+    ctx = Context.build(uri, experiment, runs, settings, out_dir, expected=expected_sizes(), **benchmarks)
     return ctx, own
 
 

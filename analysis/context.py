@@ -49,7 +49,8 @@ class Context:
     evaluator: Evaluator
     settings: EvalSettings
     out_dir: Path
-    speed_json: Path | None = None
+    speed_json: Path | None = None  # `python -m bench speed_memory --out FILE`
+    step_json: Path | None = None  # `python -m bench step_seconds --out FILE`
     expected: dict[str, int] = field(default_factory=dict)  # sub-grid -> configurations the paper grid has
     _histories: pd.DataFrame | None = None
 

@@ -175,9 +175,10 @@ def table1(data: pd.DataFrame, steps: int) -> pd.DataFrame:
     )
 
 
-def task_dissimilarity(ctx: Context) -> Figure:
+def dissimilarity(ctx: Context) -> tuple[TaskSpec, list[str], np.ndarray, pd.DataFrame, pd.DataFrame]:
     """Pairwise earth-mover distances between tasks' distributions of squared point-to-initial-center
-    distances."""
+    distances: (task spec, task names, distance matrix, long table, family-block means). No drawing, so
+    the claims compute it alone (`python -m analysis.claims`) without touching the report's figure."""
     spec = _dissimilarity_spec(ctx)
     per_family = ctx.settings.dissimilarity_tasks
     names, samples = [], []
@@ -214,6 +215,13 @@ def task_dissimilarity(ctx: Context) -> Figure:
         .unstack()
         .loc[list(FAMILIES), list(FAMILIES)]
     )
+    return spec, names, matrix, data, blocks.reset_index()
+
+
+def task_dissimilarity(ctx: Context) -> Figure:
+    """The dissimilarity map (`dissimilarity`) drawn as a heatmap, its family blocks as a table."""
+    spec, names, matrix, data, blocks = dissimilarity(ctx)
+    per_family = ctx.settings.dissimilarity_tasks
     files = draw_heatmap(
         matrix,
         names,
@@ -226,7 +234,7 @@ def task_dissimilarity(ctx: Context) -> Figure:
         data,
         [],
         files,
-        tables={"family_blocks": blocks.reset_index()},
+        tables={"family_blocks": blocks},
         notes=[f"{per_family} tasks per family, n={spec.n}, d={spec.d}, k={spec.k}"],
     )
 

@@ -4,21 +4,15 @@ speed/memory from the benchmark."""
 from __future__ import annotations
 
 import json
-import statistics
+from pathlib import Path
 
 import pandas as pd
-import torch
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
 from analysis.context import Context, lloyd_reference, metric_curves, narrow, series_labels, varying
 from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
 from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
-from bench.common import alternate
-from config.compose import compose
-from config.identity import run_overrides
-from tracking import store
 from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
-from training.loop import Trainer
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
 # Sub-grid (docs/science.md section 6) -> the config key it varies: one ablation figure each,
@@ -35,7 +29,6 @@ SERIES = [
     "model.embedding",
     "loss.regularizer",
 ]  # convergence's and the ablations' series: colour, line style
-STEP_ROUNDS = 5  # time_to_quality: timed training steps per series
 
 
 def _panel(runs: pd.DataFrame, keys: list[str], prefix: str = "") -> pd.Series:
@@ -163,8 +156,9 @@ def lr_curves(ctx: Context) -> Figure:
 def time_to_quality(ctx: Context) -> Figure:
     """val_rel_lloyd against training seconds, onehot vs binary, per (d, k).
 
-    The x axis is step x the model's own seconds per training step (step_seconds), not the trial's
-    wall-clock, which also counts validation, checkpointing and the other models of a pack.
+    The x axis is step x the model's own seconds per training step, read from `python -m bench
+    step_seconds` JSON (step_json=), not the trial's wall-clock, which also counts validation,
+    checkpointing and the other models of a pack; nothing is timed while drawing.
     """
     pool = ctx.subgrid("compute")
     runs = narrow(
@@ -177,7 +171,8 @@ def time_to_quality(ctx: Context) -> Figure:
     runs = runs.sort_values(["task.d", "task.k"], kind="stable")  # panel order
     series, styles = series_labels(runs, ["model.embedding"])
     panel = _panel(runs, ["task.d", "task.k"])
-    seconds = step_seconds(ctx, runs, panel, series)
+    measured = _step_benchmark(ctx.step_json)
+    seconds = step_seconds(measured, runs, panel, series, ctx.step_json)
     curves = metric_curves(ctx, runs, VAL_REL_LLOYD, panel, series).merge(seconds, on=["panel", "series"])
     curves["x"] = curves["x"] * curves.pop("seconds_per_step")
     data = lloyd_reference(curves[CURVE_COLUMNS])
@@ -191,44 +186,58 @@ def time_to_quality(ctx: Context) -> Figure:
         logy=True,
         panels=list(dict.fromkeys(panel)),
     )
-    device, threads = ctx.settings.torch_device(), int(runs["train.threads"].iloc[0])
     notes = [
         f"compute sub-grid: {ctx.coverage('compute')}",
-        f"seconds per step (table step_seconds): measured for this figure on {device} with the runs' "
-        f"train.threads={threads}, the median of {STEP_ROUNDS} training steps (after one warm-up step) of a "
-        "fresh model at each series' configuration, the series of a panel timed alternately",
+        f"seconds per step (table step_seconds): from {ctx.step_json} (`python -m bench step_seconds`, "
+        f"sweep {measured.get('sweep')}), measured on {measured.get('device')} with "
+        f"{measured.get('threads')} threads, the median of {measured.get('rounds')} training steps "
+        "(after one warm-up step) of a fresh model at each series' shape, the shapes timed alternately",
     ]
     return Figure(
         "time_to_quality", data, list(runs["run_id"]), files, tables={"step_seconds": seconds}, notes=notes
     )
 
 
-def step_seconds(ctx: Context, runs: pd.DataFrame, panel: pd.Series, series: pd.Series) -> pd.DataFrame:
-    """Seconds per training step (training.loop.Trainer.step) of each panel's series, timed round robin.
+def _how_to_write(path: Path | None) -> str:
+    return f"write it with `python -m bench step_seconds sweep=NAME --out {path}` (NAME: the runs' sweep)"
 
-    Each series is timed at the configuration of its first run (its params in MLflow), on the evaluation
-    device and with the training's thread count; the step time depends on shapes, not on seeds or tau.
-    """
-    client, device = store.connect(ctx.uri, write=False), ctx.settings.torch_device()
+
+def _step_benchmark(path: Path | None) -> dict:
+    if path is None or not path.exists():
+        raise MissingInput(
+            f"time_to_quality: needs the step-time benchmark's JSON ({path}); {_how_to_write(path)}"
+        )
+    return json.loads(path.read_text())
+
+
+def step_seconds(
+    measured: dict, runs: pd.DataFrame, panel: pd.Series, series: pd.Series, path: Path | None
+) -> pd.DataFrame:
+    """Seconds per training step of each panel's series: the benchmark row whose shape is that of the
+    series' first run (every key the row names, equal)."""
     firsts = runs.assign(panel=panel, series=series).drop_duplicates(["panel", "series"])
-    rows, threads = [], torch.get_num_threads()
-    try:
-        for name, part in firsts.groupby("panel", sort=False):
-            steps = {}
-            for run in part.itertuples():
-                cfg = compose(
-                    run_overrides(client.get_run(run.run_id).data.params) + [f"train.device={device}"]
-                )
-                torch.set_num_threads(cfg.train.threads)
-                steps[run.series] = Trainer(cfg, device).step
-            times = alternate(steps, STEP_ROUNDS, device)
-            rows += [
-                {"panel": name, "series": label, "seconds_per_step": statistics.median(t)}
-                for label, t in times.items()
-            ]
-    finally:
-        torch.set_num_threads(threads)
+    measured_rows, rows = measured.get("rows", []), []
+    for _, run in firsts.iterrows():
+        hits = [r for r in measured_rows if all(_same(run.get(k), v) for k, v in r["config"].items())]
+        if not hits:
+            keys = measured_rows[0]["config"] if measured_rows else ["task.d", "task.k", "model.embedding"]
+            raise MissingInput(
+                f"time_to_quality: {path} has no step time for {run['series']} "
+                f"({', '.join(f'{k}={run.get(k)}' for k in keys)}); {_how_to_write(path)}"
+            )
+        seconds = hits[0]["seconds_per_step"]
+        rows.append({"panel": run["panel"], "series": run["series"], "seconds_per_step": seconds})
     return pd.DataFrame(rows)
+
+
+def _same(a: object, b: object) -> bool:
+    """A run's value (from MLflow params) against the benchmark's (from the config): numbers by value."""
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return str(a) == str(b)
 
 
 def speed_memory(ctx: Context) -> Figure:

@@ -1,7 +1,7 @@
 """Speed and memory benchmarks and probes: `python -m bench COMMAND [options] [key=value overrides]`.
 
-`python -m bench COMMAND --help` lists a command's options. step, pack, sweep
-and speed_memory print JSON on stdout and progress on stderr; gpu and scale
+`python -m bench COMMAND --help` lists a command's options. step, pack, sweep,
+step_seconds and speed_memory print JSON on stdout and progress on stderr; gpu and scale
 print JSON and a table.
 """
 
@@ -20,6 +20,7 @@ COMMANDS = {
     "step": "the real training step against the straightforward one, alternately (bench/step.py)",
     "pack": "model-steps/s solo and in packs, and operator calls per pack step (bench/pack.py)",
     "sweep": "projected wall time of the paper grid from measured solo and pack steps (bench/sweep.py)",
+    "step_seconds": "seconds per training step of a sweep's onehot/binary shapes (bench/step_seconds.py)",
     "speed_memory": "binary against onehot: forward/backward time and peak memory over d and k",
     "gpu": "the one-shot check of a GPU node (bench/gpu.py; `python -m bench gpu --help`)",
     "scale": "the sweep driver at 300 to 3,000 trials (bench/scale.py; `python -m bench scale --help`)",
@@ -73,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
             epilog=exit_codes_help(),
             formatter_class=raw,
         )
-    for name in ("step", "sweep", "speed_memory"):
+    for name in ("step", "sweep", "step_seconds", "speed_memory"):
         options = sub.choices[name]
         options.add_argument("--repeats", type=positive, default=5, help="measured rounds per variant (5)")
         options.add_argument("--threads", type=positive, help="torch threads (default: PyTorch's, all cores)")
@@ -85,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
         help="also time packs of this many seeds per shape (0, 1: solo only)",
     )
     pack_options(sub.choices["pack"])
-    for name in ("step", "pack", "sweep", "speed_memory"):
+    for name in ("step", "pack", "sweep", "step_seconds", "speed_memory"):
         sub.choices[name].add_argument("--out", type=Path, help="also write the JSON to this file")
     return top
 
@@ -121,7 +122,7 @@ def pack_options(options: argparse.ArgumentParser) -> None:
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The options of the four measuring commands; the rest are config overrides."""
+    """The options of the measuring commands; the rest are config overrides."""
     top = parser()
     args, overrides = top.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]
@@ -144,6 +145,10 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict:
         from bench.step import bench_step
 
         return bench_step(cfg, args.repeats)
+    if args.command == "step_seconds":
+        from bench.step_seconds import bench_step_seconds
+
+        return bench_step_seconds(overrides, args.repeats, args.threads)
     if args.command == "sweep":
         from bench.sweep import bench_sweep
 

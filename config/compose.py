@@ -20,7 +20,15 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from config.schema import COMPILE_MODES, CONF_DIR, PACK_MODES, RESUME_MODES, Config, ConfigError
+from config.schema import (
+    COMPILE_MODES,
+    CONF_DIR,
+    EVAL_CHECKPOINTS,
+    PACK_MODES,
+    RESUME_MODES,
+    SCHEMAS,
+    ConfigError,
+)
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from tasks.sampler import TaskSpec
@@ -33,7 +41,10 @@ def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictC
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(_explain(err)) from None
+        raise ConfigError(_explain(err, SCHEMAS[config_name])) from None
+    if config_name == "analysis":
+        validate_analysis(cfg)
+        return cfg
     _no_sweep_to_none(cfg)
     validate(cfg)
     return cfg
@@ -59,7 +70,7 @@ def group_options(group: str) -> list[str]:
     return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
 
 
-def _explain(err: BaseException) -> str:
+def _explain(err: BaseException, schema: type) -> str:
     """One line out of Hydra's and OmegaConf's nested composition errors."""
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and "/" in err.missing_cfg_file:
         group, option = err.missing_cfg_file.rsplit("/", 1)
@@ -69,7 +80,7 @@ def _explain(err: BaseException) -> str:
         key = cause.full_key
         if isinstance(cause, (ConfigKeyError, AttributeError)):
             parent = key.rsplit(".", 1)[0] if "." in key else ""
-            return f"unknown key {key!r}: allowed keys are {', '.join(_keys_of(parent))}"
+            return f"unknown key {key!r}: allowed keys are {', '.join(_keys_of(schema, parent))}"
         kind = (
             type(cause.child_node).__name__.removesuffix("Node").lower()
             if cause.child_node is not None
@@ -84,9 +95,9 @@ def _explain(err: BaseException) -> str:
 _TYPE_WORDS = {"integer": "an integer", "float": "a number", "boolean": "true or false", "string": "a string"}
 
 
-def _keys_of(parent: str) -> list[str]:
+def _keys_of(schema: type, parent: str) -> list[str]:
     """The schema's keys under `parent` ("" for the top), following the dataclasses' type hints."""
-    node: Any = Config
+    node: Any = schema
     for name in filter(None, parent.split(".")):
         hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
         node = next((a for a in typing.get_args(hints.get(name)) if a is not type(None)), hints.get(name))
@@ -111,6 +122,34 @@ def _at_least(key: str, value: int, low: int) -> None:
     _require(value >= low, key, value, f"an integer >= {low}")
 
 
+def _device(key: str, value: str) -> None:
+    ok = re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value) is not None
+    _require(ok, key, value, "auto, cpu, cuda, cuda:N or mps")
+
+
+def _tracking(cfg: DictConfig) -> None:
+    _require(
+        bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db"
+    )
+    _require(
+        bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name"
+    )
+    _positive("tracking.outage_s", cfg.tracking.outage_s)
+
+
+def validate_analysis(cfg: DictConfig) -> None:
+    """The report's and the claims' ranges (conf/analysis.yaml); figure names are checked by the report."""
+    _tracking(cfg)
+    e = cfg.eval
+    for key in ("batches", "batch", "steps", "dissimilarity_tasks", "threads", "max_elements"):
+        _at_least(f"eval.{key}", e[key], 1)
+    _at_least("eval.surface_points", e.surface_points, 2)
+    _positive("eval.surface_span", e.surface_span)
+    _require(all(n >= 1 for n in e.lengths), "eval.lengths", list(e.lengths), "a list of integers >= 1")
+    _device("eval.device", e.device)
+    _one_of("eval.checkpoint", e.checkpoint, EVAL_CHECKPOINTS)
+
+
 def validate(cfg: DictConfig) -> None:
     """Range and name checks the types cannot express; raises ConfigError."""
     try:
@@ -129,12 +168,7 @@ def validate(cfg: DictConfig) -> None:
     _at_least("optim.lr_patience", opt.lr_patience, 0)
     for key in ("steps", "batch", "eval_every", "val_batches", "log_every", "threads"):
         _at_least(f"train.{key}", t[key], 1)
-    _require(
-        re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", t.device) is not None,
-        "train.device",
-        t.device,
-        "auto, cpu, cuda, cuda:N or mps",
-    )
+    _device("train.device", t.device)
     _one_of("train.resume", t.resume, RESUME_MODES)
     _one_of("train.compile", t.compile, COMPILE_MODES)
     _require(
@@ -144,13 +178,7 @@ def validate(cfg: DictConfig) -> None:
         f"cudagraphs needs a CUDA device (train.device={t.device}): use inductor or off",
     )
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
-    _require(
-        bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db"
-    )
-    _require(
-        bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name"
-    )
-    _positive("tracking.outage_s", cfg.tracking.outage_s)
+    _tracking(cfg)
     _positive("cluster.cpus_per_trial", c.cpus_per_trial)
     _require(c.gpus_per_trial >= 0, "cluster.gpus_per_trial", c.gpus_per_trial, "a number >= 0")
     _require(

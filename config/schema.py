@@ -28,6 +28,7 @@ OPERATIONAL_TRAIN_KEYS = ("device", "resume", "workdir")
 # configuration is rebuilt from a run's params.
 RETIRED_TRAIN_KEYS = {"inject_nan_at_step": None}
 RUN_GROUPS = ("task", "model", "loss", "optim", "train")
+EVAL_CHECKPOINTS = ("last", "best")  # eval.checkpoint: the checkpoints a run logs (analysis.checkpoint_eval)
 
 
 class ConfigError(ValueError):
@@ -130,4 +131,44 @@ class Config:
     sweep: Optional[SweepConfig] = None  # conf/sweep/; `none` (no keys) for a single run
 
 
+@dataclass
+class SelectConfig:
+    sweep: Optional[str] = MISSING
+    subgrid: Optional[str] = MISSING
+
+
+@dataclass
+class EvalConfig:
+    """The report's evaluations (analysis.checkpoint_eval.EvalSettings holds them for the code)."""
+
+    seed: int = MISSING
+    batches: int = MISSING
+    batch: int = MISSING
+    steps: int = MISSING
+    inits: List[str] = MISSING
+    lengths: List[int] = MISSING
+    dissimilarity_tasks: int = MISSING
+    surface_points: int = MISSING
+    surface_span: float = MISSING
+    device: str = MISSING
+    threads: int = MISSING
+    max_elements: int = MISSING
+    checkpoint: str = MISSING
+
+
+@dataclass
+class AnalysisConfig:
+    """`python -m analysis.report` and `analysis.claims` (conf/analysis.yaml): the store, then conf/report."""
+
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    figures: Optional[List[str]] = MISSING
+    out: str = MISSING
+    select: SelectConfig = field(default_factory=SelectConfig)
+    speed_json: Optional[str] = MISSING
+    step_json: Optional[str] = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+SCHEMAS = {"config": Config, "analysis": AnalysisConfig}  # primary config (conf/NAME.yaml) -> its schema
 ConfigStore.instance().store(name="schema", node=Config)
+ConfigStore.instance().store(name="analysis_schema", node=AnalysisConfig)

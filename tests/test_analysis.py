@@ -31,6 +31,7 @@ from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
 from analysis.style import LLOYD
+from bench.step_seconds import bench_step_seconds
 from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
@@ -40,7 +41,7 @@ from tracking.recorder import MlflowRecorder
 from training.loop import train
 
 EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes
-SMALL = EvalSettings(
+SMALL = EvalSettings.configured(
     batches=1,
     batch=4,
     steps=4,
@@ -74,8 +75,12 @@ ABSENT = {
 @pytest.fixture(scope="session")
 def ctx(smoke_store, tmp_path_factory) -> Context:
     runs = load_runs(smoke_store, EXPERIMENT)
+    out = tmp_path_factory.mktemp("report")
+    # The step-time benchmark of the store's sweep, as `make reproduce` writes it before the report.
+    step_json = out / "step_seconds.json"
+    step_json.write_text(json.dumps(bench_step_seconds(["sweep=smoke", "train.device=cpu"], 1, 1)))
     return Context.build(
-        smoke_store, EXPERIMENT, runs, SMALL, tmp_path_factory.mktemp("report"), expected=expected_sizes()
+        smoke_store, EXPERIMENT, runs, SMALL, out, expected=expected_sizes(), step_json=step_json
     )
 
 
@@ -154,6 +159,18 @@ def test_each_figure_returns_what_it_plotted(ctx: Context, smoke_store: str, nam
         assert set(data.loc[data["series"] != LLOYD, "x"]) == {"normal", "cauchy"}
     elif name == "time_to_quality":
         assert series == embeddings - {"NA"} and (data["x"] >= 0).all()
+        measured = {  # the benchmark's seconds per step of each embedding (smoke: one shape each)
+            {"onehot": "OH", "binary": "BN"}[r["config"]["model.embedding"]]: r["seconds_per_step"]
+            for r in json.loads(ctx.step_json.read_text())["rows"]
+        }
+        assert (
+            dict(
+                zip(
+                    figure.tables["step_seconds"]["series"], figure.tables["step_seconds"]["seconds_per_step"]
+                )
+            )
+            == measured
+        )
     elif name == "loss_surface":
         assert len(data) == len(panels) * SMALL.surface_points**2
         assert {p.split(", ")[1] for p in panels} == embeddings - {"NA"}
@@ -347,6 +364,17 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
         assert set(FIGURES[name](ctx).run_ids) == set(runs["run_id"]), name
 
 
+@pytest.mark.slow
+def test_claims_reuse_what_the_report_drew(ctx: Context) -> None:
+    figure = FIGURES["task_dissimilarity"](ctx)
+    assert claims.evidence(ctx, {"task_dissimilarity": figure}).blocks is figure.tables["family_blocks"]
+    png = ctx.out_dir / "task_dissimilarity.png"
+    png.unlink()
+    alone = claims.evidence(ctx).blocks  # `python -m analysis.claims`: computed, not drawn
+    pd.testing.assert_frame_equal(alone, figure.tables["family_blocks"])
+    assert not png.exists()
+
+
 def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, capsys) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     MlflowClient(uri).create_experiment("empty", artifact_location=(tmp_path / "artifacts").as_uri())
@@ -365,7 +393,11 @@ def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, capsys
 
 
 def test_bad_arguments_are_rejected_before_any_work(tmp_path: Path, capsys) -> None:
-    for bad, named in (("eval.colour=red", "eval.steps"), ("figures=[multistep,nope]", "family_transfer")):
+    for bad, named in (
+        ("eval.colour=red", "allowed keys are seed, batches, batch, steps"),  # eval's keys (conf/report)
+        ("colour=red", "allowed keys are tracking, figures, out, select, speed_json, step_json, eval"),
+        ("figures=[multistep,nope]", "family_transfer"),
+    ):
         assert report.main([f"tracking.uri=sqlite:///{tmp_path}/x.db", bad]) == 2
         err = capsys.readouterr().err
         assert bad.split("=")[0] in err and named in err

@@ -17,7 +17,9 @@ from support.repo import REPO
 
 from bench.cli import COMMANDS, main, parse
 from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, plan_from
+from bench.step_seconds import SHAPE_KEYS, bench_step_seconds
 from config.compose import compose
+from config.schema import ConfigError
 from models.flash_dropout import FlashDropout, dropped_positions
 from models.losses import smoothed_objective
 from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
@@ -57,6 +59,29 @@ def test_bench_step_prints_the_figures_as_json() -> None:
         assert figures["model_steps_per_second"] == pytest.approx(1 / figures["seconds_per_step"])
     assert positive(out["speedup"]) and positive(out["matmul_flop_rate"]) and out["memory_measure"]
     assert out["config"]["n"] == 24 and out["device"] == "cpu"
+
+
+def test_bench_step_seconds_times_each_onehot_and_binary_shape_of_a_sweep() -> None:
+    out = bench_step_seconds(["sweep=smoke", "model.qkv_mult=2", "train.device=cpu"], 1, 1)
+    assert (out["command"], out["sweep"], out["device"], out["threads"]) == (
+        "step_seconds",
+        "smoke",
+        "cpu",
+        1,
+    )
+    # smoke's configurations: one per embedding; `none` is not in the figure, so not timed
+    assert [r["config"]["model.embedding"] for r in out["rows"]] == ["onehot", "binary"]
+    for row in out["rows"]:
+        # the sweep's shape (its fixed task.n and train.batch) with the command line's other keys
+        shape = {k: row["config"][k] for k in ("task.n", "train.batch", "model.qkv_mult")}
+        assert set(row["config"]) == set(SHAPE_KEYS) and shape == {
+            "task.n": 16,
+            "train.batch": 4,
+            "model.qkv_mult": 2,
+        }
+        assert positive(row["seconds_per_step"])
+    with pytest.raises(ConfigError, match="sweep=lite"):
+        bench_step_seconds(["train.device=cpu"], 1, 1)
 
 
 def test_spec_name_analysis_bench_runs_the_same_benchmarks() -> None:

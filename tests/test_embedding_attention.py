@@ -81,11 +81,12 @@ def reference_attention(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("gamma", [0.1, 1.0, 3.0, 10.0])
+@pytest.mark.parametrize("width", [6, 15, 16, 42])  # padded (models.attention.PAD_TO) by 9, 0, 15 and 5
 def test_sdpa_distance_attention_equals_the_formula_in_values_and_gradients(
-    dtype: torch.dtype, gamma: float
+    dtype: torch.dtype, gamma: float, width: int
 ) -> None:
     g = torch.Generator().manual_seed(7)
-    d_emb, width = 6, 6
+    d_emb = width
     q, k, v = (torch.rand(3, n, width, generator=g, dtype=dtype) for n in (9, 11, 11))
     w = torch.randn(3, 9, width, generator=g, dtype=dtype)  # a random linear read-out for the gradients
     outs, grads = [], []

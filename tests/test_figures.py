@@ -10,12 +10,15 @@ reduce them with numpy. The checkpoint tests train one tiny run for real.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import math
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -30,6 +33,7 @@ from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
 from analysis.style import LLOYD
+from bench.step_seconds import SHAPE_KEYS
 from config.compose import compose
 from config.identity import config_hash, flat_params, run_name
 from config.schema import ConfigError
@@ -75,7 +79,7 @@ ALL_DIVERGED = {
     "loss.regularizer": "ne",
     "model.embedding": "binary",
 }
-SETTINGS = EvalSettings(device="cpu")
+SETTINGS = EvalSettings.configured(device="cpu")
 
 
 def _log_runs(client: MlflowClient, exp_id: str, subgrid: str, axes: dict, rng: np.random.Generator) -> None:
@@ -118,10 +122,43 @@ def store(tmp_path_factory, _empty_store: Path) -> str:
     return uri
 
 
+# Seconds per step of each shape of the store's onehot/binary runs, as `python -m bench step_seconds` writes
+# them: a different number per shape, so a series given another shape's time is caught.
+STEP_TIMES = {
+    (d, k, e): 0.001 * (i + 1)
+    for i, (d, k, e) in enumerate(itertools.product((4, 32), (6, 25), ("onehot", "binary")))
+}
+
+
+def _step_json(path: Path) -> Path:
+    base = compose(BASE)
+    rows = [
+        {
+            "config": {
+                **{key: OmegaConf.select(base, key) for key in SHAPE_KEYS},
+                "task.d": d,
+                "task.k": k,
+                "model.embedding": e,
+            },
+            "seconds_per_step": seconds,
+        }
+        for (d, k, e), seconds in STEP_TIMES.items()
+    ]
+    body = {"command": "step_seconds", "sweep": "x", "device": "cpu", "threads": 1, "rounds": 3, "rows": rows}
+    path.write_text(json.dumps(body))
+    return path
+
+
 @pytest.fixture
 def ctx(store: str, tmp_path: Path) -> Context:
     return Context.build(
-        store, EXPERIMENT, load_runs(store, EXPERIMENT), SETTINGS, tmp_path, expected=expected_sizes()
+        store,
+        EXPERIMENT,
+        load_runs(store, EXPERIMENT),
+        SETTINGS,
+        tmp_path,
+        expected=expected_sizes(),
+        step_json=_step_json(tmp_path / "step_seconds.json"),
     )
 
 
@@ -198,12 +235,27 @@ def test_time_to_quality_x_is_step_times_seconds_per_step(ctx: Context) -> None:
     figure = FIGURES["time_to_quality"](ctx)
     seconds = figure.tables["step_seconds"]
     assert set(seconds["panel"]) == {f"d={d}, k={k}" for d in (4, 32) for k in (6, 25)}
-    assert set(seconds["series"]) == {"OH", "BN"} and (seconds["seconds_per_step"] > 0).all()
+    assert set(seconds["series"]) == {"OH", "BN"} and len(seconds) == 8
     models = figure.data[figure.data["series"] != LLOYD]
+    embedding = {"OH": "onehot", "BN": "binary"}
     for row in seconds.itertuples():
+        d, k = (int(part.split("=")[1]) for part in row.panel.split(", "))
+        measured = STEP_TIMES[(d, k, embedding[row.series])]
+        assert row.seconds_per_step == measured  # the benchmark's number for this series' shape
         x = models[(models["panel"] == row.panel) & (models["series"] == row.series)]["x"]
-        np.testing.assert_allclose(sorted(x), [s * row.seconds_per_step for s in STEPS], rtol=1e-12)
-    assert any("measured for this figure on cpu" in note for note in figure.notes)
+        np.testing.assert_allclose(sorted(x), [s * measured for s in STEPS], rtol=1e-12)
+    assert any(f"from {ctx.step_json}" in note and "on cpu with 1 threads" in note for note in figure.notes)
+
+
+def test_time_to_quality_without_the_benchmark_names_the_command(ctx: Context, tmp_path: Path) -> None:
+    with pytest.raises(MissingInput, match=r"`python -m bench step_seconds sweep=NAME --out .*none.json`"):
+        FIGURES["time_to_quality"](dataclasses.replace(ctx, step_json=tmp_path / "none.json"))
+    other = json.loads(ctx.step_json.read_text())
+    other["rows"] = [r for r in other["rows"] if r["config"]["task.k"] != 25]  # no k=25 shape measured
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(other))
+    with pytest.raises(MissingInput, match=r"no step time for .*task.k=25"):
+        FIGURES["time_to_quality"](dataclasses.replace(ctx, step_json=partial))
 
 
 @pytest.fixture
@@ -231,10 +283,10 @@ def test_eval_checkpoint_loads_last_or_best(trained: dict) -> None:
         loaded = load_model(trained["uri"], trained["run"], torch.device("cpu"), checkpoint).state_dict()
         assert loaded.keys() == states[artifact].keys()
         assert all(torch.equal(loaded[k], states[artifact][k]) for k in loaded), checkpoint
-    assert EvalSettings().checkpoint == "last"
+    assert EvalSettings.configured().checkpoint == "last"
     keys = {
         c: Evaluator(
-            trained["uri"], "x", EvalSettings(checkpoint=c), Path(trained["uri"][10:]).parent / c
+            trained["uri"], "x", EvalSettings.configured(checkpoint=c), Path(trained["uri"][10:]).parent / c
         ).key("multistep", trained["run"]["run_id"])
         for c in ("last", "best")
     }
@@ -245,8 +297,21 @@ def test_a_bad_eval_checkpoint_is_rejected_naming_the_field_and_choices(tmp_path
     with pytest.raises(
         ConfigError, match=r"eval.checkpoint='middle' is not allowed: choose one of last, best"
     ):
-        EvalSettings(checkpoint="middle")
+        EvalSettings.configured(checkpoint="middle")
     assert report.main([f"tracking.uri=sqlite:///{tmp_path}/x.db", "eval.checkpoint=middle"]) == 2
     err = capsys.readouterr().err
     assert "eval.checkpoint='middle'" in err and "last, best" in err
     assert not (tmp_path / "x.db").exists()  # rejected before the store was opened
+
+
+def test_an_evaluation_read_once_is_reused_from_memory(trained: dict, tmp_path: Path) -> None:
+    """The claims call the evaluator on the runs the figures evaluated: the report reads each table once."""
+    settings = EvalSettings.configured(device="cpu", batches=1, batch=4, steps=2)
+    evaluator = Evaluator(trained["uri"], "x", settings, tmp_path / "cache")
+    first = evaluator("multistep", trained["run"])
+    expected = first.copy()
+    first["value"] = 0.0  # a caller's columns and edits stay its own
+    for cached in (tmp_path / "cache").iterdir():
+        cached.unlink()
+    pd.testing.assert_frame_equal(evaluator("multistep", trained["run"]), expected)
+    assert not list((tmp_path / "cache").iterdir())  # from memory: neither recomputed nor re-read
