@@ -20,6 +20,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from support.configs import SMALL_EVAL
 from support.repo import REPO
 
 from analysis import claims, report
@@ -51,16 +52,6 @@ SMALL = EvalSettings.configured(
     dissimilarity_tasks=2,
     device="cpu",
 )
-SMALL_ARGS = [
-    "eval.batches=1",
-    "eval.batch=4",
-    "eval.steps=4",
-    "eval.inits=[random,gonzalez]",
-    "eval.lengths=[16,32]",
-    "eval.surface_points=3",
-    "eval.dissimilarity_tasks=2",
-    "eval.device=cpu",
-]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 # Figures whose sub-grid the smoke store lacks (tests/test_figures.py draws them on a store that has them).
 ABSENT = {
@@ -248,7 +239,7 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
         f"out={tmp_path}",
         "figures=[speed_memory,length]",
         f"speed_json={tmp_path}/none.json",
-        *SMALL_ARGS,
+        *SMALL_EVAL,
     ]
     first = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -324,7 +315,7 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
         f"tracking.experiment={experiment}",
         f"out={tmp_path}",
         f"speed_json={tmp_path}/none.json",
-        *SMALL_ARGS,
+        *SMALL_EVAL,
     ]
     assert claims.main(args) == 0
     printed = capsys.readouterr().out

@@ -226,7 +226,7 @@ def test_runnable_blocks(tmp_path):
     assert len(ran) == len([b for b in blocks() if b.runnable])
     out = result.stdout
     assert "300 configurations x 10 seeds = 3000 trials" in out
-    assert "tau0.1-l2-binary-d4-k6-n128" in out, "the median across seeds reads the demo's runs"
+    assert "BN-L2 tau0.1 d4 k6 n128" in out, "the median across seeds reads the demo's runs"
     assert re.search(r"finished 20 steps: val_rel_lloyd", out)
     assert "torch.Size([4, 6, 4])" not in out  # the trained configuration is d 32, k 10
     assert "torch.Size([4, 10, 32])" in out

@@ -15,6 +15,7 @@ import browser
 import pytest
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from support.configs import SMALL_EVAL
 from support.repo import REPO
 from support.sweeps import children
 
@@ -22,16 +23,6 @@ from tracking import ui
 from tracking.names import CONFIGURATION, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD
 
 pytestmark = pytest.mark.slow
-SMALL_EVAL = [  # tests/test_analysis.py's, so that both reuse the evaluations of the session's store
-    "eval.batches=1",
-    "eval.batch=4",
-    "eval.steps=4",
-    "eval.inits=[random,gonzalez]",
-    "eval.lengths=[16,32]",
-    "eval.surface_points=3",
-    "eval.dissimilarity_tasks=2",
-    "eval.device=cpu",
-]
 
 
 def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, tmp_path):

@@ -43,3 +43,16 @@ FOUR_TRIALS = [
 ]
 # Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
 PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
+
+# Report settings small enough for tests: test_analysis and test_mlflow_ui pass the same ones, so both reuse
+# the evaluations cached in the session's smoke store.
+SMALL_EVAL = [
+    "eval.batches=1",
+    "eval.batch=4",
+    "eval.steps=4",
+    "eval.inits=[random,gonzalez]",
+    "eval.lengths=[16,32]",
+    "eval.surface_points=3",
+    "eval.dissimilarity_tasks=2",
+    "eval.device=cpu",
+]
