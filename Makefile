@@ -9,11 +9,11 @@ STAMP   := .venv/.installed
 # keeps compatible ranges): installed as constraints, a fresh machine gets the same environment.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -qq --upgrade pip
 	# The CPU build of torch first, at the lock's version: an unpinned torch pulls a multi-GB CUDA build.
-	$(PY) -m pip install -q -c requirements.lock torch
+	$(PY) -m pip install -qq -c requirements.lock torch
 	# cluster: Ray's dashboard, whose state API tests/test_sweep_cluster.py reads.
-	$(PY) -m pip install -q -c requirements.lock -e '.[dev,cluster]'
+	$(PY) -m pip install -qq -c requirements.lock -e '.[dev,cluster]'
 	touch $(STAMP)
 
 install: $(STAMP)
