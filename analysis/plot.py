@@ -123,6 +123,8 @@ def draw_points(
         part = data[data["panel"] == panel]
         for j, series in enumerate(named):
             points = part[part["series"] == series].sort_values("x")
+            if points.empty:  # a series of another panel only (ne at tau 1, not at tau 0.1)
+                continue
             at = points["x"].map(position) + DODGE * (j - (len(named) - 1) / 2)
             errors = [points["median"] - points["q25"], points["q75"] - points["median"]]
             ax.errorbar(

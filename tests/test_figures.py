@@ -315,3 +315,23 @@ def test_an_evaluation_read_once_is_reused_from_memory(trained: dict, tmp_path: 
         cached.unlink()
     pd.testing.assert_frame_equal(evaluator("multistep", trained["run"]), expected)
     assert not list((tmp_path / "cache").iterdir())  # from memory: neither recomputed nor re-read
+
+
+def test_points_of_a_series_only_some_panels_have(tmp_path: Path) -> None:
+    """lite's ablation_family: ne models at tau 1 only, so the tau 0.1 panel has no OH-NE points (the
+    figure failed on pandas' string x of the empty series)."""
+    from analysis.context import lloyd_reference
+    from analysis.plot import draw_points
+
+    rows = [
+        {"panel": panel, "series": series, "x": family, "median": 1.1, "q25": 1.0, "q75": 1.2, "diverged": ""}
+        for panel, names in (("tau=0.1", ["OH-L2"]), ("tau=1", ["OH-L2", "OH-NE"]))
+        for series in names
+        for family in ("normal", "gumbel")
+    ]
+    data = lloyd_reference(pd.DataFrame(rows))
+    styles = {"OH-L2": {"color": "C0"}, "OH-NE": {"color": "C1"}}
+    files = draw_points(
+        data, styles, tmp_path, "points", xlabel="family", ylabel="v", panels=["tau=0.1", "tau=1"]
+    )
+    assert sorted(p.suffix for p in files) == [".pdf", ".png"] and all(p.stat().st_size > 1000 for p in files)
