@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flash_dropout import flash_dropout_attention, flash_dropout_usable
+from models import flash_dropout  # flash_dropout.flash_dropout_usable: the version train.compile marks
+from models.flash_dropout import flash_dropout_attention
 
 PAD_TO = 16  # fp32 lanes of an AVX-512 register
 
@@ -41,7 +42,7 @@ def distance_attention(
     scale = 2.0 * gamma / math.sqrt(d_emb)
     # CPU flash has no dropout of its own: the fused path adds it, where its private ops pass a self-check;
     # else SDPA's dropout_p, on CPU its unfused math path (same distribution, slower).
-    if dropout > 0 and q.device.type == "cpu" and flash_dropout_usable():
+    if dropout > 0 and q.device.type == "cpu" and flash_dropout.flash_dropout_usable():
         return flash_dropout_attention(q_aug, k_aug, v_pad, scale, dropout)[..., :width]
     heads = (q_aug.unsqueeze(-3), k_aug.unsqueeze(-3), v_pad.unsqueeze(-3))  # SDPA wants a head axis
     return F.scaled_dot_product_attention(*heads, dropout_p=dropout, scale=scale).squeeze(-3)[..., :width]

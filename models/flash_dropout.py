@@ -44,6 +44,7 @@ PRIVATE_OPS = (
 # more.
 SELF_CHECK_TOL = 1e-4
 _usable: bool | None = None  # flash_dropout_usable()'s answer, once decided in this process
+_eager_marked = False  # keep_eager_under_compile() has run
 
 
 @functools.cache
@@ -52,7 +53,6 @@ def flash_ops() -> tuple[Callable, Callable]:
     return tuple(getattr(torch.ops.aten, name).default for name in PRIVATE_OPS)
 
 
-@torch.compiler.disable  # data-dependent loop: torch.compile (train.compile) calls it as is
 def dropped_positions(total: int, p: float) -> torch.Tensor:
     """Flat indices in [0, total) of a Bernoulli(p) process: cumulative geometric gaps."""
     expected = total * p
@@ -189,10 +189,25 @@ def _decide() -> bool:
     return False
 
 
-@torch.compiler.disable  # a Python-side decision, taken eagerly even inside a train.compile graph
 def flash_dropout_usable() -> bool:
     """Whether CPU attention dropout may take the fused path; decided (and logged) once per process."""
     global _usable
     if _usable is None:
         _usable = _decide()
     return _usable
+
+
+def keep_eager_under_compile() -> None:
+    """Have torch.compile (train.compile) call dropped_positions (a data-dependent loop) and
+    flash_dropout_usable (a Python-side decision) as they are, not trace them.
+
+    Done when a compile is asked for (training.fused.compiled), not with a decorator at import:
+    torch.compiler.disable imports torch._dynamo, about a second of CPU in every process that imports
+    the models, each of a sweep's Ray workers included. Callers reach both through this module's
+    attributes, so the marked versions are the ones they call.
+    """
+    global dropped_positions, flash_dropout_usable, _eager_marked
+    if not _eager_marked:
+        dropped_positions = torch.compiler.disable(dropped_positions)
+        flash_dropout_usable = torch.compiler.disable(flash_dropout_usable)
+        _eager_marked = True

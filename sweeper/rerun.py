@@ -27,8 +27,8 @@ from config.schema import ConfigError
 from sweeper import console, exit_codes
 from sweeper.entry import about, command, exit_code_lines
 from tracking import ui
+from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
-from tracking.recorder import MlflowRecorder
 from tracking.store import connect
 from training.loop import OnEval, TrainResult, train
 

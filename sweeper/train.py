@@ -13,8 +13,8 @@ import sys
 from config.compose import compose
 from sweeper import exit_codes
 from sweeper.entry import command
+from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
-from tracking.recorder import MlflowRecorder
 from training.loop import default_workdir, train
 
 

@@ -37,8 +37,8 @@ from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import EVAL_OF, EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
-from tracking.recorder import MlflowRecorder
 from training.loop import train
 
 EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes

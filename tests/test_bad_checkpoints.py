@@ -20,8 +20,9 @@ from support.sweeps import children, sweep_jobs
 from config.compose import compose
 from sweeper import exit_codes
 from sweeper.train import main
+from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
-from tracking.recorder import MemoryRecorder, MlflowRecorder
+from tracking.recorder import MemoryRecorder
 from training.checkpoint import best_path, last_path, load
 from training.faults import CRASH_AT_STEP
 from training.loop import default_workdir, train

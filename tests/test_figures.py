@@ -37,6 +37,7 @@ from bench.step_seconds import SHAPE_KEYS
 from config.compose import compose
 from config.identity import config_hash, flat_params, run_name
 from config.schema import ConfigError
+from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import (
     BEST_CHECKPOINT,
     CHECKPOINT_DIR,
@@ -49,7 +50,6 @@ from tracking.names import (
     SUBGRIDS,
     VAL_REL_LLOYD,
 )
-from tracking.recorder import MlflowRecorder
 from training.loop import train
 
 EXPERIMENT = "figures"

@@ -227,3 +227,13 @@ def test_imports_flow_one_way(package):
     allowed = MAY_IMPORT[package]
     wrong = sorted(m for m in imports_of(package) if m not in allowed and m.split(".")[0] not in allowed)
     assert not wrong, f"{package}/ imports {wrong}; it may import only {sorted(allowed)}"
+
+
+def test_a_trial_imports_neither_mlflow_nor_torch_dynamo():
+    """Each of a sweep's Ray workers imports sweeper.trial; MLflow (the driver writes every run) and
+    torch._dynamo (only train.compile needs it) would cost it about 1.5 s of CPU more."""
+    probe = "import sys, sweeper.trial; print(sorted({'mlflow', 'torch._dynamo'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]

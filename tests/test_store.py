@@ -25,8 +25,8 @@ from analysis import report
 from analysis.runs import histories, load_runs
 from config.compose import compose
 from tracking import store
+from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
-from tracking.recorder import MlflowRecorder
 from training.loop import train
 
 KEYS = [VAL_REL_LLOYD, TRAIN_LOSS]

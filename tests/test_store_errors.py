@@ -26,7 +26,7 @@ from support.repo import REPO, subprocess_env
 from analysis import claims, report
 from config.compose import compose
 from sweeper import exit_codes, rerun, sweep, train
-from tracking.recorder import MlflowRecorder
+from tracking.mlflow_recorder import MlflowRecorder
 from training.loop import train as train_loop
 
 RUN_ID = "0123456789abcdef0123456789abcdef"

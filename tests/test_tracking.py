@@ -20,6 +20,7 @@ from config.identity import config_hash, configuration_hash, configuration_name,
 from sweeper import exit_codes
 from sweeper.train import main
 from tracking import store, ui, view
+from tracking.mlflow_recorder import MlflowRecorder, TrackingError
 from tracking.names import (
     BEST_CHECKPOINT,
     BEST_VAL_REL_LLOYD,
@@ -37,7 +38,6 @@ from tracking.names import (
     TRAIN_LOSS,
     VAL_REL_LLOYD,
 )
-from tracking.recorder import MlflowRecorder, TrackingError
 from training.loop import train
 
 
@@ -140,3 +140,12 @@ def test_an_experiment_carries_the_runs_view_the_printed_link_opens(sqlite_uri):
     assert f"#/experiments/{experiment}/runs?viewStateShareKey={view.KEY}&" in ui.runs_table(
         sqlite_uri, experiment
     )
+
+
+def test_mlflow_tag_names_spelled_in_names_are_mlflows_own():
+    import mlflow.utils.mlflow_tags as mlflow_tags
+
+    from tracking import names
+
+    spelled = [n for n in dir(names) if n.startswith("MLFLOW_")]
+    assert len(spelled) == 5 and all(getattr(names, n) == getattr(mlflow_tags, n) for n in spelled)

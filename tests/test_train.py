@@ -153,7 +153,7 @@ def test_a_finished_run_is_not_continued_but_repeated(tiny, tmp_path):
 KILLED_AT_20 = textwrap.dedent("""
     import os, signal, sys
     from config.compose import compose
-    from tracking.recorder import MlflowRecorder
+    from tracking.mlflow_recorder import MlflowRecorder
     from training.loop import default_workdir, train
 
     def on_eval(step, metrics, workdir):

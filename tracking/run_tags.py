@@ -12,17 +12,18 @@ import functools
 import getpass
 import sys
 
-from mlflow.utils.mlflow_tags import (
+from omegaconf import DictConfig
+
+from config.identity import configuration_name, operational_values
+from tracking.names import (
+    CONFIGURATION,
+    EVALUATION_LINK,
     MLFLOW_GIT_COMMIT,
     MLFLOW_RUN_NOTE,
     MLFLOW_SOURCE_NAME,
     MLFLOW_SOURCE_TYPE,
     MLFLOW_USER,
 )
-from omegaconf import DictConfig
-
-from config.identity import configuration_name, operational_values
-from tracking.names import CONFIGURATION, EVALUATION_LINK
 from tracking.recorder import git_commit
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from models import flash_dropout
 from models.losses import kmeans_objective, regularized_weights, sq_distances
 from models.stacked import StackedTransformer, stacked_forward
 from tasks.sampler import sample_tasks
@@ -69,6 +70,7 @@ def compiled(forward: Callable, mode: str) -> Callable:
     """
     if mode == "off":
         return forward
+    flash_dropout.keep_eager_under_compile()
     if mode == "aot_eager":  # graph capture and autograd tracing without code generation
         return torch.compile(forward, backend="aot_eager")
     return torch.compile(forward, mode="reduce-overhead" if mode == "cudagraphs" else None)
