@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 # Every Ray process of the tests (local instances, `ray start` nodes, sweep subprocesses) without token
 # authentication, alike: a token in ~/.ray would otherwise switch it on for some and not others, and Ray
@@ -97,9 +99,25 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
 
 
 @pytest.fixture(scope="session")
-def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI."""
-    root = tmp_path_factory.mktemp("smoke_store")
+def smoke_store(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> str:
+    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI.
+
+    Swept once per `make test`: the first pytest worker to ask builds it in the session's shared folder (a
+    file lock makes the other wait), and every worker reads and writes its own copy of it (the report caches
+    its evaluations in the store)."""
+    if worker_id == "master":  # no xdist: nothing to share
+        return _smoke_sweep(tmp_path_factory.mktemp("smoke_store"))
+    shared = tmp_path_factory.getbasetemp().parent  # one folder per session, shared by its workers
+    built = shared / "smoke_store"
+    with FileLock(str(shared / "smoke_store.lock")):
+        if not (built / "swept").exists():
+            _smoke_sweep(built)
+            (built / "swept").touch()
+    return _copy_store(built, tmp_path_factory.mktemp("smoke_store"))
+
+
+def _smoke_sweep(root: Path) -> str:
+    root.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{root}/mlflow.db"
     subgrids = (
         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, "
@@ -127,6 +145,20 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return uri
+
+
+def _copy_store(source: Path, target: Path) -> str:
+    """A copy of the SQLite store in `source` (its database and artifacts) whose runs point at their copied
+    artifacts."""
+    shutil.copyfile(source / "mlflow.db", target / "mlflow.db")
+    shutil.copytree(source / "mlartifacts", target / "mlartifacts")
+    with sqlite3.connect(target / "mlflow.db") as db:
+        db.execute(
+            "UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)",
+            (str(source), str(target)),
+        )
+        db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)", (str(source), str(target)))
+    return f"sqlite:///{target}/mlflow.db"
 
 
 @pytest.fixture(scope="session")
