@@ -366,8 +366,8 @@ def test_claims_reuse_what_the_report_drew(ctx: Context) -> None:
     assert not png.exists()
 
 
-def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, capsys) -> None:
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, sqlite_uri: str, capsys) -> None:
+    uri = sqlite_uri
     MlflowClient(uri).create_experiment("empty", artifact_location=(tmp_path / "artifacts").as_uri())
     for experiment, words in (("empty", "has no training runs"), ("absent", "does not exist")):
         assert (

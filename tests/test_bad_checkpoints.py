@@ -150,11 +150,11 @@ SWEEP = ["sweep=smoke", "sweep.seeds=[1]", "sweep.subgrids=[{name: smoke, embedd
 
 
 @pytest.mark.slow
-def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp_path, capfd):
+def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp_path, sqlite_uri, capfd):
 
     from sweeper.sweep import main as sweep_main
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_uri
     overrides = [*SWEEP, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.max_failures=0"]
     (trial,) = sweep_jobs(SWEEP)
     with ray_local.own(num_cpus=1, env={CRASH_AT_STEP: f"13@{trial.key}"}):

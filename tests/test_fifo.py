@@ -36,7 +36,8 @@ def start_order(scheduler, tmp: Path) -> list[int]:
             "i": tune.grid_search(list(range(6))),
             "fail": tune.sample_from(lambda spec: str(tmp / "failed") if spec.config.i == 2 else ""),
         },
-        tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=1),
+        # reuse_actors, as the sweep runs them: a trial's worker starts once, not once per trial.
+        tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=1, reuse_actors=True),
         run_config=tune.RunConfig(
             storage_path=str(tmp / "ray"),
             callbacks=[Starts()],

@@ -90,8 +90,8 @@ PACKED = [
 CONCURRENT = ["cluster.cpus_per_trial=0.25", "cluster.max_failures=3"]
 
 
-def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, capfd):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_sqlite_sweep_concurrent_diverging_and_equal_to_the_cli(tmp_path, sqlite_uri, capfd):
+    uri = sqlite_uri
     overrides = [*MIXED, *CONCURRENT, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
     assert main(overrides) == 0
     out = capfd.readouterr()
@@ -220,10 +220,10 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
     )  # opens the runs view (tracking.view)
 
 
-def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
+def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, sqlite_uri, capfd):
     """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack
     diverges)."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_uri
     assert (
         main(
             [*PACKED, "cluster.cpus_per_trial=0.5", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
@@ -264,10 +264,10 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, capfd):
     assert again.data.metrics[VAL_REL_LLOYD] == pytest.approx(original.data.metrics[VAL_REL_LLOYD], rel=1e-5)
 
 
-def test_asha_stops_packs_and_every_model_ends_once(tmp_path, capfd):
+def test_asha_stops_packs_and_every_model_ends_once(tmp_path, sqlite_uri, capfd):
     """sweep.scheduler=asha with packs, one trial at a time (so its decisions are deterministic): a pack ASHA
     stops marks each of its models stopped (MLflow KILLED), the others finish; started again, nothing runs."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_uri
     # Rungs at step 50 (ten evaluations, sweeper.sweep.scheduler_of) of 60; three configurations x 2 seeds.
     overrides = [
         "sweep=smoke",
@@ -314,10 +314,10 @@ def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
 
 
-def test_a_sweep_adopts_the_finished_runs_it_skips(tmp_path, capfd):
+def test_a_sweep_adopts_the_finished_runs_it_skips(tmp_path, sqlite_uri, capfd):
     """`points` at n 512 is `paper`'s baseline: run by paper first, points skips it, and adds itself to the
     run's sweep and subgrids tags (lists), so select.sweep=points finds both of its configurations."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_uri
     tiny = [
         "sweep.seeds=[1]",
         "train.steps=10",

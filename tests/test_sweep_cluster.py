@@ -58,9 +58,11 @@ def nodes():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(nodes, tmp_path, capfd):
+def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
+    nodes, tmp_path, sqlite_uri, capfd
+):
     ids = nodes.node_ids()
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_uri
     storage = tmp_path / "ray"  # one file system for every node: the shared-storage check passes
     done = threading.Event()
     # A trial's checkpoints are pruned to its latest, and deleted once it ends (MlflowWriter): four at once

@@ -39,7 +39,7 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
     if store == "postgres":  # its own experiment: the session's server holds other tests' sweeps
         uri, experiment = request.getfixturevalue("pg_server").uri, "sigkill"
     else:
-        uri, experiment = f"sqlite:///{tmp_path}/mlflow.db", "leaner-clustering"
+        uri, experiment = request.getfixturevalue("sqlite_uri"), "leaner-clustering"
     overrides = [
         *SWEEP,
         *pack,

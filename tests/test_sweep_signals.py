@@ -63,8 +63,8 @@ def stop_mid_trial(overrides: list[str], log: Path, uri: str, signum: int, seen:
     [([], (signal.SIGINT, signal.SIGTERM)), (PACKED, (signal.SIGTERM, signal.SIGINT))],
     ids=["solo", "packed"],
 )
-def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_path, pack, signals):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_sigint_and_sigterm_stop_gracefully_and_the_same_command_resumes(tmp_path, sqlite_uri, pack, signals):
+    uri = sqlite_uri
     overrides = [*SWEEP, *pack, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
     seen: set[str] = set()
     resumed = {}
