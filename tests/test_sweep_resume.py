@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACKED
 from support.histories import check_histories
 from support.repo import REPO
-from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_jobs, wait_for
+from support.sweeps import children, interrupted_runs, kill_group, kill_when, start_sweep, sweep_jobs
 
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
 
@@ -53,7 +53,9 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
     try:
         # Mid-sweep, read from the store (the console is quiet): one trial ended (its runs carry an outcome)
         # and another's checkpoint is recorded in MLflow.
-        wait_for(lambda: mid_sweep(uri, experiment), first, 600, "a trial completed and another checkpointed")
+        kill_when(
+            lambda: mid_sweep(uri, experiment), first, 600, "a trial completed and another checkpointed"
+        )
     finally:
         kill_group(first)
     client = MlflowClient(tracking_uri=uri)

@@ -79,6 +79,31 @@ def kill_group(proc: subprocess.Popen) -> None:
     psutil.wait_procs(left, timeout=30)
 
 
+def kill_when(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    """SIGKILL a start_sweep driver's group at a moment `predicate` (a question to the store) holds.
+
+    The driver is the store's only writer, so it is stopped (SIGSTOP) while the predicate is asked again:
+    what holds then still holds at the kill (a trial that ended meanwhile would otherwise make the
+    test's mid-sweep state vanish). If it no longer holds, the driver continues and the wait goes on.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_for(lambda: _asks(predicate), proc, deadline - time.monotonic(), what)
+        os.kill(proc.pid, signal.SIGSTOP)
+        if _asks(predicate):
+            kill_group(proc)
+            return
+        os.kill(proc.pid, signal.SIGCONT)
+
+
+def _asks(predicate) -> bool:
+    """predicate(), False where the store cannot answer (a stopped writer may hold SQLite's lock)."""
+    try:
+        return bool(predicate())
+    except Exception:
+        return False
+
+
 def _session(p) -> int | None:
     try:
         return os.getsid(p.pid)
