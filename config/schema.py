@@ -99,7 +99,7 @@ class ClusterConfig:
     max_concurrent: Optional[int] = MISSING
     storage: Optional[str] = MISSING
     max_failures: int = MISSING
-    dashboard_host: str = MISSING
+    dashboard_host: Optional[str] = MISSING
     pack: str = MISSING
     pack_size: int = MISSING
 

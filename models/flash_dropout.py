@@ -44,7 +44,6 @@ PRIVATE_OPS = (
 # more.
 SELF_CHECK_TOL = 1e-4
 _usable: bool | None = None  # flash_dropout_usable()'s answer, once decided in this process
-_eager_marked = False  # keep_eager_under_compile() has run
 
 
 @functools.cache
@@ -197,6 +196,7 @@ def flash_dropout_usable() -> bool:
     return _usable
 
 
+@functools.cache  # once per process: marking the marked versions again would wrap them twice
 def keep_eager_under_compile() -> None:
     """Have torch.compile (train.compile) call dropped_positions (a data-dependent loop) and
     flash_dropout_usable (a Python-side decision) as they are, not trace them.
@@ -206,8 +206,6 @@ def keep_eager_under_compile() -> None:
     the models, each of a sweep's Ray workers included. Callers reach both through this module's
     attributes, so the marked versions are the ones they call.
     """
-    global dropped_positions, flash_dropout_usable, _eager_marked
-    if not _eager_marked:
-        dropped_positions = torch.compiler.disable(dropped_positions)
-        flash_dropout_usable = torch.compiler.disable(flash_dropout_usable)
-        _eager_marked = True
+    global dropped_positions, flash_dropout_usable
+    dropped_positions = torch.compiler.disable(dropped_positions)
+    flash_dropout_usable = torch.compiler.disable(flash_dropout_usable)

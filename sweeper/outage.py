@@ -20,9 +20,8 @@ import time
 from typing import Callable
 
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from tracking.names import CONFIG_HASH
+from tracking.names import CONFIG_HASH, MLFLOW_PARENT_RUN_ID
 from tracking.store import TrackingError, probe
 
 MAX_WAIT_S = 10.0  # longest pause between two tries of a write during an outage

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Run, RunTag
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
 from config.grid import Job, Plan
@@ -27,6 +26,7 @@ from tracking.names import (
     COMMAND,
     CONFIG_HASH,
     ENDED,
+    MLFLOW_RUN_NOTE,
     PENDING,
     PLAN_ARTIFACT,
     PLAN_TAGS,

@@ -21,14 +21,23 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
 from sweeper.ledger import STATUS, Ledger
 from sweeper.trial import Artifact, Recorded, RunStart
 from tracking import store
-from tracking.names import CONFIG_HASH, OUTCOME, PACK, SEED, STOPPED, SUBGRIDS, SWEEP, TUNE_CHECKPOINT
+from tracking.names import (
+    CONFIG_HASH,
+    MLFLOW_PARENT_RUN_ID,
+    OUTCOME,
+    PACK,
+    SEED,
+    STOPPED,
+    SUBGRIDS,
+    SWEEP,
+    TUNE_CHECKPOINT,
+)
 from tracking.run_tags import source_tags  # the driver's: it launched the sweep
 
 BATCH = 1000  # MLflow's limit of metrics per log_batch

@@ -38,7 +38,7 @@ from filelock import FileLock
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
 from support import ray_local
-from support.configs import TINY
+from support.configs import NO_DASHBOARD, TINY
 from support.repo import REPO
 from support.servers import MlflowServer
 
@@ -136,6 +136,7 @@ def _smoke_sweep(root: Path) -> str:
             f"tracking.uri={uri}",
             f"cluster.storage={root}/ray",
             "cluster.cpus_per_trial=0.5",
+            NO_DASHBOARD,
         ],
         cwd=REPO,
         env=env,

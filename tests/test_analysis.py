@@ -19,7 +19,6 @@ import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from support.configs import SMALL_EVAL
 from support.repo import REPO
 
@@ -38,7 +37,15 @@ from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking.mlflow_recorder import MlflowRecorder
-from tracking.names import EVAL_OF, EVALUATION_LINK, REPORT_DIR, SEED, SUBGRIDS, VAL_REL_LLOYD
+from tracking.names import (
+    EVAL_OF,
+    EVALUATION_LINK,
+    MLFLOW_PARENT_RUN_ID,
+    REPORT_DIR,
+    SEED,
+    SUBGRIDS,
+    VAL_REL_LLOYD,
+)
 from training.loop import train
 
 EXPERIMENT = "leaner-clustering"  # the tracking config's default experiment, where the sweep writes

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -330,13 +331,14 @@ def wait_http(url: str, seconds: float, proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path):
+def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path, _empty_store):
     """The compose file's MLflow command and environment, on SQLite: basic auth and proxied artifacts."""
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     service = compose["services"]["mlflow"]
     env_file = env_example()
     environment = {k: interpolate(str(v), env_file) for k, v in service["environment"].items()}
     assert environment["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql://")
+    shutil.copyfile(_empty_store, tmp_path / "mlflow.db")  # migrated: the server skips MLflow's migrations
     environment["MLFLOW_BACKEND_STORE_URI"] = f"sqlite:///{tmp_path / 'mlflow.db'}"  # no PostgreSQL here
     environment["MLFLOW_ARTIFACTS_DESTINATION"] = str(tmp_path / "mlartifacts")
     command = [str(c) for c in service["command"]]

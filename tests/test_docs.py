@@ -230,6 +230,7 @@ def test_runnable_blocks(tmp_path):
     assert re.search(r"finished 20 steps: val_rel_lloyd", out)
     assert "torch.Size([4, 6, 4])" not in out  # the trained configuration is d 32, k 10
     assert "torch.Size([4, 10, 32])" in out
+    assert "View the dashboard at" in out + result.stderr  # a local sweep serves Ray's dashboard by default
     assert (tmp_path / "reports").is_dir() and any((tmp_path / "reports").rglob("index.md"))
 
 

@@ -14,14 +14,13 @@ import sys
 import browser
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from support.configs import SMALL_EVAL
 from support.repo import REPO
 from support.sweeps import children
 
 from analysis.claims import CLAIMS
 from tracking import ui
-from tracking.names import CONFIGURATION, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD
+from tracking.names import CONFIGURATION, MLFLOW_PARENT_RUN_ID, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD
 
 pytestmark = pytest.mark.slow
 

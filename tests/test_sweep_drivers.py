@@ -78,6 +78,9 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
     finally:
         kill_group(a)
         kill_group(b)
+    driven = (tmp_path / ("b.log" if loser is a else "a.log")).read_text()
+    # cluster.dashboard_host=null (FOUR_TRIALS): a local instance without Ray's dashboard.
+    assert "Started a local Ray instance" in driven and "View the dashboard" not in driven
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
     trials = sweep_jobs(SMOKE)

@@ -9,14 +9,13 @@ import pickle
 from collections import Counter
 
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from ray import cloudpickle  # what Tune pickles its state with
 from support.sweeps import sweep_jobs
 
 from sweeper.record import SweepRecord
 from sweeper.stop import Halt
 from sweeper.trial import TRIAL, trial_dirname, trial_entry, trial_name
-from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, SWEEP, TUNE_CHECKPOINT
+from tracking.names import CONFIG_HASH, FINISHED, MLFLOW_PARENT_RUN_ID, OUTCOME, SWEEP, TUNE_CHECKPOINT
 
 SWEEP_NAME = "smoke"
 EXPERIMENT = "record"

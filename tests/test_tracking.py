@@ -11,7 +11,6 @@ import sys
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME, MLFLOW_USER
 from omegaconf import OmegaConf
 from support.servers import free_port
 
@@ -33,6 +32,10 @@ from tracking.names import (
     GIT_COMMIT,
     LAST_CHECKPOINT,
     METRICS,
+    MLFLOW_GIT_COMMIT,
+    MLFLOW_RUN_NOTE,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_USER,
     OUTCOME,
     SEED,
     TRAIN_LOSS,
@@ -148,4 +151,4 @@ def test_mlflow_tag_names_spelled_in_names_are_mlflows_own():
     from tracking import names
 
     spelled = [n for n in dir(names) if n.startswith("MLFLOW_")]
-    assert len(spelled) == 5 and all(getattr(names, n) == getattr(mlflow_tags, n) for n in spelled)
+    assert len(spelled) == 6 and all(getattr(names, n) == getattr(mlflow_tags, n) for n in spelled)

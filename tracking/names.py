@@ -28,12 +28,14 @@ TUNE_CHECKPOINT = (
 BAD_CHECKPOINT = "bad_checkpoint"  # a resume found a damaged checkpoint: which, and where training restarted
 
 # MLflow's own tags (mlflow.utils.mlflow_tags, spelled here so that training, which sets them, needs no MLflow
-# import: tests/test_tracking.py checks they match): the UI's Description, Source, User and git commit.
+# import: tests/test_tracking.py checks they match): the UI's Description, Source, User, git commit and the
+# parent run a child run is nested under.
 MLFLOW_RUN_NOTE = "mlflow.note.content"
 MLFLOW_SOURCE_NAME = "mlflow.source.name"
 MLFLOW_SOURCE_TYPE = "mlflow.source.type"
 MLFLOW_USER = "mlflow.user"
 MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
+MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 
 # Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
 EXPERIMENT_KIND = "mlflow.experimentKind"

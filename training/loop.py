@@ -399,7 +399,7 @@ def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:
     """train_loss and val_rel_lloyd against step (below the dashed line beats one Lloyd step)."""
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
-    fig = Figure(figsize=(9, 3.5), layout="constrained")
+    fig = Figure(figsize=(9, 3.5))
     left, right = fig.subplots(1, 2)
     for ax, key in ((left, TRAIN_LOSS), (right, VAL_REL_LLOYD)):
         points = history.get(key, [])
@@ -409,4 +409,7 @@ def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:
     left.set_yscale("log")
     right.axhline(1.0, color="black", linestyle="--", linewidth=1, label="one Lloyd step")
     right.legend()
+    # Fixed margins, not layout="constrained": every run of a sweep draws this, and the layout engine
+    # more than doubled its cost (0.30 s against 0.13 s a figure).
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.9, wspace=0.22)
     fig.savefig(path, dpi=100)

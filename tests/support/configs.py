@@ -32,6 +32,9 @@ SHORT = [
 # and no learning-rate patience, so a plateau changes the rate at once.
 PACKABLE = [*SHORT, "model.dropout=0.0", "optim.lr_patience=0"]
 
+# A sweep subprocess's local Ray without its dashboard: nothing in a test reads it, and it costs every driver
+# seconds to start (the README's own commands, run by test_docs, keep it).
+NO_DASHBOARD = "cluster.dashboard_host=null"
 # The sweep subprocess tests' sweep: 2 smoke configurations x 2 seeds = 4 trials, evaluated (and Tune
 # checkpointed) every 10 steps; each test sets its own train.steps, long enough for its fault to land
 # mid-trial.
@@ -40,6 +43,7 @@ FOUR_TRIALS = [
     "sweep.seeds=[1, 2]",
     "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]",
     "train.eval_every=10",
+    NO_DASHBOARD,
 ]
 # Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
 PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
