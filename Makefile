@@ -31,7 +31,8 @@ LITE := tracking.experiment=leaner-clustering-lite
 LITE_OUT := reports/leaner-clustering-lite
 # How lite's trials are packed (cluster.pack): shapes, the models that share n, d, k, embedding and steps,
 # up to cluster.pack_size in one trial, one trial per core. Measured (bench pack, 1 thread, n 128 d 4 k 6):
-# a pack of 10 trains 1.4x the model-steps per second of one model alone. LITE_PACK=none: one model a trial.
+# a pack of 10 trains 1.7x the model-steps per second of one model alone (README, "The arithmetic").
+# LITE_PACK=none: one model a trial.
 LITE_PACK ?= shapes
 # The probes' default of 4 batches of 32 fresh tasks per condition and seed (128, as the report); both cores.
 LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json step_json=$(LITE_OUT)/step_seconds.json eval.threads=2
