@@ -49,6 +49,10 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
+	# The project's bytecode once (every .py outside hidden folders such as .venv): where
+	# PYTHONDONTWRITEBYTECODE is set, as on these machines, each of the few hundred processes the suite
+	# starts (drivers, Ray workers, CLIs) would otherwise compile the project from source again.
+	$(PY) -m compileall -q -x '/\.' .
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Unit and config tests only: no Ray, no servers, no sweep or training subprocesses (minutes on 2 cores).
