@@ -170,8 +170,8 @@ def connect(cluster: DictConfig) -> None:
     if ray.is_initialized():  # a caller (a notebook, the tests) already chose the Ray instance
         return
     if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
-        host = cluster.dashboard_host
-        ray.init(address="local", include_dashboard=host is not None, dashboard_host=host or "127.0.0.1")
+        host = cluster.dashboard_host  # null: no dashboard
+        ray.init(address="local", include_dashboard=host is not None, dashboard_host=host)
         return
     reachable(cluster.address)
     try:
