@@ -202,10 +202,10 @@ def keep_eager_under_compile() -> None:
     flash_dropout_usable (a Python-side decision) as they are, not trace them.
 
     Done when a compile is asked for (training.fused.compiled), not with a decorator at import:
-    torch.compiler.disable imports torch._dynamo, 1.5 s of CPU in every process that imports the models,
-    the report's and the claims' included, which never train. (A process that trains pays it anyway at
-    its first torch.optim.Adam, whose methods torch wraps to import dynamo on first call.) Callers reach
-    both through this module's attributes, so the marked versions are the ones they call.
+    torch.compiler.disable imports torch._dynamo, 1.5 s of CPU in every process that imports the models:
+    each sweep trial, the report and the claims, none of which compiles (training keeps no torch
+    Optimizer for the same reason: training.adam). Callers reach both through this module's attributes,
+    so the marked versions are the ones they call.
     """
     global dropped_positions, flash_dropout_usable
     dropped_positions = torch.compiler.disable(dropped_positions)

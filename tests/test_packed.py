@@ -12,6 +12,7 @@ after 12 steps, while every metric still agrees to 1e-5.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,13 @@ from models.stacked import StackedTransformer
 from models.transformer import ClusteringTransformer
 from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 from tracking.recorder import MemoryRecorder
-from training.adam import PackedAdam
+from training.adam import AdamState, PackedAdam
 from training.checkpoint import last_path, load
 from training.faults import NAN_AT_STEP
 from training.fused import Pack
 from training.loop import Trainer, Validation, train
 from training.packed import check_packable, train_pack
+from training.plateau import Plateau
 
 # Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
 # the last one diverges (the test-only NaN fault, training.faults) at step 5 and must leave the others
@@ -116,18 +118,51 @@ def test_packed_adam_equals_torch_adam() -> None:
             for opt in torch_adams:
                 opt.param_groups[0]["lr"] /= 2
             adam.set_lrs([opt.param_groups[0]["lr"] for opt in torch_adams])
-            twin = torch.optim.Adam([torch.zeros(s) for s in shapes], lr=1.0)
-            adam.store(1, twin)
-            for mine, theirs in zip(
-                twin.state_dict()["state"].values(), torch_adams[1].state_dict()["state"].values()
-            ):
-                assert mine.keys() == theirs.keys() and mine["step"] == theirs["step"]
-                torch.testing.assert_close(mine["exp_avg_sq"], theirs["exp_avg_sq"], rtol=1e-6, atol=1e-12)
+            # Its state in torch's format: equal to torch's own, and loadable by torch.optim.Adam.
+            mine = AdamState([torch.Size(s) for s in shapes], lr=torch_adams[1].param_groups[0]["lr"])
+            adam.store(1, mine)
+            theirs = torch_adams[1].state_dict()
+            assert mine.state_dict()["param_groups"] == theirs["param_groups"]
+            for a, b in zip(mine.state_dict()["state"].values(), theirs["state"].values()):
+                assert a.keys() == b.keys() and a["step"] == b["step"]
+                torch.testing.assert_close(a["exp_avg_sq"], b["exp_avg_sq"], rtol=1e-6, atol=1e-12)
+            torch.optim.Adam([torch.zeros(s) for s in shapes]).load_state_dict(mine.state_dict())
+            back = AdamState(mine.shapes, lr=1.0)
+            back.load_state_dict(theirs)  # torch's state (an older checkpoint's) loads into the pack
+            adam.load(1, back)
     # A model not taken keeps its weights, moments and step count.
     before = flat.clone(), adam.exp_avg.clone(), adam.steps.clone()
     adam.commit(flat, adam.propose(flat, torch.ones_like(flat)), torch.tensor([True, False, True]))
     assert torch.equal(flat[1], before[0][1]) and torch.equal(adam.exp_avg[1], before[1][1])
     assert adam.steps[:, 0].tolist() == [31, 30, 31]
+
+
+def test_plateau_schedule_equals_torchs_reduce_lr_on_plateau() -> None:
+    """training.plateau against torch.optim.lr_scheduler.ReduceLROnPlateau on the same metrics (plateaus,
+    improvements below and above the 1e-4 threshold, NaN, inf): the same rates, exactly, and state_dicts
+    that load into each other."""
+    generator = torch.Generator().manual_seed(0)
+    metrics = torch.rand(120, generator=generator).tolist()
+    metrics[40:70] = [0.5] * 30  # a long plateau: rates fall one after the other
+    metrics[70:75] = [0.5 * (1 - 0.5e-4) ** i for i in range(5)]  # improvements within the threshold
+    metrics[80], metrics[81] = math.nan, math.inf
+    for factor, patience in ((0.5, 3), (0.1, 0), (0.9, 10)):
+        reference = torch.optim.Adam([torch.zeros(1)], lr=0.01)
+        torch_plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            reference, mode="min", factor=factor, patience=patience
+        )
+        adam = AdamState([torch.Size([1])], lr=0.01)
+        plateau = Plateau(adam, factor, patience)
+        for i, metric in enumerate(metrics):
+            torch_plateau.step(metric)
+            plateau.step(metric)
+            assert adam.lr == reference.param_groups[0]["lr"], (factor, patience, i)
+            assert plateau.state_dict() == torch_plateau.state_dict(), (factor, patience, i)
+            if i == 60:  # checkpoints round-trip both ways mid-plateau
+                twin = Plateau(AdamState(adam.shapes, adam.lr), factor, patience)
+                twin.load_state_dict(torch_plateau.state_dict())
+                torch_plateau.load_state_dict(plateau.state_dict())
+                assert twin.state_dict() == plateau.state_dict()
 
 
 def test_packed_forward_is_each_model_forward() -> None:

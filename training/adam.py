@@ -9,6 +9,11 @@ for the models that keep training (a diverging model keeps its last finite
 weights and moments). Its state converts to and from torch.optim.Adam's, so
 checkpoints keep torch's format (tests/test_packed.py: equal to torch's
 updates to 1e-6).
+
+Between checkpoints a model's own Adam state lives in an AdamState, not a
+torch.optim.Adam: constructing any torch Optimizer imports torch._dynamo
+(1.5 s of CPU), which every trial process of a sweep would pay for an object
+that only holds numbers here.
 """
 
 from __future__ import annotations
@@ -16,6 +21,47 @@ from __future__ import annotations
 import torch
 
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which training always used
+
+
+class AdamState:
+    """One model's learning rate and Adam moments, in torch.optim.Adam's state_dict format.
+
+    state maps parameter index (the model's parameters() order) to torch's
+    {"step", "exp_avg", "exp_avg_sq"}; empty before the first step. A
+    checkpoint's state_dict() loads into torch.optim.Adam, and torch's loads here.
+    """
+
+    def __init__(self, shapes: list[torch.Size], lr: float) -> None:
+        self.shapes, self.lr = list(shapes), lr
+        self.state: dict[int, dict[str, torch.Tensor]] = {}
+
+    def state_dict(self) -> dict:
+        group = {**TORCH_DEFAULTS, "lr": self.lr, "params": list(range(len(self.shapes)))}
+        return {"state": {i: dict(s) for i, s in self.state.items()}, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        (group,) = state_dict["param_groups"]
+        if len(group["params"]) != len(self.shapes):
+            raise ValueError(
+                f"the Adam state holds {len(group['params'])} parameters, the model {len(self.shapes)}"
+            )
+        self.lr = group["lr"]
+        self.state = {int(i): dict(s) for i, s in state_dict["state"].items()}
+
+
+# The rest of torch.optim.Adam's param group: its defaults, which training always used.
+TORCH_DEFAULTS = {
+    "betas": BETAS,
+    "eps": EPS,
+    "weight_decay": 0,
+    "amsgrad": False,
+    "maximize": False,
+    "foreach": None,
+    "capturable": False,
+    "differentiable": False,
+    "fused": None,
+    "decoupled_weight_decay": False,
+}
 
 
 class PackedAdam:
@@ -54,24 +100,25 @@ class PackedAdam:
         self.exp_avg, self.exp_avg_sq = self.exp_avg[rows], self.exp_avg_sq[rows]
         self.steps, self.lr = self.steps[rows], self.lr[rows]
 
-    def load(self, row: int, optimizer: torch.optim.Adam) -> None:
-        """Model `row`'s state from its torch.optim.Adam (nothing to load before its first step)."""
-        params = optimizer.param_groups[0]["params"]
-        if params[0] not in optimizer.state:
+    def load(self, row: int, adam: AdamState) -> None:
+        """Model `row`'s state from its AdamState (nothing to load before its first step)."""
+        if not adam.state:
             return
-        states = [optimizer.state[p] for p in params]
+        states = [adam.state[i] for i in range(len(adam.shapes))]
         self.exp_avg[row] = torch.cat([s["exp_avg"].flatten() for s in states])
         self.exp_avg_sq[row] = torch.cat([s["exp_avg_sq"].flatten() for s in states])
         self.steps[row] = float(states[0]["step"])
 
-    def store(self, row: int, optimizer: torch.optim.Adam) -> None:
-        """Write model `row`'s state into its torch.optim.Adam, as torch's own steps would have left it."""
-        params = optimizer.param_groups[0]["params"]
-        sizes = [p.numel() for p in params]
+    def store(self, row: int, adam: AdamState) -> None:
+        """Write model `row`'s state into its AdamState, as torch.optim.Adam's steps would have left it."""
+        sizes = [shape.numel() for shape in adam.shapes]
         step = float(self.steps[row])
-        for p, m, v in zip(params, self.exp_avg[row].split(sizes), self.exp_avg_sq[row].split(sizes)):
-            optimizer.state[p] = {
+        moments = zip(adam.shapes, self.exp_avg[row].split(sizes), self.exp_avg_sq[row].split(sizes))
+        adam.state = {
+            i: {
                 "step": torch.tensor(step, dtype=torch.float32),
-                "exp_avg": m.view_as(p).clone(),
-                "exp_avg_sq": v.view_as(p).clone(),
+                "exp_avg": m.view(shape).clone(),
+                "exp_avg_sq": v.view(shape).clone(),
             }
+            for i, (shape, m, v) in enumerate(moments)
+        }

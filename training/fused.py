@@ -101,7 +101,7 @@ class Pack:
         self.stacked.forward_fn = _COMPILED[t.compile]
         self.adam = PackedAdam(self.stacked.flat, [tr.lr for tr in trainers])
         for row, tr in enumerate(trainers):
-            self.adam.load(row, tr.optimizer)
+            self.adam.load(row, tr.adam)
 
         def column(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
@@ -215,14 +215,14 @@ class Pack:
         return [{VAL_KMEANS: a, VAL_REL_LLOYD: b} for a, b in means]
 
     def set_lrs(self) -> None:
-        """Take up each trainer's learning rate (its ReduceLROnPlateau acts on the trainer's optimizer)."""
+        """Take up each trainer's learning rate (its Plateau schedule acts on the trainer's AdamState)."""
         self.adam.set_lrs([tr.lr for tr in self.trainers])
 
     def store(self, row: int) -> None:
         """Write model `row`'s weights and Adam state into its trainer (whose state() is the checkpoint)."""
         tr = self.trainers[row]
         self.stacked.store(row, tr.model)
-        self.adam.store(row, tr.optimizer)
+        self.adam.store(row, tr.adam)
 
     def keep(self, rows: list[int]) -> None:
         """Go on with the models at `rows` only (the others finished or diverged)."""

@@ -50,9 +50,11 @@ from tracking.names import (
 from tracking.recorder import Recorder, git_commit
 from tracking.run_tags import training_tags
 from training import checkpoint
+from training.adam import AdamState
 from training.checkpoint import CheckpointError
 from training.faults import crash_at_step, nan_at_step
 from training.fused import Pack
+from training.plateau import Plateau
 
 OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
 OnRound = Callable[[int, dict[Path, dict]], None]  # train_models(): (step, {workdir: metrics}) per round
@@ -117,12 +119,12 @@ class Validation:
 
 
 class Trainer:
-    """One model's weights, optimizer, scheduler, task stream and progress.
+    """One model's weights, Adam state, learning-rate schedule, task stream and progress.
 
     Training steps it in a pack (training.fused.Pack, of one when alone),
-    which holds its weights and Adam state while it trains and writes them
-    back here for each checkpoint; the optimizer holds the learning rate its
-    scheduler sets.
+    which holds its weights and Adam moments while it trains and writes them
+    back here for each checkpoint; `adam` holds the learning rate its
+    `plateau` schedule sets.
     """
 
     def __init__(self, cfg: DictConfig, device: torch.device) -> None:
@@ -137,10 +139,9 @@ class Trainer:
                 f"train.compile=cudagraphs needs a CUDA device, and train.device={cfg.train.device} "
                 f"is {device}: use train.compile=inductor or off"
             )
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.optim.lr)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, mode="min", factor=cfg.optim.lr_factor, patience=cfg.optim.lr_patience
-        )
+        # Adam's state and schedule in torch's checkpoint format, without torch's Optimizer (training.adam).
+        self.adam = AdamState([p.shape for p in self.model.parameters()], cfg.optim.lr)
+        self.plateau = Plateau(self.adam, cfg.optim.lr_factor, cfg.optim.lr_patience)
         # The stream of training tasks, drawn on the training device: on a GPU the host never holds a step up
         # (so a CUDA run draws other tasks than a CPU run of the same seed; the validation set is the same).
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -155,8 +156,8 @@ class Trainer:
         p = self.progress
         return dict(
             model=self.model.state_dict(),
-            optimizer=self.optimizer.state_dict(),
-            scheduler=self.scheduler.state_dict(),
+            optimizer=self.adam.state_dict(),
+            scheduler=self.plateau.state_dict(),
             generator=self.generator.get_state(),
             torch_rng=torch.get_rng_state(),
             cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -171,8 +172,8 @@ class Trainer:
 
     def restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.adam.load_state_dict(state["optimizer"])
+        self.plateau.load_state_dict(state["scheduler"])
         try:
             self.generator.set_state(state["generator"])
         except RuntimeError:  # a CPU generator's state does not fit a CUDA one, nor the other way round
@@ -199,7 +200,7 @@ class Trainer:
 
     @property
     def lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]
+        return self.adam.lr
 
 
 @dataclass
@@ -354,7 +355,8 @@ def show(bar: tqdm, trainer: Trainer) -> None:
 def evaluate(pack: Pack, rows: list[int], runs: list[Run]) -> list[Run]:
     """Evaluate the models at `rows` of the pack (one validation pass over all of it); returns their runs.
 
-    Each: step its scheduler, record, then checkpoint (metrics flushed first, so a resume never loses any).
+    Each: step its learning-rate schedule, record, then checkpoint (metrics flushed first, so a resume
+    never loses any).
     """
     if not rows:
         return []
@@ -363,7 +365,7 @@ def evaluate(pack: Pack, rows: list[int], runs: list[Run]) -> list[Run]:
         run = runs[row]
         trainer, p = run.trainer, run.trainer.progress
         m = {**metrics[row], LR: trainer.lr}
-        trainer.scheduler.step(m[VAL_REL_LLOYD])
+        trainer.plateau.step(m[VAL_REL_LLOYD])
         run.recorder.log_metrics(p.step, {**m, BEST_VAL_REL_LLOYD: min(p.best_val, m[VAL_REL_LLOYD])})
         run.recorder.flush()
         p.metrics = m
