@@ -29,9 +29,8 @@ from config.schema import (
     SCHEMAS,
     ConfigError,
 )
-from models.embedding import EMBEDDINGS
-from models.losses import REGULARIZERS
-from tasks.sampler import TaskSpec
+from models.options import EMBEDDINGS, REGULARIZERS
+from tasks.spec import TaskSpec
 
 
 def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictConfig:

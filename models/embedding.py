@@ -11,7 +11,7 @@ import math
 
 import torch
 
-EMBEDDINGS = ("onehot", "binary", "none")
+from models.options import EMBEDDINGS
 
 
 def scratch_dims(k: int, embedding: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-REGULARIZERS = ("l2", "ne")
+from models.options import REGULARIZERS
 
 
 def sq_distances(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,6 @@ from config.compose import compose
 from config.identity import config_hash
 from sweeper import console
 from tracking.names import VAL_REL_LLOYD
-from training.packed import train_pack
 
 PAYLOAD = "mlflow"  # result key the driver pops: job key -> its Recorded since the trial's last report
 STEP = "step"  # result key: the training step reported (ASHA's time axis)
@@ -186,6 +185,10 @@ def trial_dirname(trial) -> str:
 
 def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]], base: list[str]) -> None:
     """Tune's function trainable; pack_key(config) names the trial in `packs`, its members keys of `jobs`."""
+    # Imported here, in the Ray worker: the driver imports this module for Tune, and training would make it
+    # import torch (1.4 s of CPU) for nothing.
+    from training.packed import train_pack
+
     console.quiet()  # this worker's Ray Train logs a line per checkpoint otherwise
     members = packs[pack_key(config)]
     cfgs = []

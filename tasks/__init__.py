@@ -1,14 +1,2 @@
-"""Distributions of clustering tasks (docs/science.md section 1)."""
-
-from tasks.init import INITS, choose_centers
-from tasks.sampler import FAMILIES, TaskSpec, sample_tasks, to_unit_cube, validation_tasks
-
-__all__ = [
-    "FAMILIES",
-    "INITS",
-    "TaskSpec",
-    "choose_centers",
-    "sample_tasks",
-    "to_unit_cube",
-    "validation_tasks",
-]
+"""Distributions of clustering tasks (docs/science.md section 1): tasks.spec says what one is,
+tasks.sampler draws its tasks, tasks.init their initial centers."""

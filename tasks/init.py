@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-INITS = ("random", "kmeans++", "gonzalez")
+from tasks.spec import INITS
 
 
 def _gather_points(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -9,61 +9,11 @@ seed fixes the whole stream of tasks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from tasks.init import INITS, choose_centers
-
-FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What a distribution of clustering tasks is; defaults are the paper's."""
-
-    family: str = "normal"
-    n: int = 512
-    d: int = 4
-    k: int = 6
-    scale: float = 0.1
-    equal_weights: bool = True
-    equal_scales: bool = True
-    init: str = "random"
-
-    def __post_init__(self) -> None:
-        validate_task_spec(self)
-
-
-def _bad(field: str, value: object, allowed: str) -> ValueError:
-    return ValueError(f"task.{field}={value!r} is not allowed: {allowed}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def validate_task_spec(spec: TaskSpec) -> None:
-    """Raise ValueError naming the field, its value and what is allowed."""
-    if spec.family not in FAMILIES:
-        raise _bad("family", spec.family, f"choose one of {', '.join(FAMILIES)}")
-    if spec.init not in INITS:
-        raise _bad("init", spec.init, f"choose one of {', '.join(INITS)}")
-    if not _is_int(spec.d) or spec.d < 1:
-        raise _bad("d", spec.d, "an integer >= 1")
-    if not _is_int(spec.k) or spec.k < 2:
-        raise _bad("k", spec.k, "an integer >= 2")
-    if not _is_int(spec.n) or spec.n < spec.k:
-        raise _bad("n", spec.n, f"an integer >= k (k={spec.k})")
-    if (
-        isinstance(spec.scale, bool)
-        or not isinstance(spec.scale, (int, float))
-        or not (math.isfinite(spec.scale) and spec.scale > 0)
-    ):
-        raise _bad("scale", spec.scale, "a finite number > 0")
-    for field in ("equal_weights", "equal_scales"):
-        if not isinstance(getattr(spec, field), bool):
-            raise _bad(field, getattr(spec, field), "true or false")
+from tasks.init import choose_centers
+from tasks.spec import FAMILIES, TaskSpec, is_int
 
 
 def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -89,7 +39,7 @@ def standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generat
         c = u.sub_(0.5)
         sign = c.sign()
         return c.abs_().mul_(-2.0).log1p_().mul_(sign).neg_()
-    raise _bad("family", family, f"choose one of {', '.join(FAMILIES)}")
+    raise ValueError(f"task.family={family!r} is not allowed: choose one of {', '.join(FAMILIES)}")
 
 
 def sample_points(
@@ -100,7 +50,7 @@ def sample_points(
     Drawn on the generator's device: a CUDA generator keeps sampling off the
     host (a training step on a GPU would otherwise wait on it).
     """
-    if not _is_int(batch) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise ValueError(f"batch={batch!r} is not allowed: an integer >= 1")
     B, n, d, k = batch, spec.n, spec.d, spec.k
     device = generator.device
@@ -164,7 +114,7 @@ def validation_tasks(
     spec: TaskSpec, seed: int, batches: int, batch: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed validation set of a run: `batches` batches from a seed-derived generator."""
-    if not _is_int(batches) or batches < 1:
+    if not is_int(batches) or batches < 1:
         raise ValueError(f"val_batches={batches!r} is not allowed: an integer >= 1")
     generator = torch.Generator().manual_seed(validation_seed(seed))
     return [sample_tasks(spec, batch, generator) for _ in range(batches)]

@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from models.embedding import center_codes, embed
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd
-from tasks import TaskSpec, sample_tasks
+from tasks.sampler import TaskSpec, sample_tasks
 
 TOL = 1e-10
 TASKS = 2

@@ -12,7 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from models.lloyd import assign, lloyd, lloyd_step
-from tasks import TaskSpec, sample_tasks
+from tasks.sampler import TaskSpec, sample_tasks
 
 TOL = 1e-10  # float64
 

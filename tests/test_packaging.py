@@ -235,22 +235,31 @@ TRAIN_TINY = (
     "train(compose(['task.n=16', 'train.steps=4', 'train.eval_every=2', 'train.val_batches=1', "
     "'train.batch=2']), MemoryRecorder(), tempfile.mkdtemp())"
 )
+DRIVER = "import sweeper.sweep, sweeper.record, sweeper.writer, sweeper.trial"
+DRY_RUN = (
+    "import runpy; sys.argv = ['sweeper.sweep', 'sweep=paper', 'sweep.dry_run=true']; "
+    'exec(\'try: runpy.run_module("sweeper.sweep", run_name="__main__")\\nexcept SystemExit: pass\')'
+)
 
 
 @pytest.mark.parametrize(
     "module, unwanted",
     [
-        ("sweeper.trial", ["mlflow", "torch._dynamo"]),
+        ("sweeper.trial", ["mlflow", "torch"]),
+        (DRIVER, ["torch"]),
+        (DRY_RUN, ["torch", "ray"]),
         ("analysis.report", ["torch._dynamo"]),
         (TRAIN_TINY, ["torch._dynamo"]),
     ],
-    ids=["trial", "report", "training"],
+    ids=["trial", "driver", "dry-run", "report", "training"],
 )
 def test_imports_leave_out_what_the_process_does_not_use(module, unwanted):
-    """Each of a sweep's Ray workers imports sweeper.trial: MLflow (the driver writes every run) would cost
-    it about 1.5 s of CPU. torch._dynamo (only train.compile needs it) costs as much in every process that
-    trains or reports: training keeps its Adam state without a torch Optimizer (training.adam), whose
-    construction imports it."""
+    """What each kind of process would import for nothing, about 1.5 s of CPU each: a sweep's Ray worker
+    imports sweeper.trial (MLflow: the driver writes every run; torch: only once it trains); the driver
+    (every module a sweep runs) trains nothing, and a dry run or a bad override is answered without torch
+    or Ray (config checks its choices without importing the models); torch._dynamo (only train.compile
+    needs it) is left out of the report, and of training, which keeps its Adam state without a torch
+    Optimizer (training.adam), whose construction imports it."""
     statement = module if " " in module else f"import {module}"
     probe = f"import sys; {statement}; print(sorted(set({unwanted!r}) & set(sys.modules)))"
     done = subprocess.run(

@@ -15,9 +15,17 @@ import torch
 from scipy import stats
 
 from models.lloyd import lloyd_step
-from tasks import FAMILIES, INITS, TaskSpec, choose_centers, sample_tasks, to_unit_cube, validation_tasks
-from tasks.init import choose_center_indices
-from tasks.sampler import sample_points, standard_noise
+from tasks.init import choose_center_indices, choose_centers
+from tasks.sampler import (
+    FAMILIES,
+    TaskSpec,
+    sample_points,
+    sample_tasks,
+    standard_noise,
+    to_unit_cube,
+    validation_tasks,
+)
+from tasks.spec import INITS
 
 
 def gen(seed: int) -> torch.Generator:
