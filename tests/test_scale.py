@@ -29,7 +29,6 @@ def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None
             "20",
             "--store",
             "sqlite",
-            "cluster.cpus_per_trial=0.5",
         ],
         cwd=REPO,
         capture_output=True,
