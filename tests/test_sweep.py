@@ -223,12 +223,7 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, sqlite_uri, capf
     """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack
     diverges)."""
     uri = sqlite_uri
-    assert (
-        main(
-            [*PACKED, "cluster.cpus_per_trial=0.5", f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
-        )
-        == 0
-    )
+    assert main([*PACKED, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]) == 0
     assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in capfd.readouterr().out
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
