@@ -71,9 +71,9 @@ class StackedTransformer:
 
     def forward(self, X: torch.Tensor, C: torch.Tensor, training: bool = True) -> torch.Tensor:
         """X (P, B, n, d), C (P, B, k, d) -> each model's new centers (P, B, k, d), model p on X[p], C[p]."""
-        # Evaluation runs eagerly: under train.compile its no-grad pass would be a graph of its own (a second
-        # compile per pack size, 20-30 s each on CPU at the laptop size) for a sixth of the forward passes, with
-        # no backward.
+        # Evaluation runs eagerly: under train.compile its no-grad pass would be a graph of its own (a
+        # second compile per pack size, 20-30 s each on CPU at the laptop size) for a sixth of the forward
+        # passes, with no backward.
         forward = self.forward_fn if training else stacked_forward
         return forward(
             self.weights, X, C, self.embedding, self.gamma, self.d_emb, self.dropout if training else 0.0
