@@ -23,6 +23,21 @@ import torch
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which training always used
 
 
+# The rest of torch.optim.Adam's param group: its defaults, which training always used.
+TORCH_DEFAULTS = {
+    "betas": BETAS,
+    "eps": EPS,
+    "weight_decay": 0,
+    "amsgrad": False,
+    "maximize": False,
+    "foreach": None,
+    "capturable": False,
+    "differentiable": False,
+    "fused": None,
+    "decoupled_weight_decay": False,
+}
+
+
 class AdamState:
     """One model's learning rate and Adam moments, in torch.optim.Adam's state_dict format.
 
@@ -47,21 +62,6 @@ class AdamState:
             )
         self.lr = group["lr"]
         self.state = {int(i): dict(s) for i, s in state_dict["state"].items()}
-
-
-# The rest of torch.optim.Adam's param group: its defaults, which training always used.
-TORCH_DEFAULTS = {
-    "betas": BETAS,
-    "eps": EPS,
-    "weight_decay": 0,
-    "amsgrad": False,
-    "maximize": False,
-    "foreach": None,
-    "capturable": False,
-    "differentiable": False,
-    "fused": None,
-    "decoupled_weight_decay": False,
-}
 
 
 class PackedAdam:

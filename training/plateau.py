@@ -32,7 +32,7 @@ class Plateau:
         else:
             self.num_bad_epochs += 1
         if self.num_bad_epochs > self.patience:
-            lower = max(self.adam.lr * self.factor, 0.0)
+            lower = self.adam.lr * self.factor  # torch's max with a minimum rate of 0: a no-op here
             if self.adam.lr - lower > EPS:
                 self.adam.lr = lower
             self.num_bad_epochs = 0
