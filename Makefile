@@ -34,10 +34,15 @@ LITE_OUT := reports/leaner-clustering-lite
 # a pack of 10 trains 1.7x the model-steps per second of one model alone (README, "The arithmetic").
 # LITE_PACK=none: one model a trial.
 LITE_PACK ?= shapes
+# The sweep's own bookkeeping, off the two cores the trials need: a trial reports one evaluation round in
+# five (about a minute of a pack of 21; the driver writes each report into one MLflow run per model, some
+# 15 ms each), and no Ray dashboard (3-4% of a core while it runs). Measured in a 1,000-step probe of lite:
+# driver and Ray's processes took 8% of a core each at cluster.report_every=1 with the dashboard.
+LITE_CLUSTER := cluster.pack=$(LITE_PACK) cluster.report_every=5 cluster.dashboard_host=null
 # The probes' default of 4 batches of 32 fresh tasks per condition and seed (128, as the report); both cores.
 LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json step_json=$(LITE_OUT)/step_seconds.json eval.threads=2
 reproduce: $(STAMP)
-	$(PY) -m sweeper.sweep sweep=lite $(LITE) cluster.pack=$(LITE_PACK)
+	$(PY) -m sweeper.sweep sweep=lite $(LITE) $(LITE_CLUSTER)
 	$(PY) -m bench speed_memory --quick --repeats 3 --out $(LITE_OUT)/speed_memory.json
 	$(PY) -m bench step_seconds sweep=lite --repeats 3 --out $(LITE_OUT)/step_seconds.json
 	$(PY) -m analysis.report select.sweep=lite $(LITE) $(LITE_EVAL)

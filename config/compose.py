@@ -189,3 +189,4 @@ def validate(cfg: DictConfig) -> None:
     _at_least("cluster.max_failures", c.max_failures, -1)
     _one_of("cluster.pack", c.pack, PACK_MODES)
     _at_least("cluster.pack_size", c.pack_size, 1)
+    _at_least("cluster.report_every", c.report_every, 1)

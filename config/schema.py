@@ -102,6 +102,7 @@ class ClusterConfig:
     dashboard_host: Optional[str] = MISSING
     pack: str = MISSING
     pack_size: int = MISSING
+    report_every: int = MISSING
 
 
 @dataclass

@@ -62,6 +62,7 @@ def test_a_restarted_sweep_packs_what_is_left_under_the_same_keys(lite) -> None:
     [
         ("cluster.pack_size=0", "cluster.pack_size", "an integer >= 1"),
         ("cluster.pack=configs", "cluster.pack", "none, seeds, shapes"),
+        ("cluster.report_every=0", "cluster.report_every", "an integer >= 1"),
     ],
 )
 def test_bad_pack_settings_are_refused(override: str, key: str, allowed: str) -> None:
