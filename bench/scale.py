@@ -168,8 +168,9 @@ def postgres_uri(root: Path) -> str | None:
 
 
 @contextmanager
-def tracking_server(root: Path, store: str) -> Iterator[tuple[str, str]]:
-    """An `mlflow server` on a free port over PostgreSQL (store auto or postgres, when possible) or SQLite."""
+def tracking_server(root: Path, store: str, workers: int = 4) -> Iterator[tuple[str, str]]:
+    """An `mlflow server` on a free port over PostgreSQL (store auto or postgres, when possible) or SQLite,
+    with `workers` worker processes (MLflow's default: 4)."""
     backend = postgres_uri(root) if store != "sqlite" else None
     if backend is None and store == "postgres":
         raise SystemExit(
@@ -193,6 +194,8 @@ def tracking_server(root: Path, store: str) -> Iterator[tuple[str, str]]:
             "127.0.0.1",
             "--port",
             str(port),
+            "--workers",
+            str(workers),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -278,6 +281,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default="auto",
         help="the tracking server's database (auto: PostgreSQL when pgserver is importable)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="the tracking server's worker processes (MLflow's default; a small probe needs one)",
+    )
     parser.add_argument("--one", nargs=3, metavar=("MODELS", "PACK", "URI"), help=argparse.SUPPRESS)
     args, overrides = parser.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]
@@ -287,6 +296,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         args.sizes = [int(t) for t in args.trials.split(",") if t.strip()]
     except ValueError:
         parser.error(f"--trials={args.trials} is not allowed: comma-separated integers >= 1")
+    if args.workers < 1:
+        parser.error(f"--workers={args.workers} is not allowed: an integer >= 1")
     if min(args.sizes, default=1) < 1 or args.packs < 0 or not (args.sizes or args.packs):
         parser.error("--trials must be integers >= 1 and --packs an integer >= 0, not both empty")
     return args, overrides
@@ -302,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with (
         tempfile.TemporaryDirectory(prefix="scale-probe-") as tmp,
-        tracking_server(Path(tmp), args.store) as (uri, store),
+        tracking_server(Path(tmp), args.store, args.workers) as (uri, store),
     ):
         for models, pack in runs:
             print(f"scale: {models} models, cluster.pack={pack}", file=sys.stderr, flush=True)

@@ -29,6 +29,8 @@ def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None
             "20",
             "--store",
             "sqlite",
+            "--workers",
+            "1",  # MLflow's default 4 cost the suite a minute of CPU starting and idling
         ],
         cwd=REPO,
         capture_output=True,
