@@ -2,8 +2,8 @@
 
 Halt is the sweep's Tune stopper. On the first signal it ends the Tune run:
 Tune stops the running trials without completing them, so their runs keep no
-outcome and their last recorded checkpoint (one per evaluation, at most
-train.eval_every steps back). The driver then writes what the trials reported
+outcome and their last recorded checkpoint (one per report, at most
+train.eval_every x cluster.report_every steps back). The driver then writes what the trials reported
 (for at most STOP_DRAIN_S), marks those runs KILLED and prints the command that
 resumes them: the same one. A second signal kills the driver at once. Halt
 also ends the run when the sweep's record failed to write (sweeper.record).
