@@ -13,7 +13,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from support import ray_local
-from support.configs import PACKABLE
+from support.configs import ONE_TRIAL, PACKABLE
 from support.histories import check_histories, expected_counts
 from support.sweeps import children, sweep_jobs
 
@@ -146,7 +146,6 @@ def test_a_pack_restarts_each_model_from_its_last_good_checkpoint(tmp_path, sqli
 
 # One trial of the smoke grid, 20 steps, checkpoints every 5: it crashes before step 13 (the test-only fault),
 # with no retry, so the sweep stops with its run unfinished and its Tune checkpoint (step 10) recorded.
-SWEEP = ["sweep=smoke", "sweep.seeds=[1]", "sweep.subgrids=[{name: smoke, embedding: [onehot]}]"]
 
 
 @pytest.mark.slow
@@ -155,8 +154,13 @@ def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp
     from sweeper.sweep import main as sweep_main
 
     uri = sqlite_uri
-    overrides = [*SWEEP, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray", "cluster.max_failures=0"]
-    (trial,) = sweep_jobs(SWEEP)
+    overrides = [
+        *ONE_TRIAL,
+        f"tracking.uri={uri}",
+        f"cluster.storage={tmp_path}/ray",
+        "cluster.max_failures=0",
+    ]
+    (trial,) = sweep_jobs(ONE_TRIAL)
     with ray_local.own(num_cpus=1, env={CRASH_AT_STEP: f"13@{trial.key}"}):
         assert sweep_main(overrides) == 1  # failed after its retries
     (run,) = children(uri, "smoke")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from support import ray_local
-from support.configs import FOUR_TRIALS, PACKED
+from support.configs import FOUR_TRIALS, ONE_TRIAL, PACKED
 from support.histories import check_histories
 from support.repo import REPO
 from support.sweeps import children, interrupted_runs, kill_group, kill_when, start_sweep, sweep_jobs
@@ -104,12 +104,7 @@ def test_sigkill_driver_then_restart_runs_every_trial_exactly_once(tmp_path, pac
 # One trial of the smoke grid: 20 steps, evaluations at 0, 5, 10, 15 and 20, of which cluster.report_every=3
 # sends the ones at 0 and 15 (and the end). It crashes before step 13, with no retry: what it evaluated at 5
 # and 10 (and checkpointed in its work folder) never reached the driver.
-REPORT_EVERY_THIRD = [
-    "sweep=smoke",
-    "sweep.seeds=[1]",
-    "sweep.subgrids=[{name: smoke, embedding: [onehot]}]",
-    "cluster.report_every=3",
-]
+REPORT_EVERY_THIRD = [*ONE_TRIAL, "cluster.report_every=3"]
 
 
 def test_a_trial_reporting_every_third_evaluation_resumes_from_its_last_report(tmp_path, sqlite_uri):

@@ -45,6 +45,8 @@ FOUR_TRIALS = [
     "train.eval_every=10",
     NO_DASHBOARD,
 ]
+# One trial of the smoke grid (20 steps, evaluations every 5): the crash-and-resume tests' sweep.
+ONE_TRIAL = ["sweep=smoke", "sweep.seeds=[1]", "sweep.subgrids=[{name: smoke, embedding: [onehot]}]"]
 # Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
 PACKED = ["cluster.pack=seeds", "cluster.max_concurrent=1", "model.dropout=0.0"]
 
