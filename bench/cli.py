@@ -14,6 +14,7 @@ from pathlib import Path
 from bench.common import configure, exit_codes_help, log, write
 from bench.pack import OP_PACKS, PACKS, SIZES, THREADS, bench_pack, parse_size, plan_from, table
 from config.compose import compose
+from models.options import REGULARIZERS
 from sweeper.entry import command
 
 COMMANDS = {
@@ -51,6 +52,13 @@ def sizes(text: str) -> dict[str, tuple[int, int, int]]:
         return {s: parse_size(s) for s in text.split(",")}
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def regularizers(text: str) -> tuple[str, ...]:
+    names = tuple(text.split(","))
+    if not all(name in REGULARIZERS for name in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated names of {', '.join(REGULARIZERS)}")
+    return names
 
 
 def positive(text: str) -> int:
@@ -109,6 +117,13 @@ def pack_options(options: argparse.ArgumentParser) -> None:
         "--op-packs",
         type=some,
         help=f"pack sizes whose operator calls are counted ({listed(OP_PACKS)}; '' none)",
+    )
+    options.add_argument(
+        "--regularizers",
+        type=regularizers,
+        help="loss.regularizer of the pack's models in turn, e.g. l2,l2,l2,l2,l2,l2,ne: a pack of 21 with "
+        "18 l2 and 3 ne models, as sweep=lite's largest (default: the configured one for all; solo takes "
+        "the first)",
     )
     options.add_argument("--repeats", type=positive, help="measured rounds per variant (5)")
     options.add_argument("--steps", type=positive, default=1, help="training steps per timed call (1)")

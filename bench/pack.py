@@ -68,6 +68,7 @@ class Plan:
     repeats: int
     steps: int = 1  # training steps per timed call
     memory: bool = False  # peak memory on CPU (slow: the profiler's memory timeline); always on CUDA
+    regularizers: tuple[str, ...] = ()  # loss.regularizer of model i: regularizers[i % len]; () as configured
 
 
 def pack_step(cfgs: list[DictConfig], device: torch.device, packed: bool = True) -> Callable[[], object]:
@@ -146,11 +147,19 @@ def measure_threads(
     return out
 
 
+def pack_models(cfg: DictConfig, plan: Plan, count: int) -> list[DictConfig]:
+    """The configurations of the largest pack: seeds cfg.seed, cfg.seed + 1, ...; with plan.regularizers,
+    model i's loss.regularizer is regularizers[i % len] (a pack P is the first P of them)."""
+    cfgs = [seeded(cfg, cfg.seed + i) for i in range(count)]
+    for i, model in enumerate(cfgs if plan.regularizers else []):
+        model.loss.regularizer = plan.regularizers[i % len(plan.regularizers)]
+    return cfgs
+
+
 def measure_size(cfg: DictConfig, name: str, plan: Plan, device: torch.device) -> dict:
     """Every thread count and pack of one size, then the operator calls of its op_packs."""
     flops = step_flops(cfg)
-    seeds = max((1, *plan.packs, *plan.op_packs))
-    cfgs = [seeded(cfg, cfg.seed + i) for i in range(seeds)]
+    cfgs = pack_models(cfg, plan, max((1, *plan.packs, *plan.op_packs)))
     steps = {"solo": pack_step(cfgs[:1], device, packed=False)}
     steps.update({f"pack{P}": pack_step(cfgs[:P], device) for P in plan.packs})
     log(f"pack: {name} {describe(cfg)} on {device}, packs {plan.packs}, threads {plan.threads}")
@@ -191,6 +200,7 @@ def bench_pack(cfg: DictConfig, plan: Plan) -> dict:
         "steps_per_round": plan.steps,
         "repeats": plan.repeats,
         "memory_measure": memory_measure(device),
+        "regularizers": list(plan.regularizers) or [cfg.loss.regularizer],
         "sizes": sizes,
     }
 
@@ -215,6 +225,7 @@ def plan_from(args: argparse.Namespace, cfg: DictConfig, overrides: list[str]) -
         repeats=args.repeats or quick.get("repeats", 5),
         steps=args.steps,
         memory=args.memory,
+        regularizers=args.regularizers or (),
     )
 
 
@@ -232,7 +243,10 @@ def parse_size(text: str) -> tuple[int, int, int]:
 def table(result: dict) -> str:
     """The JSON as a person reads it: model-steps/s (ratio to solo) [GFLOP/s], then operator calls."""
     config = result["config"]
-    lines = [f"bench pack on {result['device']}, {config['embedding']}, batch {config['batch']}"]
+    lines = [
+        f"bench pack on {result['device']}, {config['embedding']}, batch {config['batch']}, "
+        f"regularizers in turn {','.join(result['regularizers'])}"
+    ]
     for size in result["sizes"]:
         lines.append(
             f"\n{size['size']} (n {size['n']}, d {size['d']}, k {size['k']}): "

@@ -55,9 +55,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: -slow[item.path])
 
 
+@pytest.hookimpl(trylast=True)  # after the fixtures' own teardown (a cluster test's nodes)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a file's last test, the Ray instance it left in this worker (local_ray's, or one an in-process
+    sweep started) goes: an idle local Ray costs about 5% of a core (its agents and monitors), for the rest
+    of the session otherwise."""
+    if nextitem is not None and nextitem.path == item.path:
+        return
+    ray = sys.modules.get("ray")  # never imported by this worker: nothing to stop, and no import to pay
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture
 def local_ray() -> None:
-    """This worker's shared local Ray instance (2 CPUs), started on first use and kept for the session:
+    """This worker's shared local Ray instance (2 CPUs), started on first use and kept for the file's tests:
     for tests that need no Ray environment of their own (those use support.ray_local.own)."""
     ray_local.shared()
 

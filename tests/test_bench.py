@@ -16,7 +16,7 @@ from support.configs import SHORT as TINY
 from support.repo import REPO
 
 from bench.cli import COMMANDS, main, parse
-from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, plan_from
+from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, pack_models, plan_from
 from bench.step_seconds import SHAPE_KEYS, bench_step_seconds
 from config.compose import compose
 from config.schema import ConfigError
@@ -120,6 +120,42 @@ def test_bench_pack_prints_every_figure_as_json_and_a_table(
     assert table.read_text().strip() in captured.err and "operator calls per pack step" in captured.err
 
 
+def test_bench_pack_of_both_regularizers_gives_each_model_its_own(capsys: pytest.CaptureFixture) -> None:
+    """--regularizers l2,l2,ne: a pack's models take them in turn (sweep=lite's pack of 21: 18 l2, 3 ne)."""
+    args, overrides = parse(["pack", *TINY, "--regularizers", "l2,l2,ne", "--packs", "4", "--op-packs", ""])
+    cfg = compose(overrides)
+    plan = plan_from(args, cfg, overrides)
+    models = pack_models(cfg, plan, 4)
+    assert [m.loss.regularizer for m in models] == ["l2", "l2", "ne", "l2"]
+    assert [m.seed for m in models] == [cfg.seed + i for i in range(4)]
+    assert [m.loss.regularizer for m in pack_models(cfg, plan_from(*parse(["pack"])[:1], cfg, []), 2)] == [
+        cfg.loss.regularizer
+    ] * 2  # without the option: the configured one for all
+    assert (
+        main(
+            [
+                "pack",
+                *TINY,
+                "--regularizers",
+                "ne,l2",
+                "--packs",
+                "2",
+                "--op-packs",
+                "",
+                "--threads",
+                "1",
+                "--repeats",
+                "1",
+            ]
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["regularizers"] == ["ne", "l2"] and "regularizers in turn ne,l2" in captured.err
+    assert positive(out["sizes"][0]["threads"][0]["packs"][0]["model_steps_per_second"])
+
+
 def test_op_calls_counts_each_aten_call_of_a_step() -> None:
     """The profiler counts calls, not time: k more additions are k more aten::add calls."""
     x = torch.ones(8)
@@ -144,7 +180,12 @@ def test_pack_plan_quick_fills_what_the_options_leave(capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize(
     "args, named",
-    [(["--sizes", "128x4"], "--sizes"), (["--packs", "0,3"], "--packs"), (["--threads", ""], "--threads")],
+    [
+        (["--sizes", "128x4"], "--sizes"),
+        (["--packs", "0,3"], "--packs"),
+        (["--threads", ""], "--threads"),
+        (["--regularizers", "l2,l1"], "l2, ne"),
+    ],
 )
 def test_bench_pack_rejects_bad_options_naming_them(
     args: list[str], named: str, capsys: pytest.CaptureFixture
@@ -160,7 +201,16 @@ def test_help_lists_the_options_and_exit_codes(command: str | None, capsys: pyte
     assert all(f"  {row.code} " in text for row in TABLE), text
     own = {
         "step": ["--repeats", "--threads", "--out"],
-        "pack": ["--sizes", "--packs", "--threads", "--op-packs", "--quick", "--table", "--out"],
+        "pack": [
+            "--sizes",
+            "--packs",
+            "--threads",
+            "--op-packs",
+            "--regularizers",
+            "--quick",
+            "--table",
+            "--out",
+        ],
         "sweep": ["--sweep-pack"],
         "speed_memory": ["--quick"],
         "gpu": ["--tiny"],

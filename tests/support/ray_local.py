@@ -1,4 +1,4 @@
-"""An in-process local Ray instance: the session's shared one, or a test's own with its own environment."""
+"""An in-process local Ray instance: one a file's tests share, or a test's own with its own environment."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def start(num_cpus: float) -> None:
 
 
 def shared() -> None:
-    """The session's instance of this worker process: started on first use, kept for the next test."""
+    """This worker's instance: started on first use, kept for the file's next test (tests/conftest.py stops it
+    after the file)."""
     import ray
 
     if not ray.is_initialized():
