@@ -151,8 +151,9 @@ def pack_models(cfg: DictConfig, plan: Plan, count: int) -> list[DictConfig]:
     """The configurations of the largest pack: seeds cfg.seed, cfg.seed + 1, ...; with plan.regularizers,
     model i's loss.regularizer is regularizers[i % len] (a pack P is the first P of them)."""
     cfgs = [seeded(cfg, cfg.seed + i) for i in range(count)]
-    for i, model in enumerate(cfgs if plan.regularizers else []):
-        model.loss.regularizer = plan.regularizers[i % len(plan.regularizers)]
+    if plan.regularizers:
+        for i, model in enumerate(cfgs):
+            model.loss.regularizer = plan.regularizers[i % len(plan.regularizers)]
     return cfgs
 
 

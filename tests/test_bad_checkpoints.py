@@ -144,10 +144,8 @@ def test_a_pack_restarts_each_model_from_its_last_good_checkpoint(tmp_path, sqli
     figure("packed, damaged last.pt / both", 1, len(runs), points, cfgs[0])
 
 
-# One trial of the smoke grid, 20 steps, checkpoints every 5: it crashes before step 13 (the test-only fault),
-# with no retry, so the sweep stops with its run unfinished and its Tune checkpoint (step 10) recorded.
-
-
+# ONE_TRIAL (20 steps, checkpoints every 5) crashes before step 13 (the test-only fault), with no retry, so
+# the sweep stops with its run unfinished and its Tune checkpoint (step 10) recorded.
 @pytest.mark.slow
 def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp_path, sqlite_uri, capfd):
 

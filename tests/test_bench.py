@@ -122,34 +122,17 @@ def test_bench_pack_prints_every_figure_as_json_and_a_table(
 
 def test_bench_pack_of_both_regularizers_gives_each_model_its_own(capsys: pytest.CaptureFixture) -> None:
     """--regularizers l2,l2,ne: a pack's models take them in turn (sweep=lite's pack of 21: 18 l2, 3 ne)."""
-    args, overrides = parse(["pack", *TINY, "--regularizers", "l2,l2,ne", "--packs", "4", "--op-packs", ""])
+    args, overrides = parse(["pack", *TINY, "--regularizers", "l2,l2,ne"])
     cfg = compose(overrides)
-    plan = plan_from(args, cfg, overrides)
-    models = pack_models(cfg, plan, 4)
+    models = pack_models(cfg, plan_from(args, cfg, overrides), 4)
     assert [m.loss.regularizer for m in models] == ["l2", "l2", "ne", "l2"]
     assert [m.seed for m in models] == [cfg.seed + i for i in range(4)]
-    assert [m.loss.regularizer for m in pack_models(cfg, plan_from(*parse(["pack"])[:1], cfg, []), 2)] == [
-        cfg.loss.regularizer
-    ] * 2  # without the option: the configured one for all
-    assert (
-        main(
-            [
-                "pack",
-                *TINY,
-                "--regularizers",
-                "ne,l2",
-                "--packs",
-                "2",
-                "--op-packs",
-                "",
-                "--threads",
-                "1",
-                "--repeats",
-                "1",
-            ]
-        )
-        == 0
-    )
+    plain, _ = parse(["pack", *TINY])
+    unchanged = pack_models(cfg, plan_from(plain, cfg, overrides), 2)
+    assert [m.loss.regularizer for m in unchanged] == [cfg.loss.regularizer] * 2  # the configured one for all
+
+    run = ["--packs", "2", "--op-packs", "", "--threads", "1", "--repeats", "1"]
+    assert main(["pack", *TINY, "--regularizers", "ne,l2", *run]) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     assert out["regularizers"] == ["ne", "l2"] and "regularizers in turn ne,l2" in captured.err
