@@ -34,6 +34,7 @@ from tasks.sampler import sample_tasks
 from tracking.names import VAL_KMEANS, VAL_REL_LLOYD
 from training.adam import PackedAdam
 from training.faults import InjectedCrash
+from training.host_memory import keep_freed_memory
 
 if TYPE_CHECKING:
     from training.loop import Trainer, Validation
@@ -91,6 +92,7 @@ class Pack:
     """
 
     def __init__(self, trainers: list[Trainer], validations: list[Validation] | None = None) -> None:
+        keep_freed_memory()  # a step's host memory is reused, not faulted in again (training.host_memory)
         self.trainers = list(trainers)
         cfg, device = trainers[0].cfg, trainers[0].device
         t = cfg.train
