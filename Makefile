@@ -33,14 +33,16 @@ LITE_OUT := reports/leaner-clustering-lite
 # up to cluster.pack_size in one trial, one trial per core. Measured (bench pack, 1 thread, n 128 d 4 k 6):
 # a pack of 10 trains 1.7x the model-steps per second of one model alone (README, "The arithmetic").
 # LITE_PACK=none: one model a trial. Up to 12 models a pack, not the default 30: lite's two largest packs
-# (21 and 24 models) then train as 12 + 9 and 12 + 12, and a pack of 12 trains 13% more model-steps per
-# second than one of 21 when two run side by side, as in the sweep (their activations stay in the caches;
-# bench pack --packs 12 against 21, two at once, tau 0.1, l2 x 6 and ne: 106 vs 94 a core).
+# (21 and 24 models) then train as 12 + 9 and 12 + 12, 11 trials that share the two cores more evenly than 9
+# (the pack of 21 alone took 2,296 of the committed run's 3,617 s), and a pack of 12 trains a little more
+# per model than one of 21 (bench pack --packs 9,12,21 --regularizers l2,l2,l2,l2,l2,l2,ne loss.tau=0.1, two
+# such runs at once, each timing both in turn: 108.8 vs 101.0 and 113.8 vs 114.9 model-steps/s).
 LITE_PACK ?= shapes
 # The sweep's own bookkeeping, off the two cores the trials need: a trial reports one evaluation round in
-# five (about a minute of a pack of 21; the driver writes each report into one MLflow run per model, some
-# 15 ms each), and no Ray dashboard (3-4% of a core while it runs). Measured in a 1,000-step probe of lite:
-# driver and Ray's processes took 8% of a core each at cluster.report_every=1 with the dashboard.
+# five (250 steps, under a minute of a pack of 12; the driver writes each report into one MLflow run per
+# model, some 15 ms each), and no Ray dashboard (3-4% of a core while it runs). Measured in a 1,000-step
+# probe of lite: driver and Ray's processes took 8% of a core each at cluster.report_every=1 with the
+# dashboard.
 LITE_CLUSTER := cluster.pack=$(LITE_PACK) cluster.pack_size=12 cluster.report_every=5 cluster.dashboard_host=null
 # The probes' default of 4 batches of 32 fresh tasks per condition and seed (128, as the report); both cores.
 LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json step_json=$(LITE_OUT)/step_seconds.json eval.threads=2
