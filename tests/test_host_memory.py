@@ -10,7 +10,7 @@ import pytest
 from support.repo import subprocess_env
 
 # Forward and backward of one model on 384 tasks at n 128 (a pack of 12's tensors, a few MB each), in a
-# fresh process; prints the minor page faults of a step once warm. With PACK, a training Pack is built
+# fresh process; prints the minor page faults of a step once warm. With "pack", a training Pack is built
 # first, as every training path does.
 WORKLOAD = textwrap.dedent(
     """
