@@ -121,9 +121,8 @@ def pack_options(options: argparse.ArgumentParser) -> None:
     options.add_argument(
         "--regularizers",
         type=regularizers,
-        help="loss.regularizer of the pack's models in turn, e.g. l2,l2,l2,l2,l2,l2,ne: a pack of 21 with "
-        "18 l2 and 3 ne models, as sweep=lite's largest (default: the configured one for all; solo takes "
-        "the first)",
+        help="loss.regularizer of the pack's models in turn, e.g. l2,l2,l2,ne: a pack of 12 with 9 l2 and "
+        "3 ne models, as make reproduce's largest (default: the configured one for all; solo: the first)",
     )
     options.add_argument("--repeats", type=positive, help="measured rounds per variant (5)")
     options.add_argument("--steps", type=positive, default=1, help="training steps per timed call (1)")

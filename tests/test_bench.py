@@ -121,7 +121,7 @@ def test_bench_pack_prints_every_figure_as_json_and_a_table(
 
 
 def test_bench_pack_of_both_regularizers_gives_each_model_its_own(capsys: pytest.CaptureFixture) -> None:
-    """--regularizers l2,l2,ne: a pack's models take them in turn (sweep=lite's pack of 21: 18 l2, 3 ne)."""
+    """--regularizers l2,l2,ne: a pack's models take them in turn (make reproduce's 12: 9 l2, 3 ne)."""
     args, overrides = parse(["pack", *TINY, "--regularizers", "l2,l2,ne"])
     cfg = compose(overrides)
     models = pack_models(cfg, plan_from(args, cfg, overrides), 4)

@@ -38,6 +38,24 @@ class RayNodes:
         self.dashboard = f"http://127.0.0.1:{free_port()}"
 
     def start(self, name: str, cpus: float, gpus: int, head: bool = False) -> RayNode:
+        """Start node `name` and wait until it is up. A worker node whose `ray start` exits while starting is
+        started once more on new free ports: between free_port() and the raylet's bind another process can
+        take one (two pytest workers start Ray at once; seen as "Address already in use")."""
+        node = self._launch(name, cpus, gpus, head)
+        if head:
+            self._wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
+            return node
+        try:  # one node at a time: on two busy cores a second raylet starting alongside can time out
+            self.node_ids()
+        except AssertionError:
+            if node.proc.poll() is None:  # not an exit: a node up too late, which a new start won't mend
+                raise
+            kill_group(node.proc)
+            node = self._launch(name, cpus, gpus, head)
+            self.node_ids()
+        return node
+
+    def _launch(self, name: str, cpus: float, gpus: int, head: bool) -> RayNode:
         manager = free_port()
         args = [
             "--block",
@@ -77,10 +95,6 @@ class RayNodes:
             env={**os.environ, "RAY_AUTH_MODE": "disabled"},
         )
         self.nodes[name] = RayNode(name, proc, manager, cpus, gpus)
-        if head:
-            self._wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
-        else:  # one node at a time: on two busy cores a second raylet starting alongside can time out
-            self.node_ids()
         return self.nodes[name]
 
     def _wait(self, ready, seconds: float = 120) -> None:
