@@ -34,7 +34,7 @@ LITE_OUT := reports/leaner-clustering-lite
 # a pack of 10 trains 1.7x the model-steps per second of one model alone (README, "The arithmetic").
 # LITE_PACK=none: one model a trial. Up to 12 models a pack, not the default 30: lite's two largest packs
 # (21 and 24 models) then train as 12 + 9 and 12 + 12, 11 trials that share the two cores more evenly than 9
-# (the pack of 21 alone took 2,296 of the committed run's 3,617 s), and a pack of 12 trains a little more
+# (the pack of 21 alone took 2,296 of the 3,617 s of the 2026-12-01 run), and a pack of 12 trains a little more
 # per model than one of 21 (bench pack --packs 9,12,21 --regularizers l2,l2,l2,l2,l2,l2,ne loss.tau=0.1, two
 # such runs at once, each timing both in turn: 108.8 vs 101.0 and 113.8 vs 114.9 model-steps/s).
 LITE_PACK ?= shapes
