@@ -36,6 +36,9 @@ from filelock import FileLock
 # authentication, alike: a token in ~/.ray would otherwise switch it on for some and not others, and Ray
 # keeps the mode it first read for the rest of this process.
 os.environ["RAY_AUTH_MODE"] = "disabled"
+# No idle workers started with each local Ray instance: a sweep's trials start their own worker processes,
+# so the two a local instance prestarts (one per CPU) only idle, at a third of a CPU-second each to start.
+os.environ["RAY_prestart_worker_first_driver"] = "0"
 
 from support import ray_local
 from support.configs import NO_DASHBOARD, TINY

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
-from support.configs import FOUR_TRIALS
+from support.configs import FOUR_TRIALS, PACED
 from support.histories import point_counts
-from support.repo import REPO
+from support.repo import REPO, subprocess_env
 from support.sweeps import (
     children,
     ended_runs,
@@ -27,7 +27,8 @@ from tracking.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
 
 pytestmark = pytest.mark.slow
 
-SMOKE = [*FOUR_TRIALS, "train.steps=300", "cluster.cpus_per_trial=1"]
+# 100 paced steps (tests/support/configs.py): 5 s a trial, so a second driver starts mid-trial.
+SMOKE = [*FOUR_TRIALS, "train.steps=100", "cluster.cpus_per_trial=1"]
 
 
 def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:
@@ -55,7 +56,9 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
     uri = sqlite_uri  # an existing store: two drivers creating one SQLite file at once race on its schema
     overrides = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
     # Two started at once: both may create a parent run and lock it; one drives, the other refuses.
-    a, b = (start_sweep(overrides, tmp_path / f"{name}.log") for name in "ab")
+    a, b = (
+        start_sweep(overrides, tmp_path / f"{name}.log", env={**subprocess_env(), **PACED}) for name in "ab"
+    )
     try:
         wait_for(
             lambda: a.poll() is not None or b.poll() is not None, None, 300, "one of two drivers refusing"

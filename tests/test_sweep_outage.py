@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from support.configs import FOUR_TRIALS
+from support.configs import FOUR_TRIALS, PACED
 from support.histories import point_counts
 from support.repo import REPO, subprocess_env
 from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_jobs, wait_for
@@ -43,11 +43,12 @@ CLIENT = {
 PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
 # 2 x 2 trials, two at a time.
 SWEEP = [*FOUR_TRIALS, "cluster.cpus_per_trial=1"]
-# 900 steps, ten seconds or more a trial: the pause, the stop and the driver noticing it all fall while
-# trials still train (at 300 steps the trials could end first).
-LONG = [*SWEEP, "train.steps=900"]
-# 300 steps when the server stops at once on the first recorded checkpoint: that trial is still training.
-SHORT = [*SWEEP, "train.steps=300"]
+# 240 paced steps (tests/support/configs.py), 12 s a trial: the pause, the stop and the driver noticing it all
+# fall while trials still train and checkpoint (one every half second).
+LONG = [*SWEEP, "train.steps=240"]
+# 100 paced steps, 5 s, when the server stops at once on the first recorded checkpoint: that trial is still
+# training when the driver gives up, tracking.outage_s=3 later.
+SHORT = [*SWEEP, "train.steps=100"]
 
 
 def checkpoints(storage: Path) -> set[Path]:
@@ -82,7 +83,7 @@ def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, t
         f"tracking.experiment={experiment}",
         f"cluster.storage={storage}",
     ]
-    driver = start_sweep(overrides, log, env={**subprocess_env(), **CLIENT})
+    driver = start_sweep(overrides, log, env={**subprocess_env(), **CLIENT, **PACED})
     try:
         wait_for(
             lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed"
@@ -121,7 +122,7 @@ def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_comman
         f"cluster.storage={tmp_path}/ray",
         "tracking.outage_s=3",
     ]
-    env = {**subprocess_env(), **CLIENT}
+    env = {**subprocess_env(), **CLIENT, **PACED}
     driver = start_sweep(overrides, log, env=env)
     try:
         wait_for(

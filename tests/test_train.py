@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from tracking.names import (
 from tracking.recorder import MemoryRecorder
 from training import checkpoint
 from training.checkpoint import CheckpointError
-from training.faults import NAN_AT_STEP, nan_at_step
+from training.faults import NAN_AT_STEP, STEP_PAUSE, nan_at_step, step_pause
 from training.loop import default_workdir, train
 
 
@@ -127,6 +128,25 @@ def test_nan_fault_is_a_test_only_variable_not_configuration(tiny, monkeypatch):
     monkeypatch.setenv(NAN_AT_STEP, "0")
     with pytest.raises(ValueError, match=NAN_AT_STEP):
         nan_at_step(key)
+
+
+def test_step_pause_is_a_test_only_variable_that_changes_no_number(tiny, tmp_path, monkeypatch):
+    """LEANER_TEST_STEP_PAUSE_S (the fault tests' slow trials): the same histories, the same config hash."""
+    monkeypatch.delenv(STEP_PAUSE, raising=False)
+    assert step_pause() == 0.0
+    key = config_hash(compose(tiny))
+    plain, _ = run(tiny, tmp_path / "plain")
+    monkeypatch.setenv(STEP_PAUSE, "0.05")
+    assert step_pause() == 0.05
+    start = time.monotonic()
+    paced, result = run(tiny, tmp_path / "paced")
+    assert time.monotonic() - start >= result.step * 0.05  # each step slept first (a sleep is never shorter)
+    assert paced.metrics == plain.metrics and plain.metrics[VAL_REL_LLOYD]
+    assert config_hash(compose(tiny)) == key  # the variable is not part of what a run computes
+    for bad in ("-1", "slow", "11"):
+        monkeypatch.setenv(STEP_PAUSE, bad)
+        with pytest.raises(ValueError, match=STEP_PAUSE):
+            step_pause()
 
 
 def test_corrupt_checkpoint_is_an_error_when_resuming_strictly(tiny, tmp_path):

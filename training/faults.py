@@ -1,4 +1,4 @@
-"""Test-only fault injection: a NaN loss or a crash at a chosen step.
+"""Test-only fault injection: a NaN loss or a crash at a chosen step, or slow steps.
 
 Not configuration: nothing here is in the config schema, its hash or a run's
 MLflow params, so a real run can never carry it. Tests set an environment
@@ -10,6 +10,9 @@ a sweep test sets the variable before Ray starts.
     LEANER_TEST_NAN_AT_STEP=7                  every run's loss is NaN at step 7 (it diverges)
     LEANER_TEST_NAN_AT_STEP=7@HASH[,HASH...]   only the runs with these config hashes
     LEANER_TEST_CRASH_AT_STEP=7[@HASH,...]     the process raises InjectedCrash before step 7 (a worker dying)
+    LEANER_TEST_STEP_PAUSE_S=0.05              every training step sleeps 0.05 s first: the fault tests'
+                                               trials last seconds (a signal, a kill or an outage lands
+                                               mid-trial) at a fraction of the CPU of training that long
 
 A run it poisons is a normal configuration that diverges, so a test gives
 those runs configurations of their own (their own config hashes).
@@ -22,6 +25,7 @@ import os
 
 NAN_AT_STEP = "LEANER_TEST_NAN_AT_STEP"
 CRASH_AT_STEP = "LEANER_TEST_CRASH_AT_STEP"
+STEP_PAUSE = "LEANER_TEST_STEP_PAUSE_S"
 log = logging.getLogger(__name__)
 
 
@@ -50,3 +54,18 @@ def fault_step(variable: str, key: str) -> int | None:
         return None
     log.warning(f"{variable} is set: run {key} meets a test-only fault at step {step}")
     return int(step)
+
+
+def step_pause() -> float:
+    """Seconds every training step sleeps before it trains; 0, always outside tests."""
+    value = os.environ.get(STEP_PAUSE, "")
+    if not value:
+        return 0.0
+    try:
+        pause = float(value)
+    except ValueError:
+        pause = -1.0
+    if not 0 <= pause <= 10:
+        raise ValueError(f"{STEP_PAUSE}={value!r}: expected seconds between 0 and 10")
+    log.warning(f"{STEP_PAUSE} is set: every training step sleeps {pause} s (a test-only slow trial)")
+    return pause

@@ -22,6 +22,7 @@ boundaries and a resumed run draws what the uninterrupted one drew.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import TYPE_CHECKING, Callable
 
@@ -33,7 +34,7 @@ from models.stacked import StackedTransformer, stacked_forward
 from tasks.sampler import sample_tasks
 from tracking.names import VAL_KMEANS, VAL_REL_LLOYD
 from training.adam import PackedAdam
-from training.faults import InjectedCrash
+from training.faults import InjectedCrash, step_pause
 from training.host_memory import keep_freed_memory
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ class Pack:
         self.nan_at = column([tr.nan_at_step or -1 for tr in trainers], torch.int64)
         self.faulty = any(tr.nan_at_step for tr in trainers)
         self.crashes = [(s, tr.crash_at_step) for s, tr in zip(self.starts, trainers) if tr.crash_at_step]
+        self.pause = step_pause()
         self.pending: list[torch.Tensor] = []  # each step's (P,) losses since the last read-back
         self.tasks: list[torch.Tensor] = []  # the chunk's X (chunk, P, B, n, d) and C0 (chunk, P, B, k, d)
         self.validation = None if validations is None else self._stack_validation(validations)
@@ -139,6 +141,8 @@ class Pack:
     def step(self) -> None:
         """One optimizer step of every model, without reading anything back to the host."""
         self._crash_if_due()
+        if self.pause:  # test-only: a slow step that costs no CPU
+            time.sleep(self.pause)
         at = self.taken % self.chunk
         if at == 0:
             self._draw()

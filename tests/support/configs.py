@@ -3,6 +3,8 @@ more."""
 
 from __future__ import annotations
 
+from training.faults import STEP_PAUSE
+
 # Trains in about a second: 40 steps, evaluations at 0, 10, 20, 30, 40 (the `tiny` fixture).
 TINY = [
     "task.n=64",
@@ -45,6 +47,10 @@ FOUR_TRIALS = [
     "train.eval_every=10",
     NO_DASHBOARD,
 ]
+# The environment of the fault tests' sweeps (signals, kills, outages): every training step sleeps 50 ms first
+# (training.faults), so a trial of 60 steps lasts 3 s, long enough for the fault to land mid-trial, at the CPU
+# of 60 steps (the suite's two cores go to the other tests meanwhile). It changes no number a run records.
+PACED = {STEP_PAUSE: "0.05"}
 # One trial of the smoke grid (20 steps, evaluations every 5): the crash-and-resume tests' sweep.
 ONE_TRIAL = ["sweep=smoke", "sweep.seeds=[1]", "sweep.subgrids=[{name: smoke, embedding: [onehot]}]"]
 # Packed: the two seeds of a configuration in one trial, one trial at a time (dropout 0: packed equals solo).
