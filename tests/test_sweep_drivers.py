@@ -5,18 +5,18 @@ twice."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED
 from support.histories import point_counts
-from support.repo import REPO, subprocess_env
+from support.repo import subprocess_env
 from support.sweeps import (
     children,
     ended_runs,
     interrupted_runs,
     kill_group,
+    run_sweep,
     start_sweep,
     sweep_jobs,
     wait_for,
@@ -32,13 +32,7 @@ SMOKE = [*FOUR_TRIALS, "train.steps=100", "cluster.cpus_per_trial=1"]
 
 
 def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sweeper.sweep", *overrides],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_sweep(overrides, timeout=300)
 
 
 def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen) -> str:

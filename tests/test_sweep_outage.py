@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,8 +17,16 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED
 from support.histories import point_counts
-from support.repo import REPO, subprocess_env
-from support.sweeps import children, interrupted_runs, kill_group, start_sweep, sweep_jobs, wait_for
+from support.repo import subprocess_env
+from support.sweeps import (
+    children,
+    interrupted_runs,
+    kill_group,
+    run_sweep,
+    start_sweep,
+    sweep_jobs,
+    wait_for,
+)
 
 from tracking.names import (
     BEST_CHECKPOINT,
@@ -141,14 +147,7 @@ def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_comman
     )
     interrupted = interrupted_runs(pg_server.uri, "smoke", experiment)
     assert interrupted, "no run was left to resume"
-    again = subprocess.run(
-        [sys.executable, "-m", "sweeper.sweep", *overrides],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    again = run_sweep(overrides, env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     for run in interrupted.values():  # resumed in its own run, from the checkpoint it recorded
         assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in again.stdout + again.stderr

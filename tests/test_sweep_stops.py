@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,12 +21,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED, PACKED
 from support.histories import check_histories, point_counts
-from support.repo import REPO, subprocess_env
+from support.repo import subprocess_env
 from support.sweeps import (
     children,
     interrupted_runs,
     kill_group,
     kill_when,
+    run_sweep,
     start_sweep,
     sweep_jobs,
     wait_for,
@@ -131,14 +130,7 @@ def test_signals_then_sigkill_and_the_same_command_resumes_every_trial_exactly_o
     print(f"killed with {len(interrupted)} trial(s) mid-run and {finished_before} finished")
     resumed.update({k: r.info.run_id for k, r in interrupted.items()})
 
-    last = subprocess.run(
-        [sys.executable, "-m", "sweeper.sweep", *overrides],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    last = run_sweep(overrides, env=ENV)
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
     assert f"{finished_before} of 4 trials already in MLflow" in last.stdout
     for run in interrupted.values():  # resumed from the checkpoint its run recorded

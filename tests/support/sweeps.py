@@ -66,6 +66,21 @@ def start_sweep(overrides: list[str], log: Path, env: dict[str, str] | None = No
         )
 
 
+def run_sweep(
+    overrides: list[str], env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess:
+    """`python -m sweeper.sweep` to its end, its output captured (the same command a stopped driver resumes
+    with)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", *overrides],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL a start_sweep driver, its process group and whatever else of its session is left (Ray's
     daemons)."""
