@@ -338,6 +338,7 @@ def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path,
     env_file = env_example()
     environment = {k: interpolate(str(v), env_file) for k, v in service["environment"].items()}
     assert environment["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql://")
+    assert environment["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no job runner: nothing here uses it
     shutil.copyfile(_empty_store, tmp_path / "mlflow.db")  # migrated: the server skips MLflow's migrations
     environment["MLFLOW_BACKEND_STORE_URI"] = f"sqlite:///{tmp_path / 'mlflow.db'}"  # no PostgreSQL here
     environment["MLFLOW_ARTIFACTS_DESTINATION"] = str(tmp_path / "mlartifacts")

@@ -25,9 +25,19 @@ from tracking.names import CONFIGURATION, MLFLOW_PARENT_RUN_ID, REPORT_DIR, REPO
 pytestmark = pytest.mark.slow
 
 
-def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, tmp_path):
+@pytest.fixture(scope="module")
+def ui_on_smoke_store(smoke_store, tmp_path_factory):
+    """(address, driver): one `mlflow ui` on the smoke store and one headless Chromium for the file's tests
+    (the UI reads the store live: a report attached meanwhile shows)."""
     if reason := browser.missing():
         pytest.skip(f"no browser: {reason}")
+    log = tmp_path_factory.mktemp("mlflow-ui") / "ui.log"
+    with browser.mlflow_ui(smoke_store, log) as address, browser.chromium() as driver:
+        yield address, driver
+
+
+def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, ui_on_smoke_store):
+    address, driver = ui_on_smoke_store
     runs = children(smoke_store, "smoke")
     experiment = runs[0].info.experiment_id
     seeds_of: dict[str, set[str]] = {}  # configuration -> its runs' names, from MlflowClient
@@ -36,20 +46,18 @@ def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, tmp_p
     assert len(seeds_of) == 4 and all(len(names) == 2 for names in seeds_of.values())
     names = {run.info.run_name for run in runs}
     assert all(len(name) <= 40 and " s" in name for name in names), names  # short, e.g. OH-L2 tau1 ... s1
-    with browser.mlflow_ui(smoke_store, tmp_path / "ui.log") as address, browser.chromium() as driver:
-        browser.open_page(driver, ui.runs_table(address, experiment), "Group: ")  # grouped with no click
-        page = browser.text(driver)
-        assert "Group by: configuration" in page and "matching runs" in page
-        assert VAL_REL_LLOYD in browser.column_headers(driver)
-        shown = browser.groups(driver)
+    browser.open_page(driver, ui.runs_table(address, experiment), "Group: ")  # grouped with no click
+    page = browser.text(driver)
+    assert "Group by: configuration" in page and "matching runs" in page
+    assert VAL_REL_LLOYD in browser.column_headers(driver)
+    shown = browser.groups(driver)
     assert set(seeds_of) <= set(shown), (sorted(seeds_of), sorted(shown))
     for configuration, wanted in seeds_of.items():
         assert names & set(shown[configuration]) == wanted, configuration  # its seeds, and no other run
 
 
-def test_the_parent_run_shows_the_report_in_one_page(smoke_store, tmp_path):
-    if reason := browser.missing():
-        pytest.skip(f"no browser: {reason}")
+def test_the_parent_run_shows_the_report_in_one_page(smoke_store, ui_on_smoke_store, tmp_path):
+    address, driver = ui_on_smoke_store
     report = [sys.executable, "-m", "analysis.report", f"tracking.uri={smoke_store}", f"out={tmp_path}"]
     done = subprocess.run(
         [*report, "select.sweep=smoke", *SMALL_EVAL], cwd=REPO, capture_output=True, text=True, timeout=900
@@ -60,12 +68,11 @@ def test_the_parent_run_shows_the_report_in_one_page(smoke_store, tmp_path):
     assert {f"claims_{s}" for s in ("passed", "failed", "untested")} <= set(parent.data.metrics)
     address_of = [line for line in done.stdout.splitlines() if f"{REPORT_DIR}/{REPORT_HTML}" in line]
     assert address_of, done.stdout[-2000:]
-    with browser.mlflow_ui(smoke_store, tmp_path / "ui.log") as address, browser.chromium() as driver:
-        tab = f"artifactPath/{REPORT_DIR}/{REPORT_HTML}"  # the artifact viewer, opened on the page
-        page = ui.run_page(address, parent.info.experiment_id, parent.info.run_id, tab)
-        assert page.removeprefix(address) in address_of[-1]  # the address the report printed
-        browser.open_page(driver, page, f"{REPORT_DIR}/{REPORT_HTML}")
-        shown = browser.html_artifact(driver)
+    tab = f"artifactPath/{REPORT_DIR}/{REPORT_HTML}"  # the artifact viewer, opened on the page
+    page = ui.run_page(address, parent.info.experiment_id, parent.info.run_id, tab)
+    assert page.removeprefix(address) in address_of[-1]  # the address the report printed
+    browser.open_page(driver, page, f"{REPORT_DIR}/{REPORT_HTML}")
+    shown = browser.html_artifact(driver)
     assert shown["images"] and all(src.startswith("data:image/png;base64,") for src in shown["images"])
     assert "convergence" in shown["text"] and "claims" in shown["text"]
     claims = [t for t in shown["tables"] if t[0][:2] == ["status", "name"]]

@@ -1,5 +1,6 @@
 """The scale probe (python -m bench scale) end to end at 12 trials and 2 packs of ten: the sweep's
-production wiring (its record, the Tuner) and `mlflow server`; every model stored once with every point.
+production wiring (its record, the Tuner) and `mlflow server` on SQLite; every model stored once with every
+point.
 The 3,000-trial run is a benchmark (README, "The driver at 3,000 trials"), not a test."""
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "database is locked" not in done.stdout + done.stderr  # SQLite behind the server, trials at once
     lines = done.stdout.splitlines()
     rows = [json.loads(line) for line in lines if line.startswith("{")]
     assert [(r["models"], r["trials"], r["pack"]) for r in rows] == [(12, 12, "none"), (20, 2, "seeds")]

@@ -288,26 +288,6 @@ def test_asha_stops_packs_and_every_model_ends_once(tmp_path, sqlite_uri, capfd)
     assert "6 of 6 trials already in MLflow; 0 to run" in capfd.readouterr().out
 
 
-def test_server_sweep_concurrent_no_lost_points(mlflow_server, tmp_path, capfd):
-    smoke = ["sweep=smoke", "sweep.seeds=[1, 2, 3]", "train.steps=60"]
-    assert (
-        main([*smoke, *CONCURRENT, f"tracking.uri={mlflow_server}", f"cluster.storage={tmp_path}/ray"]) == 0
-    )
-    out = capfd.readouterr()
-    assert "database is locked" not in out.out + out.err
-    client = MlflowClient(tracking_uri=mlflow_server)
-    runs = children(mlflow_server, "smoke")
-    trials = sweep_jobs(smoke)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
-    check_histories(client, {r.data.tags[CONFIG_HASH]: r for r in runs}, trials, ["train.steps=60"])
-    at_once = most_at_once(runs)
-    print(
-        f"trials {len(trials)}, runs {len(runs)}, duplicates 0, lost 0; "
-        f"most trials training at once: {at_once} (4 slots)"
-    )
-    assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
-
-
 def test_a_sweep_adopts_the_finished_runs_it_skips(tmp_path, sqlite_uri, capfd):
     """`points` at n 512 is `paper`'s baseline: run by paper first, points skips it, and adds itself to the
     run's sweep and subgrids tags (lists), so select.sweep=points finds both of its configurations."""

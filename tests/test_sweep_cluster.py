@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from support.configs import PACED
 from support.histories import check_histories
 from support.ray_nodes import RayNodes, peak_overlap, trial_spans
 from support.sweeps import children, sweep_jobs, when
@@ -27,7 +28,9 @@ from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
 
 pytestmark = pytest.mark.slow
 
-BASE = ["train.steps=150", "train.eval_every=10", "model.dropout=0.0"]  # dropout 0: packed equals solo (1e-5)
+# dropout 0: packed equals solo (1e-5). 80 paced steps (tests/support/configs.py: trials sleep 50 ms a step on
+# every node), 4 s a trial: four train at once and checkpoint before the kill, at the CPU of 80 steps.
+BASE = ["train.steps=80", "train.eval_every=10", "model.dropout=0.0"]
 SWEEP = [
     "sweep=smoke",
     "sweep.seeds=[1, 2]",
@@ -45,7 +48,7 @@ def nodes():
 
     ray.shutdown()
     root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    cluster = RayNodes(root)
+    cluster = RayNodes(root, env=PACED)
     try:
         cluster.start("head", cpus=1, gpus=0, head=True)
         ray.init(address=cluster.address)  # the sweep's driver joins this connection

@@ -1,13 +1,13 @@
 """MLflow on a real PostgreSQL, the compose stack's backend (docker/compose.yaml): a concurrent sweep through
-the tracking server on it, and analysis.report reading that store through the server and straight from
-its postgresql:// URI."""
+the tracking server on it (every point once, equal to local training), and analysis.report reading that
+store through the server and straight from its postgresql:// URI."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from support.histories import point_counts
+from support.histories import check_histories, point_counts
 from support.sweeps import children, most_at_once, sweep_jobs
 
 from analysis import report
@@ -38,6 +38,8 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(
         f"cluster.storage={tmp_path}/ray",
     ]
     assert main(overrides) == 0
+    out = capfd.readouterr()
+    assert "database is locked" not in out.out + out.err
     runs = children(pg_server.uri, "smoke", EXPERIMENT)
     trials = sweep_jobs(SWEEP)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
@@ -51,6 +53,8 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(
     )
     assert (duplicated, lost) == (0, 0)
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
+    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
+    check_histories(MlflowClient(tracking_uri=pg_server.uri), by_key, trials, ["train.steps=60"])
 
     tables = {}
     for name, uri in (("server", pg_server.uri), ("direct", postgres)):

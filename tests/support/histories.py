@@ -68,7 +68,8 @@ def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, flo
     cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count).
 
     Training is deterministic, so a configuration another test of the session trained is not trained
-    again (tests/test_sweep.py checks the smoke grid's nine models against a SQLite file and a server)."""
+    again (the smoke grid's models, checked in a SQLite file by tests/test_sweep.py and through a server on
+    PostgreSQL by tests/test_sweep_postgres.py)."""
     missing = [r for r in runs if json.dumps(r) not in _TRAINED]
     if missing:
         done = subprocess.run(

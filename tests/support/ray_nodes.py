@@ -30,8 +30,9 @@ class RayNodes:
     declared CPUs and GPUs (Ray schedules by what a node declares: GPUs need not exist). Only these
     processes are ever signalled."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.root = root  # keep it short: Ray's unix socket paths live under it (root/ray); node logs beside
+        self.env = env or {}  # added to every node's environment, which its workers inherit
         self.nodes: dict[str, RayNode] = {}
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -92,7 +93,7 @@ class RayNodes:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+            env={**os.environ, **self.env, "RAY_AUTH_MODE": "disabled"},
         )
         self.nodes[name] = RayNode(name, proc, manager, cpus, gpus)
         return self.nodes[name]
