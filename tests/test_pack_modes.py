@@ -4,6 +4,7 @@ cluster.pack_size, into one trial (sweeper.sweep.packs_of); bad values are refus
 from __future__ import annotations
 
 import pytest
+from omegaconf import DictConfig, OmegaConf
 
 from config import grid
 from config.compose import compose
@@ -15,10 +16,17 @@ from training.packed import SHARED_KEYS, check_packable
 
 @pytest.fixture(scope="module")
 def lite() -> tuple[list[grid.Job], dict[str, object]]:
-    """sweep=lite's trials, and each one's composed configuration (as its sweep trial composes it)."""
+    """sweep=lite's trials, and each one's configuration: composed once per configuration, then given the
+    trial's seed (the hash check proves it is what the trial composes)."""
     cfg, plan = load(["sweep=lite"])
     trials = grid.jobs(cfg, plan)
-    cfgs = {t.key: compose([*t.configuration.override_strings(), f"seed={t.seed}"]) for t in trials}
+    composed: dict[tuple[str, ...], DictConfig] = {}
+    cfgs = {}
+    for t in trials:
+        overrides = tuple(t.configuration.override_strings())
+        if overrides not in composed:
+            composed[overrides] = compose(list(overrides))
+        cfgs[t.key] = OmegaConf.merge(composed[overrides], {"seed": t.seed})
     assert all(config_hash(c) == key for key, c in cfgs.items())
     return trials, cfgs
 

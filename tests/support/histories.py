@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import tempfile
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -13,8 +11,9 @@ from mlflow.tracking import MlflowClient
 from config import grid
 from config.compose import compose
 from config.identity import run_overrides
-from support.repo import REPO
 from tracking.names import METRICS, TRAIN_LOSS
+from tracking.recorder import MemoryRecorder
+from training.loop import train
 
 
 def point_counts(client: MlflowClient, runs: list, overrides: list[str]) -> tuple[int, int, int]:
@@ -45,45 +44,23 @@ def expected_counts(cfg) -> dict[str, int]:
     return {key: (t.steps // t.log_every if key == TRAIN_LOSS else evals) for key in METRICS}
 
 
-LOCAL = """
-import json, sys, tempfile, torch
-from config.compose import compose
-from tracking.recorder import MemoryRecorder
-from training.loop import train
-torch.set_num_threads(1)
-out = []
-for overrides in json.load(sys.stdin):
-    recorder = MemoryRecorder()
-    train(compose(overrides), recorder, tempfile.mkdtemp())
-    out.append({key: sorted(points) for key, points in recorder.metrics.items()})
-print(json.dumps(out))
-"""
-
-
 _TRAINED: dict[str, dict[str, list[tuple[int, float]]]] = {}  # overrides (JSON) -> histories, this session
 
 
 def local_histories(runs: list[list[str]]) -> list[dict[str, list[tuple[int, float]]]]:
-    """Each configuration trained locally in a fresh process with one thread, as a trial with
+    """Each configuration trained here, on the one thread tests/conftest.py gives torch, as a trial with
     cluster.cpus_per_trial <= 1 runs (torch's CPU results depend on the thread count).
 
     Training is deterministic, so a configuration another test of the session trained is not trained
     again (the smoke grid's models, checked in a SQLite file by tests/test_sweep.py and through a server on
     PostgreSQL by tests/test_sweep_postgres.py)."""
-    missing = [r for r in runs if json.dumps(r) not in _TRAINED]
-    if missing:
-        done = subprocess.run(
-            [sys.executable, "-c", LOCAL],
-            cwd=REPO,
-            input=json.dumps(missing),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        for r, h in zip(missing, json.loads(done.stdout)):
-            _TRAINED[json.dumps(r)] = {key: [tuple(p) for p in points] for key, points in h.items()}
+    for overrides in runs:
+        key = json.dumps(overrides)
+        if key not in _TRAINED:
+            recorder = MemoryRecorder()
+            with tempfile.TemporaryDirectory() as root:
+                train(compose(overrides), recorder, root)
+            _TRAINED[key] = {name: sorted(points) for name, points in recorder.metrics.items()}
     return [_TRAINED[json.dumps(r)] for r in runs]
 
 
