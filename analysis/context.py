@@ -205,9 +205,8 @@ def lloyd_reference(curves: pd.DataFrame, level: float = 1.0) -> pd.DataFrame:
 
 
 # The task key each evaluation replaces when it draws its tasks (analysis.checkpoint_eval): runs that differ
-# only there
-# were evaluated on the same tasks, e.g. family transfer tests models trained on every family on one set of
-# tasks.
+# only there were evaluated on the same tasks, e.g. family transfer tests models trained on every family on
+# one set of tasks.
 REPLACED = {"multistep": "task.init", "length": "task.n", "family_transfer": "task.family"}
 
 

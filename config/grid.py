@@ -13,12 +13,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from config.compose import validate
+from config.compose import compose, validate
 from config.identity import config_hash, flatten, format_value, run_name
 from config.schema import ConfigError
 
@@ -159,7 +159,7 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
         (key,) = _axis_keys(name, axes, axis)
         baseline[key] = value
     _refuse_overwritten(name, spec, axes, command_line)
-    fixed = {k: v for k, v in flatten(spec.get("fixed") or {}).items() if k not in command_line}
+    fixed = fixed_values(spec, command_line)
     seeds = _seeds(name, spec.get("seeds"))
     subgrids, union = [], {}
     for sub in spec.get("subgrids") or []:
@@ -179,6 +179,30 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
         )
     configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
     return Plan(name, tuple(subgrids), configurations, seeds)
+
+
+def override_key(override: str) -> str:
+    """The config key an override sets (`key=v`, `+key=v` and `~key` alike)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def command_line_keys(overrides: Iterable[str]) -> frozenset[str]:
+    return frozenset(override_key(o) for o in overrides)
+
+
+def fixed_values(spec: dict, command_line: frozenset[str]) -> dict[str, Any]:
+    """A sweep's `fixed` values (dotted keys), less the keys in `command_line`: the user's value wins."""
+    return {k: v for k, v in flatten(spec.get("fixed") or {}).items() if k not in command_line}
+
+
+def compose_one(overrides: list[str]) -> DictConfig:
+    """One run's configuration (python -m sweeper.train): with sweep=NAME, at that sweep's `fixed` values
+    where the command line leaves them, as the sweep's own trials train (sweep=smoke: 20 steps on n=16)."""
+    cfg = compose(overrides)
+    fixed = fixed_values(_plain(cfg.sweep), command_line_keys(overrides)) if cfg.sweep is not None else {}
+    if not fixed:
+        return cfg
+    return compose([*(f"{k}={format_value(v)}" for k, v in fixed.items()), *overrides])
 
 
 def _refuse_overwritten(name: str, spec: dict, axes: dict[str, str], command_line: frozenset[str]) -> None:

@@ -160,12 +160,15 @@ def _answer_flags(
 
 
 def composed_config(words: list[str]) -> str:
-    """The training config composed from the `key=value` words of the line (others, like bench's, skipped)."""
+    """The training config composed from the `key=value` words of the line (others, like bench's, skipped),
+    at the chosen sweep's `fixed` values as `python -m sweeper.train` trains it."""
     from omegaconf import OmegaConf
 
-    from config.compose import compose
+    from config.grid import compose_one
 
-    return OmegaConf.to_yaml(compose([w for w in words if "=" in w and not w.startswith("-")]), resolve=True)
+    return OmegaConf.to_yaml(
+        compose_one([w for w in words if "=" in w and not w.startswith("-")]), resolve=True
+    )
 
 
 def usage(main: Main, script: str, options: Callable[[], str]) -> str:

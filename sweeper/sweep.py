@@ -62,23 +62,16 @@ def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
         got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
         raise ConfigError(f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} (conf/sweep/)")
     cfg = compose(overrides)
-    plan = grid.expand(cfg.sweep, frozenset(_key(o) for o in overrides))
+    plan = grid.expand(cfg.sweep, grid.command_line_keys(overrides))
     grid.check(cfg, plan)
     return cfg, plan
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
     """The command line's overrides a trial composes with: not the sweep's, not the keys the grid sets."""
     gridded = {key for c in plan.configurations for key in c.overrides} | {"seed"}
-    return [
-        o
-        for o in overrides
-        if _key(o) != "sweep" and not _key(o).startswith("sweep.") and _key(o) not in gridded
-    ]
+    keys = [(o, grid.override_key(o)) for o in overrides]
+    return [o for o, key in keys if key != "sweep" and not key.startswith("sweep.") and key not in gridded]
 
 
 def jobs_of(jobs: list[grid.Job], resume_from: dict[str, str]) -> dict[str, dict]:
@@ -235,10 +228,8 @@ def scheduler_of(cfg: DictConfig, plan: grid.Plan):
     steps = max(c.overrides.get("train.steps", cfg.train.steps) for c in plan.configurations)
     every = max(c.overrides.get("train.eval_every", cfg.train.eval_every) for c in plan.configurations)
     # Decisions from ten evaluations on: early validation ratios say little. max_t lies past the last
-    # evaluation:
-    # a trial ends when its training does (its last report carries the outcomes), never by ASHA at its last
-    # step,
-    # which would race that report.
+    # evaluation: a trial ends when its training does (its last report carries the outcomes), never by ASHA
+    # at its last step, which would race that report.
     return ASHAScheduler(time_attr=STEP, max_t=steps + every, grace_period=min(10 * every, steps))
 
 

@@ -1,7 +1,8 @@
 """Train one configuration (docs/science.md section 5): `python -m sweeper.train [hydra overrides]`.
 
 The loop itself is training.loop; this is its command line: compose the
-configuration, record to MLflow, resume from the workdir's checkpoint.
+configuration (with sweep=NAME, at that sweep's `fixed` values, as its trials
+train), record to MLflow, resume from the workdir's checkpoint.
 
 Exit codes: the table of sweeper/exit_codes.py (0 finished, 2 rejected configuration, 3 diverged, ...).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from config.compose import compose
+from config.grid import compose_one
 from sweeper import exit_codes
 from sweeper.entry import command
 from tracking.mlflow_recorder import MlflowRecorder
@@ -20,7 +21,7 @@ from training.loop import default_workdir, train
 
 @command("leaner-train")
 def main(argv: list[str]) -> int:
-    cfg = compose(argv)
+    cfg = compose_one(argv)
     recorder = MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment)
     result = train(cfg, recorder, default_workdir(cfg))
     where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"

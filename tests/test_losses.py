@@ -120,8 +120,8 @@ def test_both_surrogates_tend_to_the_objective_as_tau_shrinks() -> None:
         for reg in REGULARIZERS:
             gap = smoothed_objective(X, C, tau, reg) - objective
             # From <w*, r> + tau * Omega(w*) <= min r + tau * Omega(one-hot):
-            # ne: Omega in [-log k, 0] -> gap <= n tau log k; l2: Omega in [1/(2k), 1/2] -> gap <= n tau (1/2
-            # - 1/(2k)).
+            # ne: Omega in [-log k, 0] -> gap <= n tau log k;
+            # l2: Omega in [1/(2k), 1/2] -> gap <= n tau (1/2 - 1/(2k)).
             bound = n * tau * (math.log(k) if reg == "ne" else 0.5 - 0.5 / k)
             assert torch.all(gap <= bound + 1e-12)
             gaps[reg].append(gap)

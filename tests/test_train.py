@@ -11,16 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from mlflow.tracking import MlflowClient
 from support.repo import subprocess_env
 
+from config import grid
 from config.compose import compose
 from config.identity import config_hash, run_config
 from models.transformer import ClusteringTransformer
 from sweeper import exit_codes
+from sweeper.sweep import load
 from sweeper.train import main
 from tasks.sampler import TaskSpec, validation_tasks
 from tracking.names import (
+    CONFIG_HASH,
     DIVERGED,
     DIVERGED_AT,
     FINISHED,
@@ -228,3 +232,27 @@ def test_cli_divergence_exits_3_and_marks_the_run_failed(tiny, tmp_path, sqlite_
     (found,) = client.search_runs([client.get_experiment_by_name("leaner-clustering").experiment_id])
     assert found.info.status == "FAILED"
     assert (found.data.tags[OUTCOME], found.data.tags[DIVERGED_AT]) == (DIVERGED, "7")
+
+
+def test_train_with_a_sweep_trains_as_its_trials_do_the_command_line_winning(tmp_path, sqlite_uri, capsys):
+    """`sweeper.train sweep=smoke` trains at the sweep's `fixed` values (n 16, 20 steps, batch 4), so the
+    run is the sweep's job for that configuration and seed (same config_hash: a sweep skips it); a key on
+    the command line keeps the command line's value, in the run and in the sweep's job alike."""
+    line = ["sweep=smoke", "train.eval_every=10", "train.device=cpu"]
+    chosen = ["model.embedding=binary", "seed=235510766"]
+    assert main([*line, *chosen, "--cfg", "job"]) == 0  # first what it will train (the paper's 10,000 steps
+    shown = yaml.safe_load(capsys.readouterr().out)  # would take minutes here)
+    assert (shown["task"]["n"], shown["train"]["steps"], shown["train"]["eval_every"]) == (16, 20, 10)
+    assert main([*line, *chosen, f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path}"]) == 0
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("leaner-clustering").experiment_id])
+    params = run.data.params
+    assert (params["task.n"], params["train.steps"], params["train.batch"]) == ("16", "20", "4")
+    assert params["train.eval_every"] == "10"  # smoke's fixed value is 5
+    cfg, plan = load(line)
+    (job,) = [
+        j
+        for j in grid.jobs(cfg, plan)
+        if j.seed == 235510766 and j.configuration.overrides["model.embedding"] == "binary"
+    ]
+    assert run.data.tags[CONFIG_HASH] == job.key
