@@ -407,7 +407,8 @@ def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:
         points = history.get(key, [])
         ax.plot([s for s, _ in points], [v for _, v in points])
         ax.set_xlabel("step")
-        ax.set_title(key)
+        # Placed, not fitted above the tick labels: the fitting was a third of a figure's cost.
+        ax.set_title(key, y=1.0, pad=6)
     left.set_yscale("log")
     right.axhline(1.0, color="black", linestyle="--", linewidth=1, label="one Lloyd step")
     right.legend()
