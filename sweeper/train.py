@@ -16,20 +16,24 @@ from sweeper import exit_codes
 from sweeper.entry import command
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
-from training.loop import default_workdir, train
+from training.loop import blown_up, default_workdir, objective_bound, pick_device, train
 
 
 @command("leaner-train")
 def main(argv: list[str]) -> int:
     cfg = compose_one(argv)
+    pick_device(cfg.train.device)  # a device this machine lacks: exit 2 before anything is written
     recorder = MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment)
     result = train(cfg, recorder, default_workdir(cfg))
     where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"
     if result.outcome == DIVERGED:
-        print(
-            f"diverged: non-finite loss or parameters at step {result.diverged_at}; {where} marked FAILED",
-            file=sys.stderr,
+        why = (
+            f"validation k-means objective {result.metrics[VAL_KMEANS]:.4g} above n*d "
+            f"= {objective_bound(cfg):g}"
+            if blown_up(result.metrics, cfg)
+            else "non-finite loss or parameters"
         )
+        print(f"diverged: {why} at step {result.diverged_at}; {where} marked FAILED", file=sys.stderr)
         return exit_codes.DIVERGED
     print(
         f"finished {result.step} steps: {VAL_REL_LLOYD} {result.metrics[VAL_REL_LLOYD]:.6f}, "

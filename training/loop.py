@@ -83,10 +83,24 @@ class Progress:
     metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, key: str = "train.device") -> torch.device:
+    """The device `name` (auto: CUDA when present) on this machine; ConfigError naming `key` when this
+    machine lacks it (torch would fail later, at the first tensor moved there)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise ConfigError(
+                f"{key}={name} is not allowed on this machine, which has {count} visible CUDA devices: "
+                f"choose cpu, auto{'' if count == 0 else ' or cuda:0 to cuda:' + str(count - 1)}"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            f"{key}={name} is not allowed on this machine, which has no MPS: choose cpu or auto"
+        )
+    return device
 
 
 def task_spec(cfg: DictConfig) -> TaskSpec:
@@ -259,7 +273,8 @@ def train_models(
     The models step together as one pack (training.fused.Pack). The host reads
     their losses and divergences back only at train_loss points and
     evaluations; a model that diverged is closed there, at the step it
-    diverged, and leaves; the others go on. on_eval(step, {workdir: metrics})
+    diverged (non-finite), or at the evaluation whose objective blew up past
+    objective_bound, and leaves; the others go on. on_eval(step, {workdir: metrics})
     is called after each round of evaluations (the models step together, so
     they evaluate together), when every evaluated model's checkpoint is written.
     """
@@ -276,6 +291,7 @@ def train_models(
         )
         fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
         tell(on_eval, evaluate(pack, fresh, active))
+        active = still_training(pack, active)
         bar = tqdm(
             total=cfgs[0].train.steps,
             initial=min(r.trainer.progress.step for r in active),
@@ -295,10 +311,7 @@ def train_models(
                 if run.result is None and run.trainer.progress.step >= run.trainer.cfg.train.steps:
                     close(run, FINISHED)
             show(bar, active[0].trainer)
-            rows = [row for row, run in enumerate(active) if run.result is None]
-            if len(rows) < len(active):
-                pack.keep(rows)
-                active = [active[row] for row in rows]
+            active = still_training(pack, active)
         bar.close()
     except (
         BaseException
@@ -308,6 +321,30 @@ def train_models(
                 run.recorder.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
     return [run.result for run in runs]
+
+
+def still_training(pack: Pack, active: list[Run]) -> list[Run]:
+    """The runs of `active` not yet closed; the pack goes on with their models only."""
+    rows = [row for row, run in enumerate(active) if run.result is None]
+    if len(rows) < len(active):
+        pack.keep(rows)
+    return [active[row] for row in rows]
+
+
+def objective_bound(cfg: DictConfig) -> float:
+    """n * d: the most any centers in the unit cube can give a task's k-means objective.
+
+    Tasks live in the unit cube (tasks.sampler.to_unit_cube), so every point is within squared distance
+    d of any center inside it. A model whose mean validation objective exceeds this does worse than every
+    center placement in the data's own domain: it has blown up, not found a worse local minimum, and
+    its run is diverged (docs/science.md, "Divergence").
+    """
+    return float(cfg.task.n * cfg.task.d)
+
+
+def blown_up(metrics: dict[str, float], cfg: DictConfig) -> bool:
+    """Whether an evaluation's val_kmeans leaves the range of any centers in the cube (NaN included)."""
+    return not metrics[VAL_KMEANS] <= objective_bound(cfg)
 
 
 def record(run: Run, losses: list[float], diverged_at: int, now: int) -> bool:
@@ -379,6 +416,8 @@ def evaluate(pack: Pack, rows: list[int], runs: list[Run]) -> list[Run]:
         checkpoint.save(state, checkpoint.last_path(run.workdir))
         if improved:
             checkpoint.save(state, checkpoint.best_path(run.workdir))
+        if blown_up(m, trainer.cfg):  # stops here, recorded as diverged at this evaluation
+            close(run, DIVERGED)
     pack.set_lrs()
     return [runs[row] for row in rows]
 
