@@ -1,13 +1,18 @@
 """The exit codes of every command (train, sweep, rerun, report, claims, bench): one table.
 
 An error a command reports as one line is raised as one of the exception classes named here, and
-`code_for` gives its code. Classes are named by their import path, so this module imports nothing
-heavy (MLflow, torch, Ray) and a dry run stays fast; tests/test_exit_codes.py imports each one.
-The README's "Exit codes" table is `markdown()`, checked by tests/test_docs.py.
+`code_for` gives its code: the code of the first class the error is an instance of. The table names each
+class by its import path, so this module imports nothing heavy (MLflow, torch, Ray) and a dry run stays
+fast; `code_for` takes the class object from its module when that module is imported (when it is not,
+nothing can have raised the class) and matches with isinstance, never by comparing names. No class of the
+table lives in a module that runs as `__main__` (`python -m sweeper.sweep` would define a second class of
+the same name there): sweeper.errors holds those commands' errors. tests/test_exit_codes.py checks both.
+The "Exit codes" table of docs/commands.md is `markdown()`, checked by tests/test_docs.py.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 
@@ -43,7 +48,7 @@ TABLE = (
     ),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),
     ExitCode(
-        CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.sweep.ClusterError"
+        CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.errors.ClusterError"
     ),
     ExitCode(
         NO_RUNS,
@@ -56,7 +61,7 @@ TABLE = (
     ExitCode(
         NO_SUCH_RUN,
         "the run id is not in the (healthy) tracking store (rerun; the message names the store)",
-        "sweeper.rerun.NoSuchRun",
+        "sweeper.errors.NoSuchRun",
     ),
     ExitCode(
         SIGINT_STOP,
@@ -69,12 +74,18 @@ TABLE = (
 
 def code_for(err: BaseException) -> int | None:
     """The exit code of an error of the table (or of a subclass), else None."""
-    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in type(err).__mro__}
-    return next((row.code for row in TABLE if row.raised_as in names), None)
+    return next((row.code for row in TABLE if isinstance(err, raised_class(row) or ())), None)
+
+
+def raised_class(row: ExitCode) -> type[BaseException] | None:
+    """The class `row.raised_as` names when its module is imported; None when it is not (or the row has
+    none)."""
+    module, _, name = row.raised_as.rpartition(".")
+    return getattr(sys.modules.get(module), name, None) if module else None
 
 
 def markdown() -> str:
-    """The table as the README shows it."""
+    """The table as docs/commands.md shows it."""
     rows = ["| code | meaning | raised as |", "|---|---|---|"]
     rows += [f"| {r.code} | {r.meaning} | {f'`{r.raised_as}`' if r.raised_as else ''} |" for r in TABLE]
     return "\n".join(rows)

@@ -26,15 +26,12 @@ from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
 from sweeper import console, exit_codes
 from sweeper.entry import about, command, exit_code_lines
+from sweeper.errors import NoSuchRun
 from tracking import ui
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import CONFIG_HASH, DIVERGED, PACK, RERUN_OF, VAL_REL_LLOYD
 from tracking.store import connect
 from training.loop import OnEval, TrainResult, train
-
-
-class NoSuchRun(LookupError):
-    """The run id is not in a store that answers: a typo or another store, not a broken one."""
 
 
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:

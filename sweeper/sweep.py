@@ -27,16 +27,17 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
 from config import grid
-from config.compose import compose
-from config.schema import CONF_DIR, ConfigError
+from config.compose import compose, group_options, searchpath_override, user_config_dirs, without_searchpath
+from config.schema import ConfigError
 from sweeper import console, exit_codes
 from sweeper.entry import command
+from sweeper.errors import ClusterError
 from tracking import ui
 
 if TYPE_CHECKING:
@@ -46,21 +47,21 @@ EXIT_FAILED = exit_codes.FAILED
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
 
 
-class ClusterError(RuntimeError):
-    """The Ray cluster cannot be used; the message says which address or path and why."""
-
-
-def sweep_names() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml") if p.stem != NO_SWEEP)
+def sweep_names(overrides: Iterable[str] = ()) -> list[str]:
+    """The sweeps of conf/sweep/ and of the user config directories (config.compose.user_config_dirs)."""
+    return [name for name in group_options("sweep", user_config_dirs(overrides)) if name != NO_SWEEP]
 
 
 def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
     """Compose, expand and validate: every error here comes before Ray starts."""
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
-    names = sweep_names()
+    names = sweep_names(overrides)
     if not chosen or chosen[-1] not in names:
         got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
-        raise ConfigError(f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} (conf/sweep/)")
+        raise ConfigError(
+            f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} "
+            "(conf/sweep/, or sweep/NAME.yaml of a --config-dir)"
+        )
     cfg = compose(overrides)
     plan = grid.expand(cfg.sweep, grid.command_line_keys(overrides))
     grid.check(cfg, plan)
@@ -68,10 +69,13 @@ def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
 
 
 def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
-    """The command line's overrides a trial composes with: not the sweep's, not the keys the grid sets."""
+    """The command line's overrides a trial composes with: not the sweep's, not the keys the grid sets; the
+    user config directories as one override of absolute paths (a trial's worker has another working
+    directory, and on a cluster not the driver's environment)."""
     gridded = {key for c in plan.configurations for key in c.overrides} | {"seed"}
-    keys = [(o, grid.override_key(o)) for o in overrides]
-    return [o for o, key in keys if key != "sweep" and not key.startswith("sweep.") and key not in gridded]
+    keys = [(o, grid.override_key(o)) for o in without_searchpath(overrides)]
+    kept = [o for o, key in keys if key != "sweep" and not key.startswith("sweep.") and key not in gridded]
+    return searchpath_override(user_config_dirs(overrides)) + kept
 
 
 def jobs_of(jobs: list[grid.Job], resume_from: dict[str, str]) -> dict[str, dict]:
@@ -157,13 +161,33 @@ def reachable(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
+def dashboard_installed(host: str | None) -> bool:
+    """Whether a local Ray can serve its dashboard at `host` (cluster.dashboard_host; null: none wanted).
+
+    `pip install leaner-clustering` brings ray[tune] without the dashboard's packages (the `cluster` extra,
+    ray[default], has them), and Ray refuses to start a dashboard it cannot run: the sweep then starts
+    without one and says so once, rather than failing on the default configuration.
+    """
+    if host is None:
+        return False
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401 - what Ray itself imports to decide the same
+    except ImportError as err:
+        print(
+            f"Ray's dashboard is off: its packages are missing ({err.name or err}); "
+            "pip install 'ray[default]' brings them; cluster.dashboard_host=null silences this"
+        )
+        return False
+    return True
+
+
 def connect(cluster: DictConfig) -> None:
     import ray
 
     if ray.is_initialized():  # a caller (a notebook, the tests) already chose the Ray instance
         return
     if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
-        host = cluster.dashboard_host  # null: no dashboard
+        host = cluster.dashboard_host if dashboard_installed(cluster.dashboard_host) else None  # null: none
         ray.init(address="local", include_dashboard=host is not None, dashboard_host=host)
         return
     reachable(cluster.address)

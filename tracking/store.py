@@ -31,6 +31,7 @@ import sqlite3
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
@@ -129,7 +130,7 @@ def connect(uri: str, write: bool = True) -> MlflowClient:
         if write or not path.exists():
             raise TrackingError(
                 f"tracking store {uri} is read-only (no write permission on {path} or its folder): "
-                f"make it writable, or copy it (README: Moving or copying a store) and set tracking.uri"
+                f"make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
             )
         check_sqlite(uri)  # nobody can be creating it: no lock needed (nor possible)
         return MlflowClient(tracking_uri=uri)
@@ -223,15 +224,15 @@ def _check_schema(uri: str, version: str) -> None:
 def explain(err: BaseException) -> TrackingError | None:
     """A SQLite error met while using a store (a file damaged after it was opened, a write refused) as one
     line naming the store; None for any other error."""
-    cause = err
-    while cause is not None and not isinstance(cause, sqlite3.DatabaseError):
-        cause = cause.__cause__ or cause.__context__
+    cause = next((e for e in _chain(err) if isinstance(e, sqlite3.DatabaseError)), None)
     if cause is None or not _opened:
         return None
     uri = _opened[-1]
     reason = str(cause).splitlines()[0]
     if "readonly" in reason:
-        advice = "make it writable, or copy it (README: Moving or copying a store) and set tracking.uri"
+        advice = (
+            "make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
+        )
     elif "locked" in reason:
         advice = (
             "another process holds it; try again when it is done, or use a tracking server for many writers"
@@ -239,6 +240,16 @@ def explain(err: BaseException) -> TrackingError | None:
     else:
         advice = "the file is damaged: restore it from a backup, or set tracking.uri to another store"
     return TrackingError(f"tracking store {uri}: SQLite says {reason!r}: {advice}")
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """err, then its cause (else its context), then that one's, ...: each once, for a chain can loop
+    (`raise e from e`: Ray's missing-dashboard error is its own cause)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
