@@ -26,12 +26,12 @@ demo: $(STAMP)
 	$(PY) -m analysis.report select.sweep=demo eval.batches=1 eval.threads=2 'eval.lengths=[128,256,1024]'
 
 # The paper's sub-grids at laptop scale (conf/sweep/lite.yaml): sweep, benchmark, report and
-# claims into reports/leaner-clustering-lite/; budget: an hour on 2 cores (README).
+# claims into reports/leaner-clustering-lite/; budget: an hour on 2 cores (docs/reproduce.md).
 LITE := tracking.experiment=leaner-clustering-lite
 LITE_OUT := reports/leaner-clustering-lite
 # How lite's trials are packed (cluster.pack): shapes, the models that share n, d, k, embedding and steps,
 # up to cluster.pack_size in one trial, one trial per core. Measured (bench pack, 1 thread, n 128 d 4 k 6):
-# a pack of 10 trains 1.7x the model-steps per second of one model alone (README, "The arithmetic").
+# a pack of 10 trains 1.7x the model-steps per second of one model alone (docs/cluster.md, "The arithmetic").
 # LITE_PACK=none: one model a trial. Up to 12 models a pack, not the default 30: lite's two largest packs
 # (21 and 24 models) then train as 12 + 9 and 12 + 12, 11 trials that share the two cores more evenly than 9
 # (the pack of 21 alone took 2,296 of the 3,617 s of the 2026-12-01 run), and a pack of 12 trains a little more

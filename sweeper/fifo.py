@@ -3,7 +3,7 @@
 Ray Tune's FIFOScheduler.choose_trial_to_run walks the whole trial list on every
 controller step (several per trial) to find the first pending trial, and the
 list keeps every ended trial: O(n) per step, O(n^2) per sweep. At 3,000 trials
-that made the driver's CPU seconds per trial grow 1.5x over 300 (README, "The
+that made the driver's CPU seconds per trial grow 1.5x over 300 (docs/cluster.md, "The
 driver at 3,000 trials"). Only live trials (pending, running, paused) can be
 chosen, and Tune keeps them in a set a few dozen long; this class remembers the
 order trials were added in (a restarted trial is added again, at the end, as

@@ -5,7 +5,7 @@ No Docker engine or Kubernetes cluster runs here, so the files are checked
 statically against what they must agree with (the Makefile, pyproject.toml's
 pins, the project's environment, Ray's own launcher schema, the field names of
 KubeRay's v1 API and of the Kubernetes objects used), their sweep commands and
-the README's are run as dry runs, and the compose file's MLflow server command
+docs/cluster.md's are run as dry runs, and the compose file's MLflow server command
 and health check are run for real on 127.0.0.1 (SQLite standing in for PostgreSQL).
 """
 
@@ -36,10 +36,10 @@ from sweeper import sweep as sweep_cli
 from tracking import recorder
 
 DOCKER = REPO / "docker"
-README = REPO / "README.md"
+CLUSTER_DOC = REPO / "docs" / "cluster.md"  # the cluster recipes (README links it)
 IMAGE = "leaner-clustering"  # the tags docker/Dockerfile's header builds: leaner-clustering:gpu / :cpu
 NAMESPACE = "leaner-clustering"  # where docker/k8s-mlflow.yaml and docker/kuberay-rayjob.yaml are applied
-# What README promises and the cluster files' resources must give: ten trials (packs) share a GPU.
+# What docs/cluster.md promises and the cluster files' resources must give: ten trials (packs) share a GPU.
 TRIALS_PER_GPU = 10
 
 
@@ -190,7 +190,9 @@ def test_dockerfile_labels_the_commit_which_the_runs_record():
     readme = [" ".join(c) for b in blocks() for c in commands(b.text)]
     builds = [l for l in header.splitlines() + readme if "docker build -f docker/Dockerfile " in l]
     assert len(builds) == 4 and all("--build-arg GIT_COMMIT=$GIT_COMMIT" in l for l in builds), builds
-    assert "GIT_COMMIT=$(git rev-parse HEAD)$(git diff --quiet HEAD || echo -dirty)" in README.read_text()
+    assert (
+        "GIT_COMMIT=$(git rev-parse HEAD)$(git diff --quiet HEAD || echo -dirty)" in CLUSTER_DOC.read_text()
+    )
 
 
 def test_git_commit_falls_back_to_the_images_build_argument(tmp_path, monkeypatch):
@@ -235,11 +237,11 @@ def test_ray_is_pinned_once_and_the_image_and_cluster_files_agree():
     # The laptop that runs `ray up` and `ray job submit` needs the cluster's Ray too.
     laptop = f'pip install "ray[default]=={pin}"'
     assert laptop in (DOCKER / "ray-cluster.yaml").read_text()
-    assert laptop in README.read_text()
+    assert laptop in CLUSTER_DOC.read_text()
     mentioned = set(
         re.findall(
             r"ray\[\w+\]==([\d.]+)|rayVersion: \"([\d.]+)\"",
-            "\n".join(p.read_text() for p in [README, *DOCKER.glob("*.yaml")]),
+            "\n".join(p.read_text() for p in [CLUSTER_DOC, *DOCKER.glob("*.yaml")]),
         )
     )
     assert {v for pair in mentioned for v in pair if v} == {pin}
@@ -307,7 +309,9 @@ def test_compose_checks_the_mlflow_servers_health():
         in check["test"][3]
     )
     assert {"interval", "timeout", "retries", "start_period"} <= set(check)
-    assert "up -d --wait" in (DOCKER / "compose.yaml").read_text() and "up -d --wait" in README.read_text()
+    assert (
+        "up -d --wait" in (DOCKER / "compose.yaml").read_text() and "up -d --wait" in CLUSTER_DOC.read_text()
+    )
 
 
 def compose_health_check(port: int) -> int:
@@ -723,7 +727,7 @@ def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
     )
     assert uri.port == service["spec"]["ports"][0]["port"]
     # Both files go to that namespace, in that order (the RayJob's header refers to the MLflow one).
-    readme = README.read_text()
+    readme = CLUSTER_DOC.read_text()
     applies = [
         readme.index(f"kubectl -n {NAMESPACE} apply -f docker/{f}")
         for f in ("k8s-mlflow.yaml", "kuberay-rayjob.yaml")
@@ -785,7 +789,7 @@ def entrypoint(submit: list[str]) -> list[str]:
 def test_ray_cluster_sweep_is_submitted_as_a_ray_job(capsys):
     submit = launcher_submit()
     readme = [c for b in blocks() for c in commands(b.text) if c[:3] == ["ray", "job", "submit"]]
-    assert readme == [submit], "README shows the launcher's command, word for word"
+    assert readme == [submit], "docs/cluster.md shows the launcher's command, word for word"
     # To the job API that `ray dashboard` forwards from the head's loopback, with Ray's token. No
     # --working-dir: the driver and the trials run the image's code, which its GIT_COMMIT names.
     assert submit[: submit.index("--")] == ["ray", "job", "submit", "--address", "http://127.0.0.1:8265"]
@@ -933,20 +937,20 @@ def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
     assert any(f"create secret generic {secret} --from-literal={key}=" in c for c in readme), readme
 
 
-# --- resources: the same in README and both cluster files ---------------------------------
+# --- resources: the same in docs/cluster.md and both cluster files ---------------------------------
 
 RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial")
 
 
 def cluster_sweeps() -> dict[str, list[str]]:
-    """Every sweep command that joins a cluster: README's, the launcher's and the RayJob's."""
+    """Every sweep command that joins a cluster: the docs', the launcher's and the RayJob's."""
     readme = [
         c
         for b in blocks()
         for c in commands(b.text)
         if c[:3] == ["python", "-m", "sweeper.sweep"] and override(c, "cluster.address")
     ]
-    sweeps = {f"README command {i + 1}": c for i, c in enumerate(readme)}
+    sweeps = {f"docs command {i + 1}": c for i, c in enumerate(readme)}
     sweeps["docker/ray-cluster.yaml"] = entrypoint(launcher_submit())
     sweeps["docker/kuberay-rayjob.yaml"] = shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"])
     return sweeps
@@ -954,7 +958,7 @@ def cluster_sweeps() -> dict[str, list[str]]:
 
 def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     sweeps = cluster_sweeps()
-    assert len(sweeps) == 4, list(sweeps)  # README: `ray job submit` and Ray started by hand
+    assert len(sweeps) == 4, list(sweeps)  # docs/cluster.md: `ray job submit` and Ray started by hand
     stated = {name: tuple(override(args, key) for key in RESOURCES) for name, args in sweeps.items()}
     assert len(set(stated.values())) == 1, f"stated differently: {stated}"
     pack, cpus, gpus = stated.popitem()[1]

@@ -1,9 +1,11 @@
-"""README.md: its commands exist with the flags they show, its runnable blocks run, and its
-configuration reference is the one config/reference.py generates. docs/architecture.md:
-the files, modules and make targets it names exist.
+"""README.md and the docs/*.md pages: their commands exist with the flags they show, their runnable
+blocks run, their links lead somewhere, the exit code table is sweeper/exit_codes.py's and the
+configuration reference the one config/reference.py generates. docs/architecture.md: the files,
+modules and make targets it names exist.
 
 A ```bash block right after a line `<!-- runnable -->` is run by test_runnable_blocks, all of
-them in README order in one shell, as a newcomer would type them after `make demo` on a fresh clone:
+them in one shell, page by page in the order README links the pages (support/readme.py: pages), as a
+newcomer would type them after `make demo` on a fresh clone:
 in a directory holding what the Makefile's demo sweep writes (its command, at a few steps).
 `<!-- runnable smoke="k=v ..." -->` appends those overrides to the block's
 `python -m sweeper.train` lines, so a 10,000-step command runs at smoke scale.
@@ -24,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from support.configs import NO_DASHBOARD
-from support.readme import blocks, commands
+from support.readme import blocks, commands, page_holding, pages
 from support.repo import README, REPO
 
 from config import reference as config_reference
@@ -36,10 +38,14 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 
 def python_module_commands(module: str) -> list[list[str]]:
-    """Arguments of every distinct `python -m MODULE ...` of the README: in bash blocks and inline code."""
-    inline = re.findall(r"`(python -m [^`]+)`", " ".join(README.read_text().splitlines()))
+    """Arguments of every distinct `python -m MODULE ...` of the pages: in bash blocks and inline code.
+    Not docs/architecture.md's, which name placeholders (`sweep=NAME`) and have their own test."""
+    users = [page for page in pages() if page != ARCHITECTURE]
+    text = " ".join(line for page in users for line in page.read_text().splitlines())
+    inline = re.findall(r"`(python -m [^`]+)`", text)
     found = []
-    for words in [w for b in blocks() for w in commands(b.text)] + [shlex.split(c) for c in inline]:
+    shown = [w for b in blocks() if b.page in users for w in commands(b.text)]
+    for words in shown + [shlex.split(c) for c in inline]:
         if words[:3] == ["python", "-m", module] and words[3:] not in found:
             found.append(words[3:])
     return found
@@ -47,6 +53,7 @@ def python_module_commands(module: str) -> list[list[str]]:
 
 def test_readme_opens_with_make_demo_then_make_test():
     text = README.read_text()
+    assert len(text.splitlines()) < 200, "README holds what a newcomer reads first; the rest is in docs/"
     first = blocks()[0]
     assert [" ".join(c) for c in commands(first.text)] == ["make demo", "make test"]
     assert text.index("```bash") < text.index("\n## "), "the two commands come before any section"
@@ -58,10 +65,11 @@ def generated() -> str:
 
 
 def test_config_reference_is_in_sync_with_the_config_tree(generated):
-    text = README.read_text()
-    body = text.split(config_reference.START, 1)[1].split(config_reference.END, 1)[0]
+    page = page_holding(config_reference.START)
+    assert page == config_reference.PAGE, "`python -m config.reference --write` writes where the reference is"
+    body = page.read_text().split(config_reference.START, 1)[1].split(config_reference.END, 1)[0]
     assert body.strip() == generated.strip(), (
-        "README's configuration reference is stale: run `python -m config.reference --write`"
+        f"{page.name}'s configuration reference is stale: run `python -m config.reference --write`"
     )
 
 
@@ -87,7 +95,7 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         if args != ["--cfg", "job"]:
             compose(args)
     sweeps = [a for a in python_module_commands("sweeper.sweep") if a]  # a bare mention names the module
-    assert len(sweeps) >= 3, "the README shows how to run a sweep"
+    assert len(sweeps) >= 3, "the pages show how to run a sweep"
     for args in sweeps:
         rc = sweep_cli.main([a for a in args if not a.startswith("sweep.dry_run")] + ["sweep.dry_run=true"])
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
@@ -120,11 +128,12 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
     importlib.import_module("analysis.claims")
 
 
-def test_readme_lists_the_exit_code_table_and_every_command():
-    text = README.read_text()
+def test_docs_list_the_exit_code_table_and_every_command():
+    page = page_holding("<!-- exit-codes:start")
+    text = page.read_text()
     body = text.split("<!-- exit-codes:start", 1)[1].split("-->", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
     assert body.strip() == exit_codes.markdown(), (
-        "README's exit codes differ from sweeper/exit_codes.py's table"
+        f"{page.name}'s exit codes differ from sweeper/exit_codes.py's table"
     )
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
@@ -134,13 +143,36 @@ def test_readme_lists_the_exit_code_table_and_every_command():
     }
 
 
-def test_readme_names_files_that_exist():
-    text = README.read_text()
+def test_pages_name_files_that_exist():
+    text = "\n".join(page.read_text() for page in pages())
     for path in sorted(
-        set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.png)", text))
+        set(re.findall(r"(?<![\w/])(docker/[\w.-]+|conf/[\w./-]+\.yaml|docs/[\w./-]+\.(?:png|md))", text))
     ):
         if path != "docker/.env":  # the user makes it from docker/.env.example
             assert (REPO / path).exists(), path
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation but - and _ dropped, spaces to -."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_links_between_pages_lead_to_a_file_and_heading():
+    """Every relative link and image of every page: its file exists, and its #anchor is a heading there."""
+    prose = {page: re.sub(r"```.*?```|`[^`]*`", "", page.read_text(), flags=re.S) for page in pages()}
+    links = [
+        (page, target) for page, text in prose.items() for target in re.findall(r"\]\(([^)\s]+)\)", text)
+    ]
+    assert len(links) > 20
+    for page, target in links:
+        if re.match(r"\w+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        assert linked.exists(), f"{page.name}: link to {target}: no such file"
+        if anchor:
+            assert anchor in anchors(linked), f"{page.name}: link to {target}: no such heading"
 
 
 # Every package of the tree (a new one included without an edit here), and the other folders a document names.
@@ -168,7 +200,7 @@ def test_architecture_names_files_modules_and_targets_that_exist():
 # The demo sweep at smoke scale: the store `make demo` leaves, in a fraction of its time. One CPU a trial (the
 # default), two at a time: half-CPU slots start twice the Ray workers, which on 2 cores cost more than the
 # tiny trials (measured on the smoke store's sweep: 21 s and 27 CPU-s, against 28 s and 40 at 0.5).
-# No dashboard here: the README's own smoke sweep keeps one, whose link the test checks.
+# No dashboard here: docs/cluster.md's own smoke sweep keeps one, whose link the test checks.
 DEMO_STEPS = f"train.steps=20 train.eval_every=10 train.val_batches=2 {NO_DASHBOARD}"
 
 
@@ -191,7 +223,7 @@ def runnable_script() -> str:
             text = re.sub(
                 r"^(python -m sweeper\.train .*)$", lambda m, s=smoke: f"{m.group(1)} {s}", text, flags=re.M
             )
-        parts += [f'echo "### README block at line {block.line} (started at ${{SECONDS}}s)"', text]
+        parts += [f'echo "### block of {block.where} (started at ${{SECONDS}}s)"', text]
     return "\n".join(parts) + "\n"
 
 
@@ -199,16 +231,17 @@ def test_runnable_blocks_are_marked():
     runnable = [b for b in blocks() if b.runnable]
     assert len(runnable) >= 5
     # A marker must sit right above a bash fence, or it would silently mark nothing.
-    lines = README.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("<!-- runnable"):
-            assert lines[i + 1].strip() == "```bash", f"README line {i + 1}: marker not above a bash block"
+    for page in pages():
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("<!-- runnable"):
+                assert lines[i + 1].strip() == "```bash", f"{page.name} line {i + 1}: marker not above a bash"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_runnable_blocks(tmp_path):
-    """Every runnable block, in README order, in one shell, in a directory where `make demo`'s sweep ran."""
+    """Every runnable block, in pages() order, in one shell, in a directory where `make demo`'s sweep ran."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
@@ -221,11 +254,10 @@ def test_runnable_blocks(tmp_path):
         ["bash", "-c", runnable_script()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=880
     )
     seconds = time.monotonic() - start
-    ran = re.findall(r"### README block at line (\d+)", result.stdout)
-    print("\n".join(re.findall(r"### README block .*", result.stdout)) + f"\nall done in {seconds:.0f}s")
+    ran = re.findall(r"### block of (.*) \(started", result.stdout)
+    print("\n".join(re.findall(r"### block .*", result.stdout)) + f"\nall done in {seconds:.0f}s")
     assert result.returncode == 0, (
-        f"README block at line {ran[-1] if ran else '?'} failed:\n"
-        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        f"the block of {ran[-1] if ran else '?'} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )
     assert len(ran) == len([b for b in blocks() if b.runnable])
     out = result.stdout
@@ -249,7 +281,7 @@ def test_every_torch_load_is_weights_only():
     assert calls, "the project loads checkpoints somewhere"
     for path, call in calls:
         assert "weights_only=True" in call.group(1), f"{path.relative_to(REPO)}: {call.group(0)}"
-    readme_calls = re.findall(r"torch\.load\(([^)]*)\)", README.read_text())
+    readme_calls = [c for p in pages() for c in re.findall(r"torch\.load\(([^)]*)\)", p.read_text())]
     assert readme_calls and all("weights_only=True" in c for c in readme_calls)
 
 

@@ -1,7 +1,7 @@
 """The one-shot GPU check (python -m bench gpu) runs end to end at toy sizes on the CPU.
 
 On a GPU node the same command, without --tiny, is what a session with a device runs
-(README, "A one-shot check of a GPU node"); here it proves every check runs and that the
+(docs/cluster.md, "A one-shot check of a GPU node"); here it proves every check runs and that the
 equality checks hold where they can be computed: on the CPU.
 """
 

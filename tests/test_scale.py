@@ -1,7 +1,7 @@
 """The scale probe (python -m bench scale) end to end at 12 trials and 2 packs of ten: the sweep's
 production wiring (its record, the Tuner) and `mlflow server` on SQLite; every model stored once with every
 point.
-The 3,000-trial run is a benchmark (README, "The driver at 3,000 trials"), not a test."""
+The 3,000-trial run is a benchmark (docs/cluster.md, "The driver at 3,000 trials"), not a test."""
 
 from __future__ import annotations
 

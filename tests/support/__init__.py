@@ -2,7 +2,7 @@
 conftest.py).
 
 repo: the checkout and its subprocess environment; configs: the tiny configurations and the small sweep;
-servers: MLflow servers and ports; readme: the README's code blocks; sweeps: sweep stores and driver
+servers: MLflow servers and ports; readme: the docs' pages and code blocks; sweeps: sweep stores and driver
 subprocesses; histories: metric points against local training; ray_local: an in-process local Ray;
 ray_nodes: a cluster of `ray start` nodes.
 """

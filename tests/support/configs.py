@@ -35,7 +35,7 @@ SHORT = [
 PACKABLE = [*SHORT, "model.dropout=0.0", "optim.lr_patience=0"]
 
 # A sweep subprocess's local Ray without its dashboard: nothing in a test reads it, and it costs every driver
-# seconds to start (the README's own commands, run by test_docs, keep it).
+# seconds to start (the docs' own commands, run by test_docs, keep it).
 NO_DASHBOARD = "cluster.dashboard_host=null"
 # The sweep subprocess tests' sweep: 2 smoke configurations x 2 seeds = 4 trials, evaluated (and Tune
 # checkpointed) every 10 steps; each test sets its own train.steps, long enough for its fault to land

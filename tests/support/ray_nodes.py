@@ -1,5 +1,5 @@
 """A Ray cluster of `ray start` nodes on this machine, and what Ray recorded of its trials
-(tests/test_sweep_cluster.py; the README's simulated GPU cluster)."""
+(tests/test_sweep_cluster.py; docs/cluster.md's simulated GPU cluster)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,47 @@
-"""The README's code blocks (tests/test_docs.py explains the `<!-- runnable -->` markers) and their
-commands."""
+"""The documentation's pages and code blocks (tests/test_docs.py explains the `<!-- runnable -->` markers),
+and their commands."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
-from support.repo import README
+from support.repo import README, REPO
+
+DOCS = REPO / "docs"
+
+
+def pages() -> list[Path]:
+    """README.md, then the docs/*.md pages in the order README links them, then any page it does not link
+    (by name): the order a newcomer reads them in, and the one the runnable blocks run in."""
+    linked = [DOCS / name for name in re.findall(r"\]\(docs/([\w-]+\.md)\)", README.read_text())]
+    rest = sorted(set(DOCS.glob("*.md")) - set(linked))
+    return [README, *dict.fromkeys(p for p in linked if p.exists()), *rest]
+
+
+def page_holding(marker: str) -> Path:
+    """The one page whose text holds `marker` (a generated section's start)."""
+    (page,) = [p for p in pages() if marker in p.read_text()]
+    return page
 
 
 @dataclass
 class Block:
+    page: Path
     line: int  # 1-based line of the opening fence
     text: str
     runnable: bool
     smoke: list[str]
 
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(REPO)} line {self.line}"
 
-def blocks(lang: str = "bash") -> list[Block]:
-    lines = README.read_text().splitlines()
+
+def page_blocks(page: Path, lang: str = "bash") -> list[Block]:
+    lines = page.read_text().splitlines()
     out, i = [], 0
     while i < len(lines):
         if lines[i].strip() == f"```{lang}":
@@ -27,12 +49,16 @@ def blocks(lang: str = "bash") -> list[Block]:
             marker = lines[i - 1].strip() if i else ""
             runnable = re.fullmatch(r"<!-- runnable( smoke=\"[^\"]*\")? -->", marker) is not None
             smoke = re.search(r'smoke="([^"]*)"', marker)
-            out.append(
-                Block(i + 1, "\n".join(lines[i + 1 : end]), runnable, smoke.group(1).split() if smoke else [])
-            )
+            text = "\n".join(lines[i + 1 : end])
+            out.append(Block(page, i + 1, text, runnable, smoke.group(1).split() if smoke else []))
             i = end
         i += 1
     return out
+
+
+def blocks(lang: str = "bash") -> list[Block]:
+    """Every block of every page, in pages() order."""
+    return [b for page in pages() for b in page_blocks(page, lang)]
 
 
 def commands(text: str) -> list[list[str]]:
