@@ -1,4 +1,5 @@
-"""A store that cannot be used, as every command reports it: one line naming the store, the README's code.
+"""A store that cannot be used, as every command reports it: one line naming the store, the code
+docs/commands.md documents.
 
 Each bad store is a real file (random bytes, a real store cut short, another program's SQLite database, a
 real store whose MLflow schema version is older or unknown, a real store with a damaged table) and each
@@ -196,7 +197,7 @@ def test_commands_that_write_refuse_a_read_only_store(module, args, read_only_st
     assert done.returncode == exit_codes.TRACKING, done.stderr[-3000:]
     assert done.stderr == (
         f"error: tracking store {uri} is read-only (no write permission on {read_only_store} or its folder): "
-        "make it writable, or copy it (README: Moving or copying a store) and set tracking.uri\n"
+        "make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri\n"
     )
     assert digest(read_only_store) == before
 
