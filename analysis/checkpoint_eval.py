@@ -122,7 +122,7 @@ class EvalSettings:
         return f"probes load each run's `{CHECKPOINT_DIR}/{artifact}` ({chosen})"
 
     def torch_device(self) -> torch.device:
-        return pick_device(self.device)
+        return pick_device(self.device, "eval.device")
 
 
 def spec_of(run: pd.Series, **changes: object) -> TaskSpec:
@@ -257,7 +257,24 @@ def mixture_shift(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame
 
 
 def lengths_of(run: pd.Series, settings: EvalSettings) -> tuple[int, ...]:
-    """The test lengths of a run: settings.lengths when given, else its training n x LENGTH_RATIOS."""
+    """The test lengths of a run: settings.lengths when given, else its training n x LENGTH_RATIOS, bar those
+    its tasks cannot have (length_left_out)."""
+    return tuple(n for n in _wanted_lengths(run, settings) if n not in length_left_out(run, settings))
+
+
+def length_left_out(run: pd.Series, settings: EvalSettings) -> dict[int, str]:
+    """The wanted test lengths no task of the run's shape can have, each with the task check's reason: a
+    small sweep's n x 1/4 may fall below k (n 16, k 6: n 4)."""
+    left_out = {}
+    for n in _wanted_lengths(run, settings):
+        try:
+            spec_of(run, n=int(n))
+        except ValueError as err:
+            left_out[n] = str(err)
+    return left_out
+
+
+def _wanted_lengths(run: pd.Series, settings: EvalSettings) -> tuple[int, ...]:
     return tuple(settings.lengths) or tuple(round(r * int(run["task.n"])) for r in LENGTH_RATIOS)
 
 

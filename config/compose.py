@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import typing
+from pathlib import Path
 from typing import Any, Iterable
 
 from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
+from hydra import version
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_config_search_path
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -32,24 +37,92 @@ from config.schema import (
 from models.options import EMBEDDINGS, REGULARIZERS
 from tasks.spec import TaskSpec
 
+# User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
+# replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (which is what
+# `--config-dir DIR` on a command line becomes, sweeper.entry), then $LEANER_CONFIG_DIR (directories joined
+# by os.pathsep).
+SEARCHPATH = "hydra.searchpath"
+CONFIG_DIR_ENV = "LEANER_CONFIG_DIR"
+
 
 def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictConfig:
     """Compose conf/<config_name>.yaml with Hydra overrides, then validate it."""
-    GlobalHydra.instance().clear()
+    overrides = list(overrides)
+    dirs = user_config_dirs(overrides)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+        _initialize(dirs)
+        cfg = hydra_compose(config_name=config_name, overrides=without_searchpath(overrides))
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(_explain(err, SCHEMAS[config_name])) from None
+        raise ConfigError(_explain(err, SCHEMAS[config_name], dirs)) from None
+    except RecursionError:  # a user's file that names itself among its defaults (a new smoke.yaml on smoke)
+        choices = " ".join(o for o in overrides if "=" in o and "." not in o.split("=", 1)[0])
+        raise ConfigError(
+            f"the defaults lists of {choices or config_name} (with the user config directories "
+            f"{', '.join(map(str, dirs))}) include themselves: a file replacing conf/'s cannot extend it"
+        ) from None
+    finally:
+        GlobalHydra.instance().clear()
     if config_name == "analysis":
         validate_analysis(cfg)
         return cfg
-    _no_sweep_to_none(cfg)
+    _no_sweep_to_none(cfg, dirs)
     validate(cfg)
     return cfg
 
 
-def _no_sweep_to_none(cfg: DictConfig) -> None:
+def _initialize(dirs: list[Path]) -> None:
+    """Hydra's initialize_config_dir(CONF_DIR) with the user's directories before conf/ (Hydra's own
+    hydra.searchpath and --config-dir search theirs after it, so they could add files but replace none)."""
+    GlobalHydra.instance().clear()
+    version.setbase(None)
+    search_path = create_config_search_path(str(CONF_DIR))
+    for path in dirs:  # each before conf/ ("main"), in the order given
+        search_path.prepend("leaner user config", f"file://{path}", anchor="main")
+    Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+
+
+def user_config_dirs(overrides: Iterable[str] = ()) -> list[Path]:
+    """The user config directories, absolute, first searched first: those of `hydra.searchpath=[...]`
+    overrides, then $LEANER_CONFIG_DIR's; raises ConfigError for one that is not a directory."""
+    given = [
+        (SEARCHPATH, entry) for o in overrides if o.split("=", 1)[0] == SEARCHPATH for entry in _entries(o)
+    ]
+    given += [(CONFIG_DIR_ENV, v) for v in os.environ.get(CONFIG_DIR_ENV, "").split(os.pathsep) if v]
+    dirs: list[Path] = []
+    for source, entry in given:
+        path = Path(entry.removeprefix("file://")).expanduser().resolve()
+        _require(
+            path.is_dir(), source, entry, "an existing directory laid out like conf/ (sweep/NAME.yaml, ...)"
+        )
+        if path not in dirs:
+            dirs.append(path)
+    return dirs
+
+
+def _entries(override: str) -> list[str]:
+    """The directories of one `hydra.searchpath=[DIR, ...]` (or `=DIR`) override."""
+    try:
+        value = OverridesParser.create().parse_override(override).value()
+    except HydraException as err:
+        raise ConfigError(_explain(err, SCHEMAS["config"], [])) from None
+    entries = value if isinstance(value, list) else [value]
+    _require(
+        all(isinstance(e, str) and e for e in entries), SEARCHPATH, value, "a list of directories: [DIR, ...]"
+    )
+    return entries
+
+
+def without_searchpath(overrides: Iterable[str]) -> list[str]:
+    return [o for o in overrides if o.split("=", 1)[0] != SEARCHPATH]
+
+
+def searchpath_override(dirs: Iterable[Path]) -> list[str]:
+    """The one override that gives a later compose (a sweep's trial, wherever it runs) these directories."""
+    dirs = list(dirs)
+    return [f"{SEARCHPATH}=[{','.join(repr(str(d)) for d in dirs)}]"] if dirs else []
+
+
+def _no_sweep_to_none(cfg: DictConfig, dirs: list[Path]) -> None:
     """sweep=none (conf/sweep/none.yaml, no keys) composes to a SweepConfig of missing values: make it
     None."""
     sweep = cfg.sweep
@@ -59,21 +132,23 @@ def _no_sweep_to_none(cfg: DictConfig) -> None:
     if given:
         raise ConfigError(
             f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME "
-            f"({', '.join(o for o in group_options('sweep') if o != 'none')})"
+            f"({', '.join(o for o in group_options('sweep', dirs) if o != 'none')})"
         )
     cfg.sweep = None
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group: the file names of conf/<group>/."""
-    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
+def group_options(group: str, dirs: Iterable[Path] | None = None) -> list[str]:
+    """The options of a config group: the file names of <dir>/<group>/ in the user config directories
+    (`dirs`; by default $LEANER_CONFIG_DIR's) and conf/."""
+    dirs = user_config_dirs() if dirs is None else dirs
+    return sorted({path.stem for d in [*dirs, CONF_DIR] for path in (d / group).glob("*.yaml")})
 
 
-def _explain(err: BaseException, schema: type) -> str:
+def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
     """One line out of Hydra's and OmegaConf's nested composition errors."""
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and "/" in err.missing_cfg_file:
         group, option = err.missing_cfg_file.rsplit("/", 1)
-        return f"{group}={option} is not allowed: choose one of {', '.join(group_options(group))}"
+        return f"{group}={option} is not allowed: choose one of {', '.join(group_options(group, dirs))}"
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         key = cause.full_key
@@ -124,6 +199,39 @@ def _at_least(key: str, value: int, low: int) -> None:
 def _device(key: str, value: str) -> None:
     ok = re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value) is not None
     _require(ok, key, value, "auto, cpu, cuda, cuda:N or mps")
+
+
+def validate_trial_devices(cfg: DictConfig) -> None:
+    """train.device and train.compile against cluster.gpus_per_trial, for a sweep's Ray trials: what fails
+    in every trial wherever it runs; raises ConfigError.
+
+    Ray shows a trial only the GPUs it reserves, numbered from 0 (CUDA_VISIBLE_DEVICES), and none when it
+    reserves none: there train.device=auto is the CPU. A single run (python -m sweeper.train) is checked
+    against its own machine instead, when it starts (training.loop.pick_device).
+    """
+    t, gpus = cfg.train, cfg.cluster.gpus_per_trial
+    _require(
+        re.fullmatch(r"cuda:\d+", t.device) is None,
+        "train.device",
+        t.device,
+        "cpu, auto or cuda in a sweep: Ray numbers each trial's GPUs from 0, so an explicit index names "
+        "a GPU the trial may not have",
+    )
+    if gpus == 0:
+        _require(
+            t.device != "cuda",
+            "train.device",
+            t.device,
+            "cpu or auto with cluster.gpus_per_trial=0 (Ray hides the GPUs from a trial that reserves "
+            "none): set cluster.gpus_per_trial, e.g. 1, or 0.25 to share a GPU among four trials",
+        )
+        _require(
+            t.compile != "cudagraphs",
+            "train.compile",
+            t.compile,
+            "off, inductor or aot_eager with cluster.gpus_per_trial=0 (cudagraphs needs a CUDA device, and "
+            "Ray hides the GPUs from a trial that reserves none)",
+        )
 
 
 def _tracking(cfg: DictConfig) -> None:
@@ -179,7 +287,12 @@ def validate(cfg: DictConfig) -> None:
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _tracking(cfg)
     _positive("cluster.cpus_per_trial", c.cpus_per_trial)
-    _require(c.gpus_per_trial >= 0, "cluster.gpus_per_trial", c.gpus_per_trial, "a number >= 0")
+    _require(
+        c.gpus_per_trial >= 0 and (c.gpus_per_trial <= 1 or c.gpus_per_trial == int(c.gpus_per_trial)),
+        "cluster.gpus_per_trial",
+        c.gpus_per_trial,
+        "a number in [0, 1] or a whole number (Ray shares a GPU in fractions below 1, not above)",
+    )
     _require(
         c.max_concurrent is None or c.max_concurrent >= 1,
         "cluster.max_concurrent",
@@ -188,5 +301,14 @@ def validate(cfg: DictConfig) -> None:
     )
     _at_least("cluster.max_failures", c.max_failures, -1)
     _one_of("cluster.pack", c.pack, PACK_MODES)
+    # ASHA decides on a trial's one value, a pack's median: a pack of one shape holds unrelated
+    # configurations, which it would stop together (a pack of seeds is one configuration: stopped as one).
+    _require(
+        cfg.sweep is None or not (cfg.sweep.scheduler == "asha" and c.pack == "shapes"),
+        "cluster.pack",
+        c.pack,
+        "with sweep.scheduler=asha choose cluster.pack=none or seeds (a pack of shapes holds unrelated "
+        "configurations, which ASHA would stop together), or sweep.scheduler=none",
+    )
     _at_least("cluster.pack_size", c.pack_size, 1)
     _at_least("cluster.report_every", c.report_every, 1)

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from config.compose import compose, validate
+from config.compose import compose, validate, validate_trial_devices
 from config.identity import config_hash, flatten, format_value, run_name
 from config.schema import ConfigError
 
@@ -277,10 +277,12 @@ def _reject(plan: Plan, configuration: Configuration, why: str) -> None:
 
 
 def check(base: DictConfig, plan: Plan) -> None:
-    """Validate every configuration of the plan as the training config would."""
+    """Validate every configuration of the plan as the training config would, and for a Ray trial."""
+    validate_trial_devices(base)  # the command line's devices, named without a sub-grid
     for configuration, cfg in _configured(base, plan):
         try:
             validate(cfg)
+            validate_trial_devices(cfg)
         except ConfigError as err:
             _reject(plan, configuration, str(err))
 

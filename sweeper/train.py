@@ -17,14 +17,20 @@ from sweeper.entry import command
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
 from training.loop import blown_up, default_workdir, objective_bound, pick_device, train
+from training.system_metrics import SystemSampler
 
 
 @command("leaner-train")
 def main(argv: list[str]) -> int:
     cfg = compose_one(argv)
-    pick_device(cfg.train.device)  # a device this machine lacks: exit 2 before anything is written
+    device = pick_device(cfg.train.device)  # a device this machine lacks: exit 2 before anything is written
     recorder = MlflowRecorder(cfg.tracking.uri, cfg.tracking.experiment)
-    result = train(cfg, recorder, default_workdir(cfg))
+    sampler = SystemSampler(device)  # MLflow's System metrics tab, one sample per evaluation
+
+    def sample(step: int, metrics: dict, workdir) -> None:
+        recorder.log_metrics(step, sampler.sample())
+
+    result = train(cfg, recorder, default_workdir(cfg), on_eval=sample)
     where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"
     if result.outcome == DIVERGED:
         why = (

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ray import tune
 
@@ -29,6 +29,9 @@ from config.compose import compose
 from config.identity import config_hash
 from sweeper import console
 from tracking.names import VAL_REL_LLOYD
+
+if TYPE_CHECKING:  # the driver imports this module too, and must not import torch
+    from training.system_metrics import SystemSampler
 
 PAYLOAD = "mlflow"  # result key the driver pops: job key -> its Recorded since the trial's last report
 STEP = "step"  # result key: the training step reported (ASHA's time axis)
@@ -123,8 +126,12 @@ class Reporter:
     points it already stored).
     """
 
-    def __init__(self, members: list[str], work: Path, every: int = 1) -> None:
+    def __init__(
+        self, members: list[str], work: Path, every: int = 1, sampler: SystemSampler | None = None
+    ) -> None:
         self.work, self.every = work, every
+        self.sampler = sampler  # a training.system_metrics.SystemSampler: each report carries one sample
+        self.ended: set[str] = set()  # members whose end was reported: their runs take no more samples
         self.recorders = {key: TuneRecorder() for key in members}
         self.latest: dict[str, float] = {}  # member -> its last val_rel_lloyd
         self.rounds = 0  # rounds of evaluations seen; the first is sent, so runs show up at once
@@ -142,7 +149,13 @@ class Reporter:
         ended = any(rec.recorded.status for rec in self.recorders.values())
         if checkpoint and (self.rounds - 1) % self.every and not ended:
             return
+        if self.sampler is not None:
+            sample = self.sampler.sample()  # the trial's process since the last report, in each member's run
+            for key, rec in self.recorders.items():
+                if key not in self.ended:
+                    rec.log_metrics(step, sample)
         payload = {key: rec.take() for key, rec in self.recorders.items()}
+        self.ended.update(key for key, recorded in payload.items() if recorded.status)
         shown = (
             {VAL_REL_LLOYD: statistics.median(self.latest.values())} if self.latest else {}
         )  # a pack's median
@@ -200,7 +213,10 @@ def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]
     """Tune's function trainable; pack_key(config) names the trial in `packs`, its members keys of `jobs`."""
     # Imported here, in the Ray worker: the driver imports this module for Tune, and training would make it
     # import torch (1.4 s of CPU) for nothing.
+    from training.gpu_share import cap_memory
+    from training.loop import pick_device
     from training.packed import train_pack
+    from training.system_metrics import SystemSampler
 
     console.quiet()  # this worker's Ray Train logs a line per checkpoint otherwise
     members = packs[pack_key(config)]
@@ -212,8 +228,13 @@ def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]
             raise RuntimeError(
                 f"trial member {key} composed to {config_hash(cfgs[-1])}: base overrides {base}"
             )
+    device = pick_device(cfgs[0].train.device)
+    cap_memory(device, cfgs[0].cluster.gpus_per_trial)  # trials sharing a GPU keep to their shares
     reporter = Reporter(
-        members, Path(tune.get_context().get_trial_dir()) / "work", cfgs[0].cluster.report_every
+        members,
+        Path(tune.get_context().get_trial_dir()) / "work",
+        cfgs[0].cluster.report_every,
+        SystemSampler(device),
     )
     restore(reporter.work, {key: jobs[key].get("resume_from") for key in members})
     recorders = [reporter.recorders[key] for key in members]

@@ -12,6 +12,19 @@ LR = "lr"  # learning rate at each evaluation
 BEST_VAL_REL_LLOYD = "best_val_rel_lloyd"  # lowest val_rel_lloyd so far: the one checkpoints/best.pt holds
 METRICS = (TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD, LR, BEST_VAL_REL_LLOYD)
 
+# System metrics (training.system_metrics; step = training step). MLflow's UI shows every metric named
+# SYSTEM_PREFIX... in a run's System metrics tab; these are the names of MLflow's own monitor
+# (mlflow.system_metrics), but the two of the training process, and a GPU's are per NVML index.
+SYSTEM_PREFIX = "system/"
+CPU_UTILIZATION = "system/cpu_utilization_percentage"  # the machine's CPUs, since the last sample
+SYSTEM_MEMORY_MB = "system/system_memory_usage_megabytes"  # the machine's memory in use
+SYSTEM_MEMORY_PERCENT = "system/system_memory_usage_percentage"
+PROCESS_CPU = "system/process_cpu_utilization_percentage"  # the training process: 100 per busy core
+PROCESS_RSS_MB = "system/process_memory_rss_megabytes"  # the training process's resident memory
+GPU_UTILIZATION = "system/gpu_{index}_utilization_percentage"  # .format(index=NVML index): the GPU's
+GPU_MEMORY_MB = "system/gpu_{index}_memory_usage_megabytes"  # the GPU's memory in use, all processes
+GPU_MEMORY_PERCENT = "system/gpu_{index}_memory_usage_percentage"
+
 # Tags.
 CONFIG_HASH = "config_hash"  # hash of the run configuration (config.identity.run_config), seed included
 SEED = "seed"

@@ -67,6 +67,22 @@ def load(path: Path) -> dict:
     return state
 
 
+def cuda_rng_states(saved: list, saved_device: int | None, visible: int, device: int | None) -> dict:
+    """Which CUDA RNG state of a checkpoint goes on which GPU of this process: {visible index: state}.
+
+    saved: the per-GPU states at the checkpoint (torch.cuda.get_rng_state_all(), by the visible index then);
+    saved_device: the index that trained then, device the one that trains now (None: not CUDA, or a
+    checkpoint that did not record it); visible: how many GPUs this process sees. The training GPU's state
+    follows training, from saved_device to device: it draws the dropout masks, so the numbers depend on it.
+    Every other state returns to the GPU of its index where that exists, and is dropped where it does not
+    (a node with fewer GPUs, or Ray's CUDA_VISIBLE_DEVICES): those GPUs draw nothing for this run.
+    """
+    states = dict(enumerate(saved[:visible]))
+    if device is not None and saved_device is not None and saved_device < len(saved) and device < visible:
+        states[device] = saved[saved_device]
+    return states
+
+
 def last_path(workdir: Path) -> Path:
     return workdir / LAST_CHECKPOINT
 

@@ -52,6 +52,7 @@ from tracking.run_tags import training_tags
 from training import checkpoint
 from training.adam import AdamState
 from training.checkpoint import CheckpointError
+from training.determinism import set_deterministic
 from training.faults import crash_at_step, nan_at_step
 from training.fused import Pack
 from training.plateau import Plateau
@@ -92,9 +93,10 @@ def pick_device(name: str, key: str = "train.device") -> torch.device:
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (device.index or 0) >= count:
+            allowed = f"cpu, auto, cuda or cuda:0 to cuda:{count - 1}" if count else "cpu or auto"
             raise ConfigError(
                 f"{key}={name} is not allowed on this machine, which has {count} visible CUDA devices: "
-                f"choose cpu, auto{'' if count == 0 else ' or cuda:0 to cuda:' + str(count - 1)}"
+                f"choose {allowed}"
             )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(
@@ -175,6 +177,7 @@ class Trainer:
             generator=self.generator.get_state(),
             torch_rng=torch.get_rng_state(),
             cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            cuda_rng_device=self.cuda_index(),  # which of cuda_rng trained (checkpoint.cuda_rng_states)
             step=p.step,
             run_id=run_id,
             best_val=p.best_val,
@@ -197,11 +200,21 @@ class Trainer:
                 "it started on, or start over with train.resume=never"
             ) from None
         torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():  # onto the GPUs this process has
+            mapped = checkpoint.cuda_rng_states(
+                state["cuda_rng"], state.get("cuda_rng_device"), torch.cuda.device_count(), self.cuda_index()
+            )
+            for index, rng in mapped.items():
+                torch.cuda.set_rng_state(rng, index)
         self.progress = Progress(
             state["step"], state["best_val"], list(state["window"]), state["history"], state["metrics"]
         )
+
+    def cuda_index(self) -> int | None:
+        """The visible index of the GPU this model trains on; None when not on CUDA."""
+        if self.device.type != "cuda":
+            return None
+        return self.device.index if self.device.index is not None else torch.cuda.current_device()
 
     def step(self) -> None:
         """One optimizer step of this model alone, on training's path (a pack of one); for benchmarks.
@@ -233,6 +246,7 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     run."""
     validate(cfg)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
+    set_deterministic(cfg.train.deterministic)  # before the run's first CUDA operation
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     resume = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))

@@ -1,0 +1,200 @@
+"""Devices and GPUs, shown on a CPU: the settings refused before any job starts, a trial's share of its GPU,
+RNG states resumed onto the GPUs a node has, and the system metrics a run shows in MLflow's System tab.
+
+Each command is called through its entry function (what its console script runs), one through a real
+`python -m` subprocess. The sweep's system metrics are read from the session's smoke store
+(tests/conftest.py) with MLflow's client.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from support.repo import REPO
+from support.sweeps import children
+
+from config.grid import compose_one
+from sweeper import exit_codes, sweep, train
+from tracking.names import (
+    CPU_UTILIZATION,
+    PROCESS_CPU,
+    PROCESS_RSS_MB,
+    SYSTEM_MEMORY_MB,
+    SYSTEM_MEMORY_PERCENT,
+    VAL_REL_LLOYD,
+)
+from training.checkpoint import cuda_rng_states
+from training.gpu_share import memory_fraction
+from training.system_metrics import SystemSampler, nvml_id
+
+CPU_AND_MEMORY = {CPU_UTILIZATION, SYSTEM_MEMORY_MB, SYSTEM_MEMORY_PERCENT, PROCESS_CPU, PROCESS_RSS_MB}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["train.device=cuda"],
+            "train.device='cuda' is not allowed: cpu or auto with cluster.gpus_per_trial=0 (Ray hides",
+        ),
+        (
+            ["train.device=cuda:1", "cluster.gpus_per_trial=1"],
+            "train.device='cuda:1' is not allowed: cpu, auto or cuda in a sweep: Ray numbers each trial's "
+            "GPUs from 0",
+        ),
+        (
+            ["train.device=cuda:0", "cluster.gpus_per_trial=2"],
+            "train.device='cuda:0' is not allowed: cpu, auto or cuda in a sweep",
+        ),
+        (
+            ["cluster.gpus_per_trial=1.5"],
+            "cluster.gpus_per_trial=1.5 is not allowed: a number in [0, 1] or a whole number",
+        ),
+        (
+            ["train.compile=cudagraphs"],
+            "train.compile='cudagraphs' is not allowed: off, inductor or aot_eager with "
+            "cluster.gpus_per_trial=0",
+        ),
+    ],
+)
+def test_a_sweep_refuses_devices_its_trials_cannot_have(overrides, message, capsys):
+    assert sweep.main(["sweep=smoke", *overrides]) == exit_codes.CONFIG == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+@pytest.mark.parametrize("gpus", ["0.25", "1", "2"])
+def test_a_sweep_takes_cuda_with_gpus_reserved(gpus, capsys):
+    """Fractions below 1 share a GPU, whole numbers above; the driver itself may have no GPU (a CPU head)."""
+    args = ["sweep=smoke", "train.device=cuda", f"cluster.gpus_per_trial={gpus}", "sweep.dry_run=true"]
+    assert sweep.main(args) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_single_run_is_checked_against_its_own_machine(tmp_path: Path, monkeypatch, capsys):
+    """sweeper.train ignores the cluster group (cuda with gpus_per_trial 0 composes); a GPU this machine
+    lacks is refused before anything is written."""
+    assert compose_one(["train.device=cuda"]).cluster.gpus_per_trial == 0
+    monkeypatch.chdir(tmp_path)
+    missing = torch.cuda.device_count()  # one past the last visible GPU: none on a CPU machine
+    assert train.main([f"train.device=cuda:{missing}"]) == exit_codes.CONFIG
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"error: train.device=cuda:{missing} is not allowed on this machine"
+    )
+    assert "choose cpu" in err[0] and list(tmp_path.iterdir()) == []  # no store, no checkpoints
+
+
+def test_the_sweep_command_exits_2_with_one_line():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", "sweep=smoke", "cluster.gpus_per_trial=1.5"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "error: cluster.gpus_per_trial=1.5 is not allowed: a number in [0, 1] or a whole number "
+        "(Ray shares a GPU in fractions below 1, not above)"
+    ]
+
+
+def test_a_trial_caps_its_memory_at_its_share_of_a_gpu():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert memory_fraction(cuda, 0.1) == 0.1 and memory_fraction(cuda, 0.5) == 0.5
+    assert memory_fraction(cuda, 1) is None and memory_fraction(cuda, 2) is None  # whole GPUs: no cap
+    assert memory_fraction(cuda, 0) is None and memory_fraction(cpu, 0.5) is None
+
+
+def test_cuda_rng_states_resume_onto_the_gpus_a_node_has():
+    """Synthetic per-GPU states (RNG states are byte tensors; their content does not matter here)."""
+    saved = [torch.full((8,), i, dtype=torch.uint8) for i in range(4)]  # four GPUs, the run on GPU 2
+
+    def mapped(saved_device, visible, device) -> dict[int, int]:
+        return {i: int(s[0]) for i, s in cuda_rng_states(saved, saved_device, visible, device).items()}
+
+    assert mapped(2, 1, 0) == {0: 2}  # one GPU now: the training GPU's state goes with training
+    assert mapped(2, 4, 2) == {0: 0, 1: 1, 2: 2, 3: 3}  # the same node: every state where it was
+    assert mapped(0, 8, 5) == {0: 0, 1: 1, 2: 2, 3: 3, 5: 0}  # more GPUs: the run moved to GPU 5
+    assert mapped(None, 2, 0) == {0: 0, 1: 1}  # a checkpoint without the index: by index, the rest dropped
+    assert mapped(2, 2, None) == {0: 0, 1: 1}  # training on the CPU now: the GPUs keep their own
+    assert mapped(2, 0, None) == {}  # no GPU at all
+    assert cuda_rng_states([], None, 2, 0) == {}  # a CPU checkpoint resumed on a GPU
+
+
+def test_nvml_ids_follow_cuda_visible_devices():
+    assert nvml_id(None, 1) == 1  # every GPU visible: NVML's order
+    assert nvml_id("2,3", 1) == 3  # Ray gave the trial physical GPUs 2 and 3
+    assert nvml_id("GPU-5d1c, GPU-77ab", 0) == "GPU-5d1c"
+    with pytest.raises(ValueError, match="CUDA device 1 is not among"):
+        nvml_id("4", 1)
+
+
+def assert_sane(sample: dict[str, float]) -> None:
+    total_mb = psutil.virtual_memory().total / 1e6
+    assert 0 <= sample[CPU_UTILIZATION] <= 100 and 0 < sample[SYSTEM_MEMORY_PERCENT] < 100
+    assert 0 < sample[SYSTEM_MEMORY_MB] < total_mb
+    assert 0 <= sample[PROCESS_CPU] <= 100 * psutil.cpu_count()
+    assert 50 < sample[PROCESS_RSS_MB] < total_mb  # a process that imported torch
+
+
+@pytest.mark.parametrize("binding", ["absent", "without a driver"])
+def test_the_gpu_sampler_without_nvml_samples_cpu_and_memory(binding, monkeypatch):
+    """On CUDA without the NVML binding (the optional `gpu` extra), or with it but no NVIDIA driver (this
+    CPU machine), a sample holds the CPU and memory figures, and the sampler says why no GPU ones."""
+    if binding == "absent":
+        monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    elif torch.cuda.is_available():
+        pytest.skip("this machine has an NVIDIA driver")
+    else:
+        pytest.importorskip("pynvml")
+    sampler = SystemSampler(torch.device("cuda"))
+    sum(i * i for i in range(200_000))  # some CPU time to measure
+    sample = sampler.sample()
+    assert set(sample) == CPU_AND_MEMORY
+    assert_sane(sample)
+    assert (
+        "pynvml is not installed" if binding == "absent" else "NVML cannot read the GPU"
+    ) in sampler.no_gpu
+    assert SystemSampler(torch.device("cpu")).no_gpu is None  # on the CPU no GPU is missed
+
+
+def test_a_single_run_logs_system_metrics_at_each_evaluation(tiny, tmp_path, sqlite_uri):
+    assert train.main(tiny + [f"tracking.uri={sqlite_uri}", f"train.workdir={tmp_path}"]) == 0
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("leaner-clustering").experiment_id])
+    evaluations = [m.step for m in client.get_metric_history(run.info.run_id, VAL_REL_LLOYD)]
+    for key in CPU_AND_MEMORY:
+        points = client.get_metric_history(run.info.run_id, key)
+        assert sorted(m.step for m in points) == sorted(evaluations), key
+    history = {key: client.get_metric_history(run.info.run_id, key) for key in CPU_AND_MEMORY}
+    for i in range(len(evaluations)):
+        assert_sane({key: points[i].value for key, points in history.items()})
+
+
+@pytest.mark.slow  # the session's smoke sweep
+def test_every_sweep_run_shows_cpu_and_memory_in_the_system_metrics_tab(smoke_store):
+    """Each trial samples at each report (cluster.report_every 1: every evaluation) and the driver writes the
+    samples into the run under MLflow's system/ names, which its UI's System metrics tab shows."""
+    client = MlflowClient(tracking_uri=smoke_store)
+    runs = children(smoke_store, "smoke")
+    assert runs
+    for run in runs:
+        evaluations = sorted(m.step for m in client.get_metric_history(run.info.run_id, VAL_REL_LLOYD))
+        history = {key: client.get_metric_history(run.info.run_id, key) for key in CPU_AND_MEMORY}
+        for key, points in history.items():
+            assert sorted(m.step for m in points) == evaluations, (run.info.run_name, key)
+        for i in range(len(evaluations)):
+            sample = {key: sorted(points, key=lambda m: m.step)[i].value for key, points in history.items()}
+            assert_sane(sample)
+        assert sorted(history[PROCESS_RSS_MB], key=lambda m: m.timestamp)[-1].value > 100  # torch, a model
