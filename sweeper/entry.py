@@ -5,21 +5,29 @@
 - `--help` (or `-h`) anywhere on the line prints the usage and exits 0;
 - `--cfg job` prints the composed configuration, resolved, and exits 0;
 - `--verbose` prints everything Ray, Tune and MLflow print (sweeper.console; quiet by default);
+- `--config-dir DIR` (or `-cd DIR`, repeatable) adds a user config directory, searched before conf/: for
+  the command's life it is put first in $LEANER_CONFIG_DIR (config.compose.user_config_dirs), which the
+  workers of a local Ray instance inherit and a sweep's trials get as an override;
 - Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
   the commands compose conf/ themselves (config.compose.compose), so Hydra's own parser never sees them;
 - an error of sweeper.exit_codes.TABLE raised by main ends the command with `error: ...` on stderr
   and the table's exit code; so does a SQLite error of a store the command opened (tracking.store.explain
   makes it a TrackingError naming the store: exit code 4, not a traceback).
 
-Commands with options of their own (bench, rerun) parse them with argparse (`own_options=True`):
-argparse prints their `--help`; Hydra's flags are still answered here.
+Commands with options of their own (bench, rerun) parse them with argparse (`own_options=True`), through
+`ArgumentParser` below, whose usage errors are one line too: argparse prints their `--help`; Hydra's flags
+are still answered here.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import functools
+import os
 import sys
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 from sweeper import console, exit_codes
 
@@ -41,12 +49,10 @@ HYDRA_FLAGS = {
     "-r": "no Hydra reruns",
     "--run": "no Hydra run mode",
     "--experimental-rerun": "no Hydra reruns; `leaner-rerun RUN_ID` re-runs an MLflow run",
-    "-cp": "the config tree is conf/, shipped with the package",
-    "--config-path": "the config tree is conf/",
+    "-cp": "the config tree is conf/, shipped with the package; add a directory with --config-dir DIR",
+    "--config-path": "the config tree is conf/; add a directory with --config-dir DIR",
     "-cn": "the config is conf/config.yaml",
     "--config-name": "the config is conf/config.yaml",
-    "-cd": "the config tree is conf/",
-    "--config-dir": "the config tree is conf/",
     "-sc": "no shell completion",
     "--shell-completion": "no shell completion",
 }
@@ -59,6 +65,14 @@ class Answered(Exception):
     def __init__(self, text: str, code: int) -> None:
         super().__init__(text)
         self.text, self.code = text, code
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, answering a usage error as every command answers an error: `error: ...` in one
+    line and exit code 2 (argparse prints its usage block first, which buries the line that matters)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise Answered(f"error: {message} (`{self.prog} --help` shows the usage)", exit_codes.CONFIG)
 
 
 def command(
@@ -82,8 +96,10 @@ def command(
             console.configure(console.FLAG in words)
             words = [w for w in words if w != console.FLAG]
             try:
-                words = _answer_flags(words, main, script, own_options, show_config, options)
-                return main(words)
+                words, dirs = _config_dirs(words)
+                with _searched_first(dirs):
+                    words = _answer_flags(words, main, script, own_options, show_config, options)
+                    return main(words)
             except Answered as answer:
                 print(answer.text, file=sys.stdout if answer.code == 0 else sys.stderr)
                 return answer.code
@@ -113,6 +129,51 @@ def _store_error(err: Exception) -> Exception | None:
     if "tracking.store" not in sys.modules:  # never opened one: not a store's error (and no MLflow import)
         return None
     return sys.modules["tracking.store"].explain(err)
+
+
+CONFIG_DIR_FLAGS = ("-cd", "--config-dir")
+
+
+def _config_dirs(words: list[str]) -> tuple[list[str], list[Path]]:
+    """The line without its `--config-dir DIR` flags, and their directories, absolute, in order."""
+    rest, dirs, i = [], [], 0
+    while i < len(words):
+        flag, eq, inline = words[i].partition("=")
+        if flag not in CONFIG_DIR_FLAGS:
+            rest.append(words[i])
+            i += 1
+            continue
+        value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+        i += 1 if eq else 2
+        path = Path(value).expanduser().resolve()
+        if not value or not path.is_dir():
+            raise Answered(
+                f"error: {flag} {value!r} is not a directory: give a config directory laid out like conf/ "
+                "(sweep/NAME.yaml, model/NAME.yaml, ...)",
+                exit_codes.CONFIG,
+            )
+        dirs.append(path)
+    return rest, dirs
+
+
+@contextlib.contextmanager
+def _searched_first(dirs: list[Path]) -> Iterator[None]:
+    """$LEANER_CONFIG_DIR with `dirs` first while the command runs (as it was afterwards: a test or a
+    notebook calling main in-process keeps its own)."""
+    if not dirs:
+        yield
+        return
+    from config.compose import CONFIG_DIR_ENV
+
+    before = os.environ.get(CONFIG_DIR_ENV)
+    os.environ[CONFIG_DIR_ENV] = os.pathsep.join([*map(str, dirs), *filter(None, [before])])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CONFIG_DIR_ENV)
+        else:
+            os.environ[CONFIG_DIR_ENV] = before
 
 
 def _answer_flags(
@@ -200,9 +261,12 @@ def config_groups() -> str:
     from config.compose import group_options
     from config.schema import RUN_GROUPS
 
-    lines = ["Config groups (group=option picks a file of conf/<group>/; any key is set as group.key=value):"]
+    lines = [
+        "Config groups (group=option picks a file of conf/<group>/, or of a --config-dir DIR searched first; "
+        "any key is set as group.key=value):"
+    ]
     lines += [f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")]
-    lines.append("Every key, its default and allowed values: README, Configuration reference.")
+    lines.append("Every key, its default and allowed values: docs/configuration.md.")
     return "\n".join(lines)
 
 

@@ -1,0 +1,130 @@
+"""A user config directory searched before conf/ (`--config-dir DIR`, `hydra.searchpath=[DIR]`,
+$LEANER_CONFIG_DIR): a new sweep, a new option of a group, a file that replaces conf/'s; and the sweeps the
+configuration refuses before Ray starts. The same from a wheel install: tests/test_packaging.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from support.repo import REPO
+
+from config import grid
+from config.compose import CONFIG_DIR_ENV, compose, group_options, user_config_dirs
+from config.identity import config_hash
+from config.schema import ConfigError
+from sweeper.sweep import load, sweep_names, trial_overrides
+from sweeper.sweep import main as sweep_main
+from sweeper.train import main as train_main
+
+MINE = """# @package sweep
+defaults: [smoke, _self_]
+name: mine
+seeds: [7, 8]
+"""
+WIDE = """defaults: [paper, _self_]
+qkv_mult: 2
+"""
+SMOKE_REPLACED = """# @package sweep
+defaults: [paper, _self_]
+name: smoke
+seeds: [9]
+subgrids:
+  - {name: smoke, embedding: [onehot]}
+"""
+LOOP = """# @package sweep
+defaults: [loop, _self_]
+"""
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    """A user config directory: sweep=mine, model=wide, and a smoke sweep of its own."""
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "sweep" / "mine.yaml").write_text(MINE)
+    (tmp_path / "sweep" / "smoke.yaml").write_text(SMOKE_REPLACED)
+    (tmp_path / "model" / "wide.yaml").write_text(WIDE)
+    (tmp_path / "sweep" / "loop.yaml").write_text(LOOP)
+    return tmp_path
+
+
+def test_a_user_directory_adds_sweeps_and_options_and_is_searched_first(user_dir):
+    searched = [f"hydra.searchpath=[{user_dir}]"]
+    cfg = compose([*searched, "sweep=mine", "model=wide"])
+    assert (cfg.sweep.name, list(cfg.sweep.seeds), cfg.model.qkv_mult) == ("mine", [7, 8], 2)
+    assert cfg.model.embedding == "onehot"  # the rest of model=wide is conf/model/paper.yaml's
+    assert list(compose([*searched, "sweep=smoke"]).sweep.seeds) == [9]  # the user's smoke, not conf/'s
+    assert list(compose(["sweep=smoke"]).sweep.seeds) == [153476998, 235510766]
+    assert group_options("model", user_config_dirs(searched)) == ["paper", "wide"]
+    assert "mine" in sweep_names(searched) and "mine" not in sweep_names()
+    with pytest.raises(ConfigError, match=r"model=tall is not allowed: choose one of paper, wide"):
+        compose([*searched, "model=tall"])
+    with pytest.raises(ConfigError, match=r"^the defaults lists of sweep=loop .* include themselves"):
+        compose([*searched, "sweep=loop"])
+    with pytest.raises(ConfigError, match=r"hydra.searchpath='/no/such/dir' is not allowed: an existing dir"):
+        compose(["hydra.searchpath=[/no/such/dir]"])
+
+
+def test_a_sweeps_trials_compose_with_the_user_directory(user_dir, tmp_path, monkeypatch):
+    """The driver hands its trials the user directories as one override of absolute paths (a Ray worker has
+    another working directory, and on a cluster not the driver's environment): each trial composes what the
+    driver planned, config_hash for config_hash, as sweeper.trial.run_trial checks."""
+    monkeypatch.chdir(user_dir.parent)
+    overrides = [f"hydra.searchpath=[{user_dir.name}]", "sweep=mine", "model=wide"]
+    cfg, plan = load(overrides)
+    base = trial_overrides(overrides, plan)
+    assert base == [f"hydra.searchpath=['{user_dir}']", "model=wide"]
+    monkeypatch.chdir(REPO)
+    for job in grid.jobs(cfg, plan):
+        trial = compose([*base, *job.configuration.override_strings(), f"seed={job.seed}"])
+        assert config_hash(trial) == job.key and trial.model.qkv_mult == 2
+
+
+def test_config_dir_flag_on_a_command_line(user_dir, capsys, monkeypatch):
+    monkeypatch.delenv(CONFIG_DIR_ENV, raising=False)
+    assert train_main(["-cd", str(user_dir), "sweep=mine", "model=wide", "--cfg", "job"]) == 0
+    shown = capsys.readouterr().out
+    assert "  qkv_mult: 2\n" in shown and "  name: mine\n" in shown
+    assert sweep_main([f"--config-dir={user_dir}", "sweep=mine", "sweep.dry_run=true"]) == 0
+    # mine extends smoke, which the user's directory replaces (one configuration): searched first.
+    assert capsys.readouterr().out.splitlines()[-1] == "1 configurations x 2 seeds = 2 trials"
+    assert CONFIG_DIR_ENV not in os.environ  # the command's own: main called in-process leaves none behind
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(user_dir))
+    assert sweep_main(["sweep=mine", "sweep.dry_run=true"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 configurations x 2 seeds = 2 trials"
+    assert train_main(["--help"]) == 0
+    assert "  model: paper, wide\n" in capsys.readouterr().out
+    monkeypatch.delenv(CONFIG_DIR_ENV)
+    for line in (["-cd", str(user_dir / "nope")], ["sweep=smoke", "--config-dir"]):
+        assert sweep_main(line) == 2
+        (err,) = capsys.readouterr().err.splitlines()
+        assert err.startswith("error: ") and "is not a directory" in err, err
+
+
+def test_asha_with_packs_of_shapes_is_refused_before_ray(tmp_path):
+    """sweep.scheduler=asha decides on a trial's one value, a pack's median: with cluster.pack=shapes it
+    would stop unrelated configurations together. The real command refuses it, one line, exit 2, before
+    Ray is imported or the store created."""
+    store = tmp_path / "mlflow.db"
+    line = [
+        "sweep=smoke",
+        "sweep.scheduler=asha",
+        "cluster.pack=shapes",
+        f"tracking.uri=sqlite:///{store}",
+        f"cluster.storage={tmp_path / 'ray'}",
+    ]
+    probe = f"import sys; from sweeper.sweep import main; print(main({line!r}), 'ray' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        "error: cluster.pack='shapes' is not allowed: with sweep.scheduler=asha choose cluster.pack=none or "
+        "seeds (a pack of shapes holds unrelated configurations, which ASHA would stop together), or "
+        "sweep.scheduler=none"
+    ]
+    assert sorted(tmp_path.iterdir()) == []
+    load(["sweep=smoke", "sweep.scheduler=asha", "cluster.pack=seeds"])  # a pack of one configuration's seeds
