@@ -1,0 +1,47 @@
+"""analysis.notebook on a real store (the smoke_store sweep of conftest.py): its runs and histories against
+MLflow's own client, and its defaults read from the environment as the commands read them."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+
+from analysis import notebook
+from analysis.runs import NoRuns
+from tracking.names import CONFIG_HASH, VAL_REL_LLOYD
+
+EXPERIMENT = "leaner-clustering"  # where the smoke sweep writes (the tracking config's default)
+
+
+@pytest.mark.slow
+def test_runs_and_histories_are_mlflows(smoke_store: str, monkeypatch) -> None:
+    client = MlflowClient(smoke_store)
+    (experiment,) = [e for e in client.search_experiments() if e.name == EXPERIMENT]
+    stored = [r for r in client.search_runs([experiment.experiment_id]) if CONFIG_HASH in r.data.tags]
+    smoke = {r.info.run_id: r for r in stored if "smoke" in r.data.tags["subgrids"].split(",")}
+    assert len(smoke) == 6  # 3 embeddings x 2 seeds
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", smoke_store)  # the defaults, as a notebook started there
+    runs = notebook.runs(sweep="smoke", subgrid="smoke")
+    assert set(runs.run_id) == set(smoke) and len(runs) == len(smoke)
+    assert set(notebook.runs(smoke_store, EXPERIMENT).run_id) == {r.info.run_id for r in stored}
+    for row in runs.itertuples():
+        run = smoke[row.run_id]
+        assert getattr(row, VAL_REL_LLOYD) == run.data.metrics[VAL_REL_LLOYD]
+        assert row.seed == int(run.data.params["seed"]) and row.outcome == "finished"
+    assert runs["task.n"].tolist() == [16] * 6 and sorted(runs["model.embedding"]) == sorted(
+        ["onehot", "binary", "none"] * 2
+    )
+
+    chosen = runs[runs["model.embedding"] == "binary"]  # a selection keeps the store it came from
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    points = notebook.histories(chosen, [VAL_REL_LLOYD])
+    assert list(points.columns) == ["run_id", "key", "step", "timestamp", "value"]
+    for run_id in chosen.run_id:
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, VAL_REL_LLOYD))
+        mine = points[points.run_id == run_id].sort_values("step")
+        assert list(zip(mine.step, mine.value)) == history and len(history) == 5  # steps 0, 5, ..., 20
+    assert set(points.key) == {VAL_REL_LLOYD} and set(points.run_id) == set(chosen.run_id)
+
+    with pytest.raises(NoRuns, match="no-such-experiment"):
+        notebook.runs(smoke_store, "no-such-experiment")
