@@ -185,7 +185,7 @@ def test_sweep_keys_without_a_sweep_are_rejected():
     with pytest.raises(
         ConfigError,
         match=r"^sweep.dry_run is set but no sweep is chosen: add sweep=NAME "
-        r"\(demo, lite, paper, points, smoke\)$",
+        r"\(demo, lite, lite32, paper, points, smoke\)$",
     ):
         compose(["sweep.dry_run=true"])
     assert compose([]).sweep is None  # sweep=none: a single run

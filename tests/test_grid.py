@@ -88,7 +88,8 @@ def test_packed_dry_run_says_how_many_ray_trials(capsys):
 
 
 @pytest.mark.parametrize(
-    "sweep, configurations, seeds", [("points", 4, 10), ("demo", 3, 2), ("lite", 27, 3), ("smoke", 3, 2)]
+    "sweep, configurations, seeds",
+    [("points", 4, 10), ("demo", 3, 2), ("lite", 27, 3), ("lite32", 18, 3), ("smoke", 3, 2)],
 )
 def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
     cfg, plan = load([f"sweep={sweep}"])
@@ -109,11 +110,14 @@ def test_points_sweeps_n_at_the_paper_baseline(paper):
         assert {k: v for k, v in c.overrides.items() if k != "task.n"} == baseline.overrides
 
 
-# What sweep=lite scales (conf/sweep/lite.yaml): n and steps everywhere; d and k of the `family` sub-grid.
-LITE_SCALE = {"family": {"task.d": 32, "task.k": 10}}
+# What a scaled sweep changes beyond n and steps, per sub-grid: sweep=lite (conf/sweep/lite.yaml) the d and k
+# of `family`; sweep=lite32 (conf/sweep/lite32.yaml) the k of `lr` (10 where the paper's lr sub-grid has 6).
+SCALE = {"lite": {"family": {"task.d": 32, "task.k": 10}}, "lite32": {"lr": {"task.k": 6}}}
+LENGTHS = {"lite": (4000, 10000), "demo": (4000, 10000), "lite32": (10000,)}
+POINTS = {"lite": (128,), "demo": (128,), "lite32": (128, 256)}
 
 
-@pytest.mark.parametrize("sweep", ["lite", "demo"])
+@pytest.mark.parametrize("sweep", ["lite", "demo", "lite32"])
 def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(paper, sweep):
     """Every configuration of sweep=lite / demo, scaled back, is a configuration of the paper's sub-grid of
     that name."""
@@ -124,10 +128,11 @@ def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(pap
     }
     for c in plan.configurations:
         # lite trains its probed slice the paper's 10,000 steps and the rest 4,000 (conf/sweep/lite.yaml)
-        assert c.overrides["task.n"] == 128 and c.overrides["train.steps"] in (4000, 10000)
+        assert c.overrides["task.n"] in POINTS[sweep]
+        assert c.overrides.get("train.steps", 10000) in LENGTHS[sweep]
         for name in c.subgrids:
             scaled = {k: v for k, v in c.overrides.items() if k not in ("task.n", "train.steps")}
-            scaled.update(LITE_SCALE.get(name, {}))
+            scaled.update(SCALE.get(sweep, {}).get(name, {}))
             assert (name, tuple(sorted(scaled.items()))) in named, (name, c.overrides)
 
 
@@ -136,7 +141,8 @@ def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(pap
     [
         (
             ["sweep=nope"],
-            r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of demo, lite, paper, points, smoke",
+            r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of "
+            r"demo, lite, lite32, paper, points, smoke",
         ),
         ([], r"no sweep chosen"),
         (
@@ -153,6 +159,10 @@ def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(pap
             r"unknown axis 'width'; allowed axes: tau",
         ),
         (["sweep=smoke", "sweep.subgrids=[]"], r"the grid is empty"),
+        (  # lite32's own axis n: fewer points than its k 10 clusters
+            ["sweep=lite32", "sweep.subgrids=[{name: bad, n: [128, 8]}]"],
+            r"sweep 'lite32', sub-grid 'bad': task\.n=8 is not allowed: an integer >= k \(k=10\)",
+        ),
         (["sweep=smoke", "sweep.subgrids=[{name: bad, tau: []}]"], r"axis 'tau'.*non-empty list"),
         (["sweep=smoke", "sweep.seeds=[7, 8, 7]"], r"duplicate seeds \[7\]"),
         (["sweep=smoke", "sweep.scheduler=hyperband"], r"sweep.scheduler.*'hyperband'.*none, asha"),
