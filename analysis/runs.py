@@ -14,7 +14,7 @@ from typing import Iterable
 import pandas as pd
 from mlflow import MlflowClient
 
-from config.schema import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
+from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from tracking import store
 from tracking.names import (
     CONFIG_HASH,
@@ -117,6 +117,8 @@ def _row(run) -> dict:
     }
     row.update({tag: data.tags.get(tag) for tag in TAGS})
     row.update({key: typed(value) for key, value in data.params.items()})
+    # A run recorded before a key was added had that key's earlier value: one configuration, one group.
+    row.update({f"train.{k}": v for k, v in ADDED_TRAIN_KEYS.items() if f"train.{k}" not in data.params})
     row.update({key: data.metrics.get(key) for key in METRICS})  # the latest value of each metric
     row[SEED] = typed(data.tags.get(SEED, data.params.get(SEED)))
     return row

@@ -9,14 +9,20 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from config.schema import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
+from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 
 
 def run_config(cfg: DictConfig) -> dict:
-    """Everything that determines a run's numbers: task, model, loss, optim, train, seed."""
+    """Everything that determines a run's numbers: task, model, loss, optim, train, seed.
+
+    A key added since runs were recorded is left out at the value those runs had (ADDED_TRAIN_KEYS).
+    """
     out = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in RUN_GROUPS}
     for key in OPERATIONAL_TRAIN_KEYS:
         out["train"].pop(key)
+    for key, earlier in ADDED_TRAIN_KEYS.items():
+        if out["train"][key] == earlier:
+            del out["train"][key]
     out["seed"] = int(cfg.seed)
     return out
 

@@ -27,6 +27,10 @@ OPERATIONAL_TRAIN_KEYS = ("device", "resume", "workdir")
 # there, so runs recorded before keep their config_hash (the sweep's ledger, reruns), and skipped when a
 # configuration is rebuilt from a run's params.
 RETIRED_TRAIN_KEYS = {"inject_nan_at_step": None}
+# train.* keys added to the schema after runs were recorded, with the value every earlier run had in effect:
+# left out of run_config at that value (so of config_hash and a checkpoint's config), so those runs keep
+# their hashes (the sweep's ledger, reruns) and resume. Their params are logged as any other.
+ADDED_TRAIN_KEYS = {"deterministic": True}  # CPU runs were deterministic, and no CUDA run was recorded
 RUN_GROUPS = ("task", "model", "loss", "optim", "train")
 EVAL_CHECKPOINTS = ("last", "best")  # eval.checkpoint: the checkpoints a run logs (analysis.checkpoint_eval)
 
@@ -78,6 +82,7 @@ class TrainConfig:
     val_batches: int = MISSING
     log_every: int = MISSING
     threads: int = MISSING
+    deterministic: bool = MISSING
     compile: str = MISSING
     device: str = MISSING
     resume: str = MISSING

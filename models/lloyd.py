@@ -13,16 +13,15 @@ def assign(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
 def lloyd_step(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """One Lloyd iteration: (B, n, d), (B, k, d) -> (B, k, d).
 
-    Sums and counts per cluster come from one scatter-add over the flattened
-    (task, cluster) index; an empty cluster keeps its previous center.
+    Sums and counts per cluster come from one product with the one-hot assignment matrix, not a
+    scatter-add: CUDA adds a scatter's colliding rows with atomics, in no fixed order, and a product
+    sums in a fixed one (training.determinism). An empty cluster keeps its previous center.
     """
-    B, n, d = X.shape
     k = C.shape[1]
-    flat = (assign(X, C) + k * torch.arange(B, device=X.device).unsqueeze(-1)).reshape(-1)
-    sums = X.new_zeros(B * k, d).index_add_(0, flat, X.reshape(-1, d))
-    counts = X.new_zeros(B * k).index_add_(0, flat, X.new_ones(B * n))
-    means = sums / counts.clamp(min=1).unsqueeze(-1)
-    return torch.where(counts.unsqueeze(-1) > 0, means, C.reshape(-1, d)).reshape(B, k, d)
+    onehot = (assign(X, C).unsqueeze(-1) == torch.arange(k, device=X.device)).to(X.dtype)  # (B, n, k)
+    sums = onehot.transpose(-1, -2) @ X  # (B, k, d)
+    counts = onehot.sum(-2).unsqueeze(-1)  # (B, k, 1): whole numbers, exact in any order
+    return torch.where(counts > 0, sums / counts.clamp(min=1), C)
 
 
 def lloyd(X: torch.Tensor, C: torch.Tensor, steps: int) -> torch.Tensor:

@@ -26,6 +26,16 @@ def _sq_dist_to(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return (X - _gather_points(X, idx)).square_().sum(-1)
 
 
+def _draw_one(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index (B, 1) per row with probability proportional to its weight: torch.multinomial(weights, 1)'s
+    own method (the largest weight / Exp(1) draw), so the same draws from the same stream, without its
+    checks of the weights, which read them back to the host (a wait per center on a GPU). Non-finite
+    weights (of a non-finite task, which tasks.sampler reports with the step's read-backs) still give
+    an index in range."""
+    race = torch.empty_like(weights).exponential_(generator=generator)
+    return torch.div(weights, race, out=race).argmax(dim=-1, keepdim=True)
+
+
 def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.Generator) -> torch.Tensor:
     """Indices (B, k) of the initial centers among the n points of each task."""
     B, n, _ = X.shape
@@ -46,9 +56,7 @@ def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.G
             degenerate = weights.sum(-1, keepdim=True) <= 0
             weights = torch.where(degenerate, (~taken).to(weights.dtype), weights)
             # On the generator's device (the task stream's); double keeps tiny weights.
-            nxt = torch.multinomial(weights.to(generator.device, torch.float64), 1, generator=generator).to(
-                X.device
-            )
+            nxt = _draw_one(weights.to(generator.device, torch.float64), generator).to(X.device)
         chosen.append(nxt)
         taken.scatter_(1, nxt, True)
         nearest = torch.minimum(nearest, _sq_dist_to(X, nxt))

@@ -47,9 +47,16 @@ def sample_points(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw mixture samples (B, n, d) and the component means (B, k, d), before mapping.
 
-    Drawn on the generator's device: a CUDA generator keeps sampling off the
-    host (a training step on a GPU would otherwise wait on it).
+    FloatingPointError if a draw is not finite (which reads the draws' check back to the host).
     """
+    X, means = _mixture(spec, batch, generator)
+    raise_if_bad(torch.where(_finite(X), OK, NON_FINITE), spec)
+    return X, means
+
+
+def _mixture(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_points without the check: drawn on the generator's device, where a CUDA generator keeps
+    sampling off the host (a training step on a GPU would otherwise wait on it)."""
     if not is_int(batch) or batch < 1:
         raise ValueError(f"batch={batch!r} is not allowed: an integer >= 1")
     B, n, d, k = batch, spec.n, spec.d, spec.k
@@ -77,15 +84,31 @@ def sample_points(
         X = loc.addcmul_(scales.reshape(B * k, d).index_select(0, rows).view(B, n, d), noise)
     if spec.family == "lognormal":
         X = X.exp_()
-    _check_finite(X, f"the {spec.family} sampler drew non-finite points (scale={spec.scale})")
     return X, means
 
 
-def _check_finite(X: torch.Tensor, message: str) -> None:
-    # min and max carry any inf or nan, and cost far less than isfinite(X).all().
+# What a draw went through, as a code in a device tensor (draw_tasks): the host reads it when it reads
+# anyway (training.fused.Pack.read), not at every draw.
+OK, NON_FINITE, OVERFLOW = 0, 1, 2
+
+
+def _finite(X: torch.Tensor) -> torch.Tensor:
+    """Whether every value of X is finite, as a device bool: min and max carry any inf or nan, and cost far
+    less than isfinite(X).all()."""
     lo, hi = X.aminmax()
-    if not (torch.isfinite(lo) and torch.isfinite(hi)):
-        raise FloatingPointError(message)
+    return torch.isfinite(lo) & torch.isfinite(hi)
+
+
+def raise_if_bad(code: torch.Tensor | int, spec: TaskSpec) -> None:
+    """FloatingPointError naming the family and scale if a draw's code (draw_tasks) is not OK; a tensor
+    is read back to the host."""
+    code = int(code)
+    if code == NON_FINITE:
+        raise FloatingPointError(f"the {spec.family} sampler drew non-finite points (scale={spec.scale})")
+    if code == OVERFLOW:
+        raise FloatingPointError(
+            f"the {spec.family} task overflowed float32 when mapped to the unit cube (scale={spec.scale})"
+        )
 
 
 def to_unit_cube(X: torch.Tensor) -> torch.Tensor:
@@ -100,14 +123,27 @@ def to_unit_cube(X: torch.Tensor) -> torch.Tensor:
 
 
 def sample_tasks(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of tasks: points X (B, n, d) in [0, 1] and initial centers C0 (B, k, d)."""
-    X, _ = sample_points(spec, batch, generator)
+    """A batch of tasks: points X (B, n, d) in [0, 1] and initial centers C0 (B, k, d).
+
+    FloatingPointError if the draws are not finite (read back at once; training reads draw_tasks' code
+    with its regular read-backs instead).
+    """
+    X, C0, code = draw_tasks(spec, batch, generator)
+    raise_if_bad(code, spec)
+    return X, C0
+
+
+def draw_tasks(
+    spec: TaskSpec, batch: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sample_tasks without reading anything back: X, C0 and a 0-d int64 code on the device (OK,
+    NON_FINITE, OVERFLOW) for raise_if_bad. Tasks drawn with a code other than OK are not valid tasks."""
+    X, _ = _mixture(spec, batch, generator)
+    raw_ok = _finite(X)
     X = to_unit_cube(X)
     # Finite draws can still span more than the float32 range (extreme scale).
-    _check_finite(
-        X, f"the {spec.family} task overflowed float32 when mapped to the unit cube (scale={spec.scale})"
-    )
-    return X, choose_centers(X, spec.k, spec.init, generator)
+    code = torch.where(raw_ok, torch.where(_finite(X), OK, OVERFLOW), NON_FINITE)
+    return X, choose_centers(X, spec.k, spec.init, generator), code
 
 
 def validation_tasks(

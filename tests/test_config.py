@@ -187,3 +187,19 @@ def test_retiring_a_key_keeps_the_hashes_and_reruns_of_earlier_runs():
         assert config_hash(cfg) == recorded
         params = {**flat_params(cfg), "train.inject_nan_at_step": "null"}  # what such a run logged
         assert config_hash(compose(run_overrides(params))) == recorded
+
+
+def test_adding_train_deterministic_keeps_the_hashes_and_reruns_of_earlier_runs():
+    """train.deterministic joined the schema (default true, which every earlier run had in effect: CPU
+    kernels are deterministic, and no CUDA run was recorded): at true it is left out of the hash, so the
+    hashes computed before it (test_retiring_a_key_keeps_the_hashes_and_reruns_of_earlier_runs) hold."""
+    cfg = compose()
+    assert cfg.train.deterministic is True and config_hash(cfg) == "ad5d220245ee9f9c"
+    params = flat_params(cfg)
+    assert params["train.deterministic"] == "true"  # recorded with the run, as any value that sets numbers
+    earlier = {k: v for k, v in params.items() if k != "train.deterministic"}  # what such a run logged
+    assert config_hash(compose(run_overrides(earlier))) == config_hash(cfg)
+    # Off, CUDA may sum in another order: another configuration.
+    fast = compose(["train.deterministic=false"])
+    assert config_hash(fast) != config_hash(cfg) and flat_params(fast)["train.deterministic"] == "false"
+    assert config_hash(compose(run_overrides(flat_params(fast)))) == config_hash(fast)

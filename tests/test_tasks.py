@@ -145,6 +145,23 @@ def test_kmeans_plus_plus_follows_d2_weights() -> None:
     assert stats.chisquare(np.bincount(second[first == 0], minlength=5)[1:], uniform).pvalue < 1e-6
 
 
+def test_kmeans_plus_plus_takes_torch_multinomials_draws_from_the_same_stream() -> None:
+    """The draws no longer read the weights back (tests/test_host_syncs.py) and are still those of
+    torch.multinomial(weights, 1), the implementation before: a seed draws the centers it drew then."""
+    X, _ = sample_points(TaskSpec(family="laplace", n=40, d=2, k=6), 50, gen(4))
+    X = to_unit_cube(X).double()
+    got = choose_center_indices(X, 6, "kmeans++", gen(5))
+    g = gen(5)  # the loop as it was, with torch.multinomial
+    chosen = [torch.randint(40, (50, 1), generator=g)]
+    for _ in range(5):
+        nearest = torch.stack(
+            [((X - X.gather(1, c.expand(-1, 2).unsqueeze(1))) ** 2).sum(-1) for c in chosen]
+        )
+        weights = nearest.amin(0).scatter(1, torch.cat(chosen, 1), 0.0)
+        chosen.append(torch.multinomial(weights, 1, generator=g))
+    assert torch.equal(got, torch.cat(chosen, 1))
+
+
 _SCIPY = {"normal": stats.norm, "cauchy": stats.cauchy, "gumbel": stats.gumbel_r, "laplace": stats.laplace}
 
 

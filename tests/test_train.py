@@ -57,6 +57,11 @@ def test_same_seed_same_histories_other_seed_differs(tiny, tmp_path):
     assert [s for s, _ in first.metrics[VAL_REL_LLOYD]] == [0, 10, 20, 30, 40]
     assert first.metrics == again.metrics
     assert first.metrics[VAL_REL_LLOYD] != other.metrics[VAL_REL_LLOYD]
+    # train.deterministic (on by default: training.determinism) changes no number on a CPU, whose kernels
+    # are deterministic, so runs recorded before the key had its default (config.schema.ADDED_TRAIN_KEYS).
+    assert torch.are_deterministic_algorithms_enabled()
+    fast, _ = run(tiny + ["train.deterministic=false"], tmp_path / "d")
+    assert not torch.are_deterministic_algorithms_enabled() and fast.metrics == first.metrics
     assert sorted(first.artifacts) == [
         "checkpoints/best.pt",
         "checkpoints/last.pt",

@@ -31,7 +31,7 @@ import torch
 from models import flash_dropout
 from models.losses import kmeans_objective, regularized_weights, sq_distances
 from models.stacked import StackedTransformer, stacked_forward
-from tasks.sampler import sample_tasks
+from tasks.sampler import OK, draw_tasks, raise_if_bad
 from tracking.names import VAL_KMEANS, VAL_REL_LLOYD
 from training.adam import PackedAdam
 from training.faults import InjectedCrash, step_pause
@@ -44,17 +44,18 @@ if TYPE_CHECKING:
 # that such strided views miss its preferred layout, then adds into them in place as intended.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
-CHUNK_VALUES = 2**20  # at most this many task coordinates per model per chunk (4 MB of float32)
+# At most this many task coordinates per model per chunk, by device type. CPU: 4 MB of float32, which
+# stays in cache while the chunk is used. CUDA: 32 MB, so that the paper's n 512, d 32 draws 10 steps at
+# once (a pack of 100: 2 GB), not 2, and the draws' kernel launches are spread over more steps. Chunks set
+# the task stream, so a run draws the same tasks on every device of one type.
+CHUNK_VALUES = {"cpu": 2**20, "cuda": 2**23}
 
 
-def chunk_steps(eval_every: int, batch: int, n: int, d: int) -> int:
-    """Steps of tasks a model draws at once: the largest divisor of eval_every within CHUNK_VALUES."""
-    per_step = batch * n * d
-    return max(
-        c
-        for c in range(1, eval_every + 1)
-        if eval_every % c == 0 and (c == 1 or c * per_step <= CHUNK_VALUES)
-    )
+def chunk_steps(eval_every: int, batch: int, n: int, d: int, device: str = "cpu") -> int:
+    """Steps of tasks a model draws at once: the largest divisor of eval_every within CHUNK_VALUES[device]
+    (the CPU's for other device types)."""
+    per_step, cap = batch * n * d, CHUNK_VALUES.get(device, CHUNK_VALUES["cpu"])
+    return max(c for c in range(1, eval_every + 1) if eval_every % c == 0 and (c == 1 or c * per_step <= cap))
 
 
 def compiled(forward: Callable, mode: str) -> Callable:
@@ -98,7 +99,7 @@ class Pack:
         cfg, device = trainers[0].cfg, trainers[0].device
         t = cfg.train
         self.batch, self.log_every, self.eval_every, self.steps = t.batch, t.log_every, t.eval_every, t.steps
-        self.chunk = chunk_steps(t.eval_every, t.batch, cfg.task.n, cfg.task.d)
+        self.chunk = chunk_steps(t.eval_every, t.batch, cfg.task.n, cfg.task.d, device.type)
         self.stacked = StackedTransformer([tr.model for tr in trainers])
         if t.compile not in _COMPILED:
             _COMPILED[t.compile] = compiled(stacked_forward, t.compile)
@@ -118,6 +119,7 @@ class Pack:
         self.alive = column([True] * len(trainers), torch.bool)
         self._group_by_regularizer()
         self.diverged_at = column([0] * len(trainers), torch.int64)  # 0: has not diverged
+        self.drawn = column([OK] * len(trainers), torch.int64)  # the first bad draw's code (tasks.sampler)
         # Test-only faults (training.faults); None outside tests, so real packs skip their ops.
         self.nan_at = column([tr.nan_at_step or -1 for tr in trainers], torch.int64)
         self.faulty = any(tr.nan_at_step for tr in trainers)
@@ -166,13 +168,15 @@ class Pack:
     def _draw(self) -> None:
         """The next chunk steps of tasks of every model, each from its own stream: (chunk, P, B, ...)."""
         n = self.chunk * self.batch
-        draws = [sample_tasks(tr.spec, n, tr.generator) for tr in self.trainers]
+        *draws, codes = zip(*[draw_tasks(tr.spec, n, tr.generator) for tr in self.trainers])
         self.tasks = [
             torch.stack([x.view(self.chunk, self.batch, *x.shape[1:]) for x in parts], 1).to(
                 self.alive.device
             )
-            for parts in zip(*draws)
+            for parts in draws
         ]
+        # Checked on the device; read back with the losses (read), so a draw never waits on the host.
+        self.drawn = torch.where(self.drawn == OK, torch.stack(codes).to(self.drawn.device), self.drawn)
 
     def _loss(self, X: torch.Tensor, C1: torch.Tensor) -> torch.Tensor:
         """Each model's batch mean of its smoothed k-means surrogate (its own tau and regularizer): (P,)."""
@@ -214,10 +218,16 @@ class Pack:
         return any(start + self.taken + 1 == crash for start, crash in self.crashes)
 
     def read(self) -> tuple[list[list[float]], list[int], list[int]]:
-        """Per model: its losses since the last read-back, the step it diverged at (0: none), its step now."""
+        """Per model: its losses since the last read-back, the step it diverged at (0: none), its step now.
+
+        FloatingPointError (tasks.sampler.raise_if_bad) if a model drew non-finite tasks since the last.
+        """
         losses = torch.stack(self.pending, 1).tolist() if self.pending else [[] for _ in self.trainers]
         self.pending = []
-        return losses, self.diverged_at.tolist(), [start + self.taken for start in self.starts]
+        diverged_at, drawn = torch.stack([self.diverged_at, self.drawn]).tolist()
+        for tr, code in zip(self.trainers, drawn):
+            raise_if_bad(code, tr.spec)
+        return losses, diverged_at, [start + self.taken for start in self.starts]
 
     @torch.no_grad()
     def validate(self) -> list[dict[str, float]]:
@@ -250,7 +260,7 @@ class Pack:
         self.trainers = [self.trainers[r] for r in rows]
         self.starts = [self.starts[r] for r in rows]
         self.offsets = sorted(set(self.starts))
-        for name in ("tau", "step_of", "alive", "diverged_at", "nan_at"):
+        for name in ("tau", "step_of", "alive", "diverged_at", "drawn", "nan_at"):
             setattr(self, name, getattr(self, name)[index])
         self._group_by_regularizer()
         self.faulty = any(tr.nan_at_step for tr in self.trainers)

@@ -43,6 +43,7 @@ SHARED_KEYS = (
     "train.log_every",
     "train.val_batches",
     "train.device",
+    "train.deterministic",  # a process-wide mode (training.determinism)
     "train.compile",
 )
 
