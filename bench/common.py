@@ -15,6 +15,7 @@ the process' resident set, which the allocator's caching makes meaningless.
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import sys
@@ -68,6 +69,14 @@ def alternate(
 def paired_ratio(slow: list[float], fast: list[float]) -> float:
     """Median over rounds of slow/fast: each pair was measured back to back."""
     return statistics.median(s / f for s, f in zip(slow, fast))
+
+
+def free(device: torch.device) -> None:
+    """Return what dropped objects held (packs hold reference cycles) and, on CUDA, the allocator's cache:
+    the next variant's peak is then its own."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def peak_memory_bytes(fn: Callable[[], object], device: torch.device) -> int:

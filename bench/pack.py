@@ -36,6 +36,7 @@ from bench.common import (
     alternate,
     describe,
     figures,
+    free,
     log,
     matmul_flop_rate,
     memory_measure,
@@ -44,8 +45,8 @@ from bench.common import (
     seeded,
     step_flops,
 )
+from training.fused import Pack
 from training.loop import Trainer, pick_device
-from training.packed import packed_step
 
 SIZES = {"laptop": (128, 4, 6), "paper_k10": (512, 32, 10), "paper_k25": (512, 32, 25)}  # name: (n, d, k)
 PACKS = (1, 3, 10, 30, 100)
@@ -74,13 +75,14 @@ class Plan:
 def pack_step(cfgs: list[DictConfig], device: torch.device, packed: bool = True) -> Callable[[], object]:
     """One training step of the models of cfgs, as training takes it: packed, or one model alone (solo).
 
-    The one place that knows training.packed's entry points: adapt it when they change.
+    The one place that knows training's step entry points (Trainer.step, training.fused.Pack): adapt it when
+    they change.
     """
     trainers = [Trainer(cfg, device) for cfg in cfgs]
     if not packed:
         (trainer,) = trainers
         return trainer.step
-    return lambda: packed_step(trainers)
+    return Pack(trainers).step  # freed with the returned step
 
 
 def sized(cfg: DictConfig, size: tuple[int, int, int]) -> DictConfig:
@@ -122,26 +124,44 @@ def op_calls(step: Callable[[], object], device: torch.device, steps: int = OP_S
     }
 
 
+def isolated_peaks(cfgs: list[DictConfig], plan: Plan, device: torch.device) -> dict[str, int]:
+    """Peak memory of one step of solo and of each pack, each built alone, warmed, measured and freed before
+    the next: its own weights, moments and step, nothing of another variant's (bench.common.peak_memory_bytes;
+    on CPU only with plan.memory)."""
+    if not (plan.memory or device.type == "cuda"):
+        return {}
+    peaks = {}
+    for name, count in [("solo", 1), *((f"pack{P}", P) for P in plan.packs)]:
+        step = pack_step(cfgs[:count], device, packed=name != "solo")
+        step()  # warm: the first step allocates the optimizer state and the task chunk
+        peaks[name] = peak_memory_bytes(step, device)
+        del step
+        free(device)
+    return peaks
+
+
 def measure_threads(
-    steps: dict[str, Callable[[], object]], plan: Plan, flops: int, device: torch.device
+    steps: dict[str, Callable[[], object]],
+    plan: Plan,
+    flops: int,
+    device: torch.device,
+    peaks: dict[str, int],
 ) -> dict:
-    """Solo and every pack at the current thread count, round robin with the reference matmul."""
+    """Solo and every pack at the current thread count, round robin with the reference matmul; peaks: what
+    isolated_peaks measured (none: not measured)."""
     variants = {name: repeat(fn, plan.steps) for name, fn in steps.items()}
     times = alternate({**variants, "matmul": matmul_flop_rate(device)}, plan.repeats, device)
     rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times.pop("matmul"))
     per_step = {name: [t / plan.steps for t in ts] for name, ts in times.items()}
 
-    def peak(name: str) -> int | None:
-        return peak_memory_bytes(steps[name], device) if plan.memory or device.type == "cuda" else None
-
     out = {
         "threads": torch.get_num_threads(),
         "matmul_flop_rate": rate,
-        "solo": figures(per_step["solo"], flops, 1, peak("solo"), rate),
+        "solo": figures(per_step["solo"], flops, 1, peaks.get("solo"), rate),
         "packs": [],
     }
     for P in plan.packs:
-        row = {"pack": P, **figures(per_step[f"pack{P}"], flops, P, peak(f"pack{P}"), rate)}
+        row = {"pack": P, **figures(per_step[f"pack{P}"], flops, P, peaks.get(f"pack{P}"), rate)}
         row["speedup_vs_solo"] = P * paired_ratio(per_step["solo"], per_step[f"pack{P}"])
         out["packs"].append(row)
     return out
@@ -161,13 +181,14 @@ def measure_size(cfg: DictConfig, name: str, plan: Plan, device: torch.device) -
     """Every thread count and pack of one size, then the operator calls of its op_packs."""
     flops = step_flops(cfg)
     cfgs = pack_models(cfg, plan, max((1, *plan.packs, *plan.op_packs)))
+    peaks = isolated_peaks(cfgs, plan, device)  # first, while no other variant is alive
     steps = {"solo": pack_step(cfgs[:1], device, packed=False)}
     steps.update({f"pack{P}": pack_step(cfgs[:P], device) for P in plan.packs})
     log(f"pack: {name} {describe(cfg)} on {device}, packs {plan.packs}, threads {plan.threads}")
     rows = []
     for threads in plan.threads:
         torch.set_num_threads(threads)
-        rows.append(measure_threads(steps, plan, flops, device))
+        rows.append(measure_threads(steps, plan, flops, device, peaks))
     calls = []
     for P in plan.op_packs:
         step = steps.get(f"pack{P}") or pack_step(cfgs[:P], device)
@@ -190,7 +211,10 @@ def bench_pack(cfg: DictConfig, plan: Plan) -> dict:
     device = pick_device(cfg.train.device)
     before = torch.get_num_threads()
     try:
-        sizes = [measure_size(sized(cfg, size), name, plan, device) for name, size in plan.sizes.items()]
+        sizes = []
+        for name, size in plan.sizes.items():
+            sizes.append(measure_size(sized(cfg, size), name, plan, device))
+            free(device)  # this size's variants, before the next size's
     finally:
         torch.set_num_threads(before)
     return {

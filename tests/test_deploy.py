@@ -132,8 +132,8 @@ def deps_install(lines: list[str]) -> str:
 def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_source():
     lines = dockerfile_lines()
     deps = deps_install(lines)
-    # The lock's torch pin (which the Makefile installs), then pyproject.toml's dependencies and `cluster`
-    # extra (Ray's dashboard and job API) as a requirements list; no dev extra (pytest...) in the image.
+    # The lock's torch pin (which the Makefile installs), then pyproject.toml's dependencies, `cluster` extra
+    # (Ray's dashboard and job API) and `gpu` extra (NVML) as a requirements list; no dev extra (pytest...).
     torch = next(l for l in (REPO / "requirements.lock").read_text().splitlines() if l.startswith("torch=="))
     assert f"pip install -q {torch} " in deps, deps
     code = re.search(r'python -c "(.*?)" > /tmp/requirements\.txt', deps).group(1)
@@ -145,6 +145,7 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
         project["build-system"]["requires"]
         + project["project"]["dependencies"]
         + project["project"]["optional-dependencies"]["cluster"]
+        + project["project"]["optional-dependencies"]["gpu"]
     )
     assert "pip install -q -r /tmp/requirements.txt" in deps
     text = "\n".join(lines)
@@ -171,6 +172,12 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
     # The host's .venv would overwrite the image's; .git stays out (the commit is a build argument).
     ignored = (DOCKER / "Dockerfile.dockerignore").read_text().split()
     assert {".venv", ".git", "docker/.env"} <= set(ignored)
+
+
+def test_the_image_has_a_compiler_for_torch_compile():
+    """train.compile=inductor / cudagraphs generate C++ and Triton code: g++, and Python's headers."""
+    (apt,) = [line for line in dockerfile_lines() if "apt-get install" in line]
+    assert {"g++", "python3-dev"} <= set(apt.split()), apt
 
 
 def test_dockerfile_labels_the_commit_which_the_runs_record():

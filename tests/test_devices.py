@@ -8,18 +8,23 @@ Each command is called through its entry function (what its console script runs)
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from support.configs import SHORT
 from support.repo import REPO
 from support.sweeps import children
 
+from bench.pack import Plan, isolated_peaks, pack_models, pack_step
+from config.compose import compose
 from config.grid import compose_one
 from sweeper import exit_codes, sweep, train
 from tracking.names import (
@@ -198,3 +203,19 @@ def test_every_sweep_run_shows_cpu_and_memory_in_the_system_metrics_tab(smoke_st
             sample = {key: sorted(points, key=lambda m: m.step)[i].value for key, points in history.items()}
             assert_sane(sample)
         assert sorted(history[PROCESS_RSS_MB], key=lambda m: m.timestamp)[-1].value > 100  # torch, a model
+
+
+def test_bench_frees_each_pack_and_measures_each_alone():
+    """bench pack (and bench gpu's steps) build each variant's pack alone, measure its peak and free it
+    before the next: a dropped step leaves no pack alive (a global cache of packs kept every one before)."""
+    cpu = torch.device("cpu")
+    cfgs = pack_models(compose(SHORT), Plan({}, (3,), (1,), (), 1), 3)
+    step = pack_step(cfgs, cpu)
+    step()
+    pack = weakref.ref(step.__self__)
+    del step
+    gc.collect()
+    assert pack() is None
+    peaks = isolated_peaks(cfgs, Plan({}, (1, 3), (1,), (), 1, memory=True), cpu)
+    assert set(peaks) == {"solo", "pack1", "pack3"} and all(p > 0 for p in peaks.values()), peaks
+    assert peaks["pack3"] > peaks["pack1"]  # three models' step holds more than one's

@@ -25,8 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from config.identity import config_hash
 from tracking.recorder import Recorder
-from training.fused import Pack
-from training.loop import OnRound, Trainer, TrainResult, train_models
+from training.loop import OnRound, TrainResult, train_models
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
 SHARED_KEYS = (
@@ -43,8 +42,8 @@ SHARED_KEYS = (
     "train.log_every",
     "train.val_batches",
     "train.device",
-    "train.deterministic",  # a process-wide mode (training.determinism)
     "train.compile",
+    "train.deterministic",  # a process-wide mode (training.determinism)
 )
 
 
@@ -62,17 +61,6 @@ def check_packable(cfgs: list[DictConfig]) -> None:
     hashes = [config_hash(cfg) for cfg in cfgs]
     if len(set(hashes)) < len(hashes):
         raise ValueError("the pack holds the same configuration and seed twice")
-
-
-def packed_step(trainers: list[Trainer]) -> None:
-    """One fused step of the pack of these trainers (built at the first call, then kept); for benchmarks."""
-    key = tuple(map(id, trainers))
-    if key not in _PACKS:
-        _PACKS[key] = Pack(trainers)
-    _PACKS[key].step()
-
-
-_PACKS: dict[tuple[int, ...], Pack] = {}  # packed_step's packs, by their trainers
 
 
 def train_pack(
