@@ -5,7 +5,12 @@ What no CPU machine can show, measured on the first device of `train.device`
 
   exact       the exact Lloyd transformer equals Lloyd's step on the device (float64, TF32 off; 1e-5)
   packed      a pack trained on the device equals its models trained alone (model.dropout 0; 1e-5)
-  resume      a run that crashes mid-way and resumes from its checkpoint equals one that did not (bit for bit)
+  resume      a run that crashes mid-way and resumes from its checkpoint equals one that did not (bit for
+              bit), at n 64 and the paper's n 512 (train.deterministic on); two runs with it off, equal or not
+  syncs       pack steps (P = 1, 10; n 512, d 32) read nothing back to the host and make no synchronizing CUDA
+              call (torch.cuda.set_sync_debug_mode), draw steps included; host reads per read-back
+  memory_cap  a trial's cap at its GPU share (training.gpu_share, 0.25 here): an allocation beyond it fails
+              with torch.OutOfMemoryError, one within it succeeds (CUDA only: skipped on a CPU)
   steps       model-steps per second solo and in packs of 1/3/10/30/100 at bench/pack.py's sizes (n, d, k) =
               (128, 4, 6), (512, 32, 10), (512, 32, 25), onehot and binary, with the FLOP rate and peak device
               memory, and the operator calls (aten ops, kernel launches) of one pack step for P = 1, 10, 100
@@ -27,20 +32,27 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from omegaconf import DictConfig
 
-from bench.common import exit_codes_help, log
+from bench.common import exit_codes_help, free, log
+from bench.host_reads import pack_reads
 from bench.pack import OP_PACKS, PACKS, SIZES, Plan, bench_pack
 from bench.sweep import bench_sweep
 from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
+from sweeper.entry import ArgumentParser
 from tasks.sampler import TaskSpec, sample_tasks
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load
-from training.loop import pick_device, train
+from training.determinism import set_deterministic
+from training.fused import Pack
+from training.gpu_share import cap_memory, memory_fraction
+from training.loop import Trainer, pick_device, train
 from training.packed import train_pack
 
 TOLERANCE = 1e-5
+EQUALITY_CHECKS = ("exact", "packed", "resume", "syncs")  # the checks that set the exit code
 SHAPES = ((4, 6), (32, 10), (32, 25))
 # A small run that still takes every path: evaluation, the LR schedule, checkpoints.
 SMALL_RUN = [
@@ -111,8 +123,25 @@ def check_packed(device: torch.device, tiny: bool, root: Path) -> dict:
 
 
 def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
-    """A run crashed at its second evaluation and resumed by the same call, against an unbroken run."""
-    cfg = compose(SMALL_RUN + [f"train.device={device}"] + (["task.n=16"] if tiny else []))
+    """At a small n and the paper's n 512 (where attention's backward would split the keys on CUDA): a run
+    crashed at its second evaluation and resumed by the same call, against an unbroken run, bit for bit
+    (train.deterministic on, the default). At n 512 also two runs with it off, equal or not (a figure)."""
+    runs = []
+    for n in (16, 32) if tiny else (64, 512):
+        cfg = compose(SMALL_RUN + [f"train.device={device}", f"task.n={n}"])
+        runs.append({"n": n, **_crash_and_resume(cfg, root / f"n{n}")})
+    off = compose(SMALL_RUN + [f"train.device={device}", f"task.n={n}", "train.deterministic=false"])
+    for name in ("off1", "off2"):
+        train(off, MemoryRecorder(), root / name)
+    first, second = _final_models([root / "off1", root / "off2"])
+    return {
+        "ok": all(run["bit_equal"] for run in runs),
+        "runs": runs,
+        f"deterministic_off_n{n}_bit_equal": all(torch.equal(first[k], second[k]) for k in first),
+    }
+
+
+def _crash_and_resume(cfg: DictConfig, root: Path) -> dict:
     train(cfg, MemoryRecorder(), root / "straight")
 
     def crash_once(step: int, metrics: dict, workdir: Path) -> None:
@@ -129,7 +158,54 @@ def check_resume(device: torch.device, tiny: bool, root: Path) -> dict:
     train(cfg, recorder, root / "resumed", on_eval=crash_once)
     straight, resumed = _final_models([root / "straight", root / "resumed"])
     equal = crashed and all(torch.equal(straight[name], resumed[name]) for name in straight)
-    return {"ok": equal, "crashed_and_resumed": crashed, "bit_equal": equal}
+    return {"crashed_and_resumed": crashed, "bit_equal": equal}
+
+
+def measure_syncs(device: torch.device, tiny: bool) -> dict:
+    """Pack steps at the paper's size (n 512, d 32, k 10), P = 1 and 10, after a warm-up chunk: the host's
+    reads in steps and per read-back (bench.host_reads), and on CUDA the synchronizing calls
+    torch.cuda.set_sync_debug_mode sees in steps. ok: no step reads or syncs, draw steps included."""
+    size = ["task.n=16", "train.batch=4", "train.eval_every=10"] if tiny else ["task.d=32", "task.k=10"]
+    # On a CPU without dropout: its CPU-only fused path (models.flash_dropout) reads the size of its pattern.
+    dropout = [] if device.type == "cuda" else ["model.dropout=0.0"]
+    rows = []
+    for models in (1, 3) if tiny else (1, 10):
+        cfgs = [
+            compose([*size, *dropout, f"train.device={device}", f"seed={s}"]) for s in range(1, models + 1)
+        ]
+        set_deterministic(cfgs[0].train.deterministic)
+        pack = Pack([Trainer(cfg, device) for cfg in cfgs])
+        pack_reads(pack, pack.chunk)  # one-time work first: kernels loaded, handles made
+        rows.append(
+            {"pack": models, "chunk": pack.chunk, **pack_reads(pack, 2 * pack.chunk, device.type == "cuda")}
+        )
+    return {
+        "ok": all(r["reads_in_steps"] == 0 and not r["cuda_syncs_in_steps"] for r in rows),
+        "sync_debug_mode": "on" if device.type == "cuda" else "CUDA only: skipped on cpu, host reads counted",
+        "rows": rows,
+    }
+
+
+def check_memory_cap(device: torch.device, share: float = 0.25) -> dict:
+    """A trial's memory cap at `share` of its GPU (sweeper.trial, training.gpu_share): within it an
+    allocation succeeds, beyond it one fails with torch.OutOfMemoryError; the cap is lifted after. ok is None
+    where there is no cap to check (not CUDA)."""
+    if memory_fraction(device, share) is None:
+        return {"ok": None, "skipped": f"a trial caps CUDA memory only, and the device is {device}"}
+    free(device)  # the earlier checks' memory counts against the cap
+    cap = int(cap_memory(device, share) * torch.cuda.get_device_properties(device).total_memory)
+    try:
+        within = torch.empty(cap // 2, dtype=torch.uint8, device=device)
+        del within
+        try:
+            torch.empty(cap + 2**20, dtype=torch.uint8, device=device)
+            refused = False
+        except torch.OutOfMemoryError:
+            refused = True
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        free(device)
+    return {"ok": refused, "share": share, "cap_bytes": cap, "beyond_cap_refused": refused}
 
 
 def measure_steps(device: torch.device, tiny: bool) -> list[dict]:
@@ -179,6 +255,7 @@ def project_grid(tiny: bool) -> dict:
 
 def run_checks(tiny: bool) -> dict:
     device = pick_device("auto")
+    set_deterministic(True)  # training's default, before the first CUDA operation (check_exact's)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     report: dict = {
         "command": "gpu_check",
@@ -193,6 +270,8 @@ def run_checks(tiny: bool) -> dict:
             "exact": lambda: check_exact(device, tiny),
             "packed": lambda: check_packed(device, tiny, Path(tmp) / "packed"),
             "resume": lambda: check_resume(device, tiny, Path(tmp) / "resume"),
+            "syncs": lambda: measure_syncs(device, tiny),
+            "memory_cap": lambda: check_memory_cap(device),
             "steps": lambda: measure_steps(device, tiny),
             "compile": lambda: measure_compile(device, tiny),
             "projection": lambda: project_grid(tiny),
@@ -210,16 +289,33 @@ def run_checks(tiny: bool) -> dict:
     return report
 
 
+def _details(entry: dict) -> str:
+    """An equality check's figures on one line: its runs (resume) and packs (syncs) one clause each."""
+    parts = []
+    for run in entry.get("runs", []):
+        parts.append(
+            f"n={run['n']}: crashed_and_resumed={run['crashed_and_resumed']} bit_equal={run['bit_equal']}"
+        )
+    for row in entry.get("rows", []):
+        syncs = "" if row["cuda_syncs_in_steps"] is None else f", {row['cuda_syncs_in_steps']} CUDA syncs"
+        parts.append(
+            f"P {row['pack']}: {row['reads_in_steps']} host reads{syncs} in {row['steps']} steps "
+            f"({row['draw_steps']} drawing), {row['reads_per_read_back']} per read-back"
+        )
+    parts += [f"{k}={v}" for k, v in entry.items() if k not in ("ok", "cases", "runs", "rows")]
+    return "; ".join(parts)
+
+
 def table(report: dict) -> str:
     """The report as lines a person reads."""
     where = f"{report['device_name']} ({report['device']})"
     lines = [f"gpu_check on {where}, torch {report['torch']}, {report['date']}"]
-    for key in ("exact", "packed", "resume"):
+    for key in EQUALITY_CHECKS:
         entry = report[key]
-        lines.append(
-            f"{key:<10} {'PASS' if entry.get('ok') else 'FAIL'}  "
-            + ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("ok", "cases"))
-        )
+        lines.append(f"{key:<10} {'PASS' if entry.get('ok') else 'FAIL'}  {_details(entry)}")
+    cap = report["memory_cap"]
+    verdict = "SKIP" if cap.get("ok") is None else "PASS" if cap["ok"] else "FAIL"
+    lines.append(f"memory_cap {verdict}  " + ", ".join(f"{k}={v}" for k, v in cap.items() if k != "ok"))
     steps = report["steps"]
     if isinstance(steps, list):
         for row in steps:
@@ -245,7 +341,7 @@ def table(report: dict) -> str:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m bench gpu",
         description=__doc__,
         epilog=exit_codes_help(),
@@ -265,4 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
-    return 0 if all(report[key].get("ok") for key in ("exact", "packed", "resume")) else 1
+    passed = (
+        all(report[key].get("ok") for key in EQUALITY_CHECKS) and report["memory_cap"].get("ok") is not False
+    )
+    return 0 if passed else 1

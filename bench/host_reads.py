@@ -18,12 +18,15 @@ On CUDA, bench gpu also counts what torch.cuda.set_sync_debug_mode sees.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from training.fused import Pack
 
 READS = ("__bool__", "__float__", "__int__", "__index__", "item", "tolist", "cpu", "numpy")
 # ATen ops that read values to the host on CUDA (a sync), with when: always, or for some arguments.
@@ -81,3 +84,39 @@ def count_host_reads() -> Iterator[Counter]:
     finally:
         for name, method in originals.items():
             setattr(torch.Tensor, name, method)
+
+
+@contextmanager
+def cuda_syncs(on: bool) -> Iterator[list]:
+    """The synchronizing CUDA calls torch.cuda.set_sync_debug_mode reports while the block runs, as caught
+    warnings (inside ATen ops too); an empty list when `on` is False (no CUDA)."""
+    if not on:
+        yield []
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield caught
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+def pack_reads(pack: Pack, steps: int, cuda: bool = False) -> dict:
+    """Step `pack` as training does (Pack.read when due) and count: the host reads of its steps and of each
+    read-back (count_host_reads), and on CUDA the synchronizing calls of its steps (cuda_syncs)."""
+    out = {"steps": steps, "draw_steps": 0, "reads_in_steps": 0, "read_backs": 0, "reads_per_read_back": 0}
+    out["cuda_syncs_in_steps"] = 0 if cuda else None
+    for _ in range(steps):
+        out["draw_steps"] += pack.taken % pack.chunk == 0
+        with count_host_reads() as reads, cuda_syncs(cuda) as syncs:
+            pack.step()
+        out["reads_in_steps"] += sum(reads.values())
+        if cuda:
+            out["cuda_syncs_in_steps"] += sum("synchroniz" in str(w.message) for w in syncs)
+        if pack.due():
+            with count_host_reads() as reads:
+                pack.read()
+            out["read_backs"] += 1
+            out["reads_per_read_back"] = max(out["reads_per_read_back"], sum(reads.values()))
+    return out

@@ -21,10 +21,29 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
     assert gpu.main(["--tiny", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["tiny"] is True
-    for key in ("exact", "packed", "resume"):
+    for key in gpu.EQUALITY_CHECKS:
         assert report[key]["ok"] is True, report[key]
     assert report["exact"]["max_relative_error"] <= gpu.TOLERANCE
-    assert report["resume"]["crashed_and_resumed"] and report["resume"]["bit_equal"]
+    # A small n and a larger one (the paper's 512 on a GPU), each crashed, resumed and bit-equal.
+    assert [(r["n"], r["crashed_and_resumed"], r["bit_equal"]) for r in report["resume"]["runs"]] == [
+        (16, True, True),
+        (32, True, True),
+    ]
+    assert report["resume"]["deterministic_off_n32_bit_equal"] is True  # a CPU is deterministic either way
+    # Packs of 1 and 3: two chunks of steps, the first of each drawing, no host read in any step; the CUDA
+    # sync count is CUDA's alone.
+    syncs = report["syncs"]
+    assert [(r["pack"], r["steps"], r["draw_steps"], r["reads_in_steps"]) for r in syncs["rows"]] == [
+        (1, 20, 2, 0),
+        (3, 20, 2, 0),
+    ]
+    assert all(r["reads_per_read_back"] == 2 and r["cuda_syncs_in_steps"] is None for r in syncs["rows"])
+    assert syncs["sync_debug_mode"].startswith("CUDA only")
+    # The memory cap is CUDA's: on a CPU the check says it is skipped, and sets no exit code.
+    assert report["memory_cap"] == {
+        "ok": None,
+        "skipped": "a trial caps CUDA memory only, and the device is cpu",
+    }
     assert {(r["n"], r["d"], r["k"], r["embedding"]) for r in report["steps"]} == {
         (16, 4, 6, "onehot"),
         (16, 4, 6, "binary"),
@@ -41,7 +60,10 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
     )
     printed = capsys.readouterr().out
     assert "exact      PASS" in printed and "projection" in printed.splitlines()[-1]
+    assert "resume     PASS  n=16: crashed_and_resumed=True bit_equal=True; n=32:" in printed
+    assert "syncs      PASS  P 1: 0 host reads in 20 steps (2 drawing), 2 per read-back; P 3:" in printed
     assert "per pack step P 1:" in printed
+    assert "memory_cap SKIP  skipped=a trial caps CUDA memory only, and the device is cpu" in printed
 
 
 def test_an_equality_check_outside_its_tolerance_is_not_ok(monkeypatch) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from support.configs import TINY
 
-from bench.host_reads import count_host_reads
+from bench.host_reads import count_host_reads, pack_reads
 from config.compose import compose
 from tasks.sampler import TaskSpec, sample_tasks
 from tasks.spec import INITS
@@ -30,32 +30,15 @@ def pack_of(models: int, init: str) -> Pack:
     return Pack([Trainer(cfg, pick_device(cfg.train.device)) for cfg in cfgs])
 
 
-def reads_per_step(pack: Pack, steps: int) -> list[tuple[bool, int, int | None]]:
-    """Per step: whether it drew tasks, the reads of Pack.step, and those of Pack.read when it is due."""
-    out = []
-    for _ in range(steps):
-        drew = pack.taken % pack.chunk == 0
-        with count_host_reads() as stepping:
-            pack.step()
-        reading = None
-        if pack.due():
-            with count_host_reads() as reads:
-                pack.read()
-            reading = sum(reads.values())
-        out.append((drew, sum(stepping.values()), reading))
-    return out
-
-
 @pytest.mark.parametrize("init", INITS)
 def test_steps_read_nothing_and_read_backs_do_not_grow_with_the_pack(init: str) -> None:
-    one, three = (reads_per_step(pack_of(models, init), 21) for models in (1, 3))
+    one, three = (pack_reads(pack_of(models, init), 21) for models in (1, 3))
     # 21 steps of chunks of 10: draws at steps 1, 11 and 21, read-backs every 5 (train.log_every).
-    assert [drew for drew, _, _ in one] == [s % 10 == 1 for s in range(1, 22)]
-    assert [reading is not None for _, _, reading in one] == [s % 5 == 0 for s in range(1, 22)]
-    for steps in (one, three):
-        assert [stepping for _, stepping, _ in steps] == [0] * 21  # draw steps included
-    # Losses and the status (divergences, bad draws) come back in one read each, for any pack size.
-    assert [r for _, _, r in one if r is not None] == [r for _, _, r in three if r is not None] == [2] * 4
+    for counted in (one, three):
+        assert counted["draw_steps"] == 3 and counted["read_backs"] == 4
+        assert counted["reads_in_steps"] == 0  # draw steps included
+        # Losses and the status (divergences, bad draws) come back in one read each, for any pack size.
+        assert counted["reads_per_read_back"] == 2
 
 
 def test_the_counter_sees_the_reads_a_step_no_longer_makes() -> None:
