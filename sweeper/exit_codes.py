@@ -41,9 +41,10 @@ TABLE = (
     ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
     ExitCode(
         TRACKING,
-        "the MLflow tracking store is unreachable or unusable: damaged, truncated, another schema, or "
-        "read-only for a command that writes (a sweep: at the start, or mid-sweep for longer than "
-        "tracking.outage_s)",
+        "the MLflow tracking store is unreachable or unusable: damaged, truncated, another schema, a "
+        "folder, missing or empty for a command that reads it (report, claims, rerun: they create no "
+        "store), or read-only for a command that writes (a sweep: at the start, or mid-sweep for longer "
+        "than tracking.outage_s)",
         "tracking.store.TrackingError",
     ),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),

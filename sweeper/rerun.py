@@ -19,13 +19,13 @@ import tempfile
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, ErrorCode
 
 from config.compose import compose
 from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
 from sweeper import console, exit_codes
-from sweeper.entry import about, command, exit_code_lines
+from sweeper.entry import ArgumentParser, about, command, exit_code_lines
 from sweeper.errors import NoSuchRun
 from tracking import ui
 from tracking.mlflow_recorder import MlflowRecorder
@@ -37,12 +37,15 @@ from training.loop import OnEval, TrainResult, train
 def rerun(run_id: str, uri: str) -> tuple[dict[str, str], float | None, TrainResult]:
     """Train run_id's configuration again as a new run; return (original's tags, its final value, new
     result)."""
-    client = connect(uri)
+    client = connect(uri, create=False)  # its run cannot be in a new store: a missing one is refused
     try:
         original = client.get_run(run_id)
     except MlflowException as err:
-        if err.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
-            raise
+        if err.error_code not in (
+            ErrorCode.Name(RESOURCE_DOES_NOT_EXIST),
+            ErrorCode.Name(INVALID_PARAMETER_VALUE),
+        ):
+            raise  # an id MLflow finds malformed ("_") is in no store either
         raise NoSuchRun(
             f"run {run_id} is not in the tracking store {uri}: copy the id from the MLflow UI or "
             f"`analysis.report`'s tables, or set tracking.uri to the store that holds it"
@@ -77,7 +80,7 @@ def progress_lines(steps: int) -> OnEval | None:
 
 @command("leaner-rerun", own_options=True)
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="leaner-rerun",
         description=about(__doc__),
         epilog=exit_code_lines(),

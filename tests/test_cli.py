@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -191,7 +192,9 @@ def test_sweep_keys_without_a_sweep_are_rejected():
     assert compose([]).sweep is None  # sweep=none: a single run
 
 
-def test_tracking_defaults_come_from_mlflows_environment_variables(monkeypatch, tmp_path, capsys):
+def test_tracking_defaults_come_from_mlflows_environment_variables(
+    monkeypatch, tmp_path, capsys, _empty_store
+):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "from-env")
     for group in ("local", "server"):
@@ -204,6 +207,7 @@ def test_tracking_defaults_come_from_mlflows_environment_variables(monkeypatch, 
     tracking = yaml.safe_load(out)["tracking"]
     assert (tracking["uri"], tracking["experiment"]) == (f"sqlite:///{tmp_path}/env.db", "from-env")
     # rerun reads the same default: an unknown run is looked for in the environment's store.
+    shutil.copyfile(_empty_store, tmp_path / "env.db")
     code, _, err = run_main(rerun.main, ["0123456789abcdef0123456789abcdef"], capsys)
     assert code == exit_codes.NO_SUCH_RUN and f"sqlite:///{tmp_path}/env.db" in err
     monkeypatch.delenv("MLFLOW_TRACKING_URI")

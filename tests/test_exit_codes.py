@@ -152,9 +152,10 @@ def forms(command: str) -> list[list[str]]:
         ),
     ],
 )
-def test_documented_errors_answer_alike_from_both_forms(command, args, code, message, tmp_path):
+def test_documented_errors_answer_alike_from_both_forms(command, args, code, message, tmp_path, _empty_store):
     """`python -m sweeper.rerun BAD_ID` printed a 15-line traceback and exit code 1 where `leaner-rerun`
     printed one line and exit code 9: the class was matched by its module's name, `__main__` there."""
+    shutil.copyfile(_empty_store, tmp_path / "mlflow.db")  # rerun looks for its run in a store, creating none
     env = {**subprocess_env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     for form in forms(command):
         done = subprocess.run(

@@ -1,4 +1,5 @@
-"""tracking.store on real stores: experiments, paged searches, last logged steps and metric histories.
+"""tracking.store on real stores: opening one (a store another process is creating, an older one),
+experiments, paged searches, last logged steps and metric histories.
 
 Histories have a fast path per store (SQL on a SQLite file, a server's bulk endpoint) and MLflow's public
 API as the fallback; both must give the same frame, whether the fallback is asked for (fast=False) or taken
@@ -8,25 +9,45 @@ because the store is not the one the fast path was written for. MlflowClient's o
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from alembic.script import ScriptDirectory
+from click.testing import CliRunner
 from mlflow import MlflowClient
 from mlflow.entities import Metric
+from mlflow.store.db.utils import _get_alembic_config
+from support.configs import NO_DASHBOARD, ONE_TRIAL
 from support.repo import REPO
+from support.sweeps import children, when
 
 from analysis import report
 from analysis.runs import histories, load_runs
 from config.compose import compose
+from sweeper.sweep import main as sweep_main
 from tracking import store
 from tracking.mlflow_recorder import MlflowRecorder
-from tracking.names import CONFIG_HASH, EXPERIMENT_KIND, MODEL_TRAINING, SEED, TRAIN_LOSS, VAL_REL_LLOYD
+from tracking.names import (
+    CONFIG_HASH,
+    EXPERIMENT_KIND,
+    FINISHED,
+    MODEL_TRAINING,
+    OUTCOME,
+    SEED,
+    TRAIN_LOSS,
+    VAL_REL_LLOYD,
+)
 from training.loop import train
 
 KEYS = [VAL_REL_LLOYD, TRAIN_LOSS]
@@ -89,6 +110,111 @@ def test_two_processes_open_a_new_sqlite_store_at_once(tmp_path: Path) -> None:
         for p, (_, err) in zip(procs, outs):
             assert p.returncode == 0, f"attempt {attempt}: a process failed to open {uri}:\n{err[-2000:]}"
         assert [out.strip() for out, _ in outs] == ["1", "1"], "both see the one experiment"
+
+
+# Any other MLflow client opening a new store (`mlflow ui`, a notebook): it creates MLflow's first tables,
+# then migrates them to the current schema one committed step at a time.
+CREATE = "import sys; from mlflow import MlflowClient; MlflowClient(sys.argv[1]).search_experiments()"
+
+
+def schema_version(db: Path) -> str | None:
+    """The store's MLflow schema version; None before it has one, or while a writer locks the file."""
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.05)) as con:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def schema_versions() -> tuple[str, str]:
+    """This MLflow's schema version and the one before it."""
+    script = ScriptDirectory.from_config(_get_alembic_config(db_url=""))
+    head = script.get_current_head()
+    return head, script.get_revision(head).down_revision
+
+
+def pause_creation(db: Path, versions: int) -> subprocess.Popen:
+    """Another process creating the store at `db`, stopped (SIGSTOP) once its migration reached its
+    `versions`-th schema version (0: once it created its first tables)."""
+    creator = subprocess.Popen([sys.executable, "-c", CREATE, f"sqlite:///{db}"], stderr=subprocess.DEVNULL)
+    seen: list[str] = []
+    while len(seen) < versions or not db.exists() or db.stat().st_size == 0:
+        assert creator.poll() is None, "the other process ended before the test could stop it"
+        version = schema_version(db)
+        if version and version not in seen:
+            seen.append(version)
+        time.sleep(0.002)
+    os.kill(creator.pid, signal.SIGSTOP)
+    assert schema_version(db) != schema_versions()[0], "stopped after its migration ended"
+    return creator
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("versions", [0, 1, 20], ids=["first-tables", "first-version", "mid-migration"])
+def test_a_sweep_waits_for_a_store_another_process_is_creating(versions, tmp_path, local_ray, caplog) -> None:
+    """The driver's check met the other process's unfinished store and refused it as older (exit 4, "run
+    mlflow db upgrade"). The other process is stopped part-way and let go once the sweep opens the store (its
+    lock file), so the sweep meets the store unfinished every time; it waits, then runs its one trial."""
+    db, ready = tmp_path / "mlflow.db", threading.Event()
+    uri = f"sqlite:///{db}"
+    creator = pause_creation(db, versions)
+    try:
+        # let go a second after the sweep met its unfinished store: well within the sweep's QUIET_S
+        resume = lambda: (time.sleep(1), os.kill(creator.pid, signal.SIGCONT))  # noqa: E731
+        when(lambda: Path(f"{db}.lock").exists(), resume, ready, every=0.05)
+        with caplog.at_level(logging.WARNING, logger=store.__name__):
+            code = sweep_main(
+                [*ONE_TRIAL, NO_DASHBOARD, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+            )
+    finally:
+        ready.set()
+        os.kill(creator.pid, signal.SIGCONT)
+        creator.wait(timeout=120)
+    assert code == 0
+    assert "another process is creating or migrating it; waiting for it" in caplog.text
+    assert creator.returncode == 0, "the other process finished its store"
+    assert schema_version(db) == schema_versions()[0]
+    (run,) = children(uri, "smoke")
+    assert run.data.tags[OUTCOME] == FINISHED
+
+
+def older_store(db: Path, revision: str) -> None:
+    """A store as an MLflow of an older schema made it: MLflow's first tables, migrated up to `revision`."""
+    from alembic import command
+    from mlflow.store.db.utils import create_sqlalchemy_engine
+    from mlflow.store.tracking.dbmodels.initial_models import Base
+
+    engine = create_sqlalchemy_engine(f"sqlite:///{db}")
+    Base.metadata.create_all(engine)
+    config = _get_alembic_config(str(engine.url))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    engine.dispose()
+
+
+def test_an_older_store_is_refused_until_upgraded(tmp_path: Path) -> None:
+    """Watched for QUIET_S (nobody migrates it), it is refused with the advice; the advice makes it usable."""
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    head, previous = schema_versions()
+    older_store(db, previous)
+    assert schema_version(db) == previous
+    started = time.monotonic()
+    with pytest.raises(store.TrackingError) as refused:
+        store.connect(uri)
+    assert str(refused.value) == (
+        f"tracking store {uri} has MLflow schema {previous}, older than this MLflow's {head}: back the file "
+        f"up, then run `mlflow db upgrade {uri}`"
+    )
+    assert time.monotonic() - started >= store.QUIET_S  # watched before it was judged
+    from mlflow.db import commands
+
+    upgraded = CliRunner().invoke(commands, ["upgrade", uri])  # `mlflow db upgrade URI`, in this process
+    assert upgraded.exit_code == 0, upgraded.output
+    client = store.connect(uri)
+    assert store.find_experiment(client, store.experiment_names(client)[0]) == "0"  # MLflow's Default
 
 
 def test_search_reads_every_page(sqlite_uri: str) -> None:

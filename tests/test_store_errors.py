@@ -148,6 +148,44 @@ def test_rerun_of_an_unknown_run_has_its_own_exit_code(store_with_a_run, tmp_pat
     assert digest(db) == before
 
 
+@pytest.mark.parametrize("command", ["rerun", "report", "claims"])
+@pytest.mark.parametrize("case", ["missing", "empty"])
+def test_a_command_that_only_reads_creates_no_store(case, command, tmp_path, capsys):
+    """A mistyped path (or an empty file) for a command that reads a store: MLflow made a 954 KB store there.
+    One line naming the path, exit 4, and nothing written."""
+    folder = tmp_path / "stores"
+    folder.mkdir()
+    db = folder / "mlfow.db"  # mistyped
+    if case == "empty":
+        db.touch()
+    uri, out = f"sqlite:///{db}", tmp_path / "reports"
+    main, argv = commands(uri, out)[command]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == exit_codes.TRACKING, err
+    what = "no such file" if case == "missing" else "an empty file"
+    assert err == (
+        f"error: tracking store {uri}: nothing at {db} ({what}): set tracking.uri to the store that holds "
+        "the runs (a sweep or train creates one)\n"
+    )
+    assert [p.name for p in folder.iterdir()] == ([] if case == "missing" else [db.name])
+    assert case == "missing" or db.stat().st_size == 0
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "sweep", "rerun", "report", "claims"])
+def test_a_folder_is_no_store(command, tmp_path, capsys):
+    db = tmp_path / "mlflow.db"
+    db.mkdir()
+    uri = f"sqlite:///{db}"
+    main, argv = commands(uri, tmp_path / "reports")[command]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == exit_codes.TRACKING, err
+    assert err == f"error: tracking store {uri}: {db} is a folder: set tracking.uri to sqlite:///FILE\n"
+    assert list(db.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
 def without_root(cmd: list[str]) -> list[str]:
     """The command as a user without root's override of file permissions runs it (root keeps its uid)."""
     if os.geteuid() != 0:

@@ -2,7 +2,8 @@
 
 Training (tracking.recorder), the sweep driver (sweeper.record), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
-  connect        fail fast, naming the URI, when the store cannot be reached or used; else a client
+  connect        fail fast, naming the URI, when the store cannot be reached or used; else a client (a
+                 store another process is creating is waited for; the analysis and reruns create none)
   explain        a SQLite error met later, as one line naming the store
   experiment_id  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows runs)
                  and with the runs view of tracking.view
@@ -28,6 +29,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -52,6 +54,12 @@ log = logging.getLogger(__name__)
 _opened: list[str] = []  # the SQLite stores this process opened (explain names the last)
 _checked: set[str] = set()  # the SQLite stores check_sqlite found sound
 PROBE_TIMEOUT_S = 5.0
+# Another process creating or migrating a SQLite store is waited for (check_sqlite): at most MIGRATION_WAIT_S;
+# a store that stood still for QUIET_S is judged as it stands (the steps of MLflow's migration of a new store
+# land under 0.3 s apart on an idle machine, and a few times that apart on a busy one); WATCH_S between looks.
+MIGRATION_WAIT_S = 60.0
+QUIET_S = 5.0
+WATCH_S = 0.1
 PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 POINT_COLUMNS = ["run_id", "key", "step", "timestamp", "value"]
 POINT_TYPES = {"step": "int64", "timestamp": "int64", "value": "float64"}
@@ -64,6 +72,11 @@ BULK_RUNS, BULK_POINTS = 100, 25000
 
 class TrackingError(RuntimeError):
     """The tracking store cannot be used; the message names its URI."""
+
+
+class _Passing(TrackingError):
+    """A state that MLflow's creation or migration of a store passes through; the message says what it means
+    if the store stays in it."""
 
 
 class _Unexpected(Exception):
@@ -111,12 +124,14 @@ def _probe_access(uri: str, timeout: float) -> None:
         pass  # reachable a moment ago: let MLflow's own client report anything else
 
 
-def connect(uri: str, write: bool = True) -> MlflowClient:
+def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
     """A client of the store at `uri`, once probe() found it reachable; MLflow's artifact progress bars off.
 
     A SQLite file is checked before MLflow opens it (check_sqlite), so that a damaged or foreign file is
     reported in one line and never migrated or written to. `write=False` (the analysis) opens a read-only
-    store as it is; `write=True` (train, sweep, rerun) refuses it before any work.
+    store as it is; `write=True` (train, sweep, rerun) refuses it before any work. A missing or empty file
+    becomes a new store only for a command that writes and may create one (train, sweep); the others (the
+    analysis, and rerun with create=False: its run cannot be in a new store) refuse it and write nothing.
     """
     probe(uri)
     os.environ.setdefault(
@@ -126,19 +141,43 @@ def connect(uri: str, write: bool = True) -> MlflowClient:
         return MlflowClient(tracking_uri=uri)
     path = Path(uri.removeprefix("sqlite:///"))
     _opened.append(uri)
-    if not writable(uri):
-        if write or not path.exists():
-            raise TrackingError(
-                f"tracking store {uri} is read-only (no write permission on {path} or its folder): "
-                f"make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
-            )
-        check_sqlite(uri)  # nobody can be creating it: no lock needed (nor possible)
+    if path.is_dir():
+        raise TrackingError(f"tracking store {uri}: {path} is a folder: set tracking.uri to sqlite:///FILE")
+    if not (write and create) and (not path.exists() or path.stat().st_size == 0):
+        what = "an empty file" if path.exists() else "no such file"
+        raise TrackingError(
+            f"tracking store {uri}: nothing at {path} ({what}): set tracking.uri to the store that holds "
+            f"the runs (a sweep or train creates one)"
+        )
+    if not write:  # an existing store, read: nothing is created or migrated, so no lock (nor its file)
+        check_sqlite(uri)
         return MlflowClient(tracking_uri=uri)
-    # Opening a SQLite store creates or migrates MLflow's schema; two processes doing it at once on a new file
-    # (two drivers, a sweep and a report) make one of them fail. One at a time, the second finds it done.
+    if not writable(uri):
+        raise TrackingError(
+            f"tracking store {uri} is read-only (no write permission on {path} or its folder): "
+            f"make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
+        )
+    # Opening a SQLite store creates or migrates MLflow's schema; two of our processes doing it at once on a
+    # new file (two drivers, a sweep and a train) make one of them fail. One at a time, the second finds it
+    # done. Any other MLflow client (`mlflow ui`, a notebook) takes no such lock: _open_new.
     with open(str(path) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        new = not path.exists() or path.stat().st_size == 0
         check_sqlite(uri)
+        return _open_new(uri) if new else MlflowClient(tracking_uri=uri)
+
+
+def _open_new(uri: str) -> MlflowClient:
+    """Create the store at `uri` (a missing or empty file) with MLflow, unless another MLflow client began
+    creating it at the same moment: MLflow then fails in one of the two processes (a table that exists
+    already, a schema version that moved), and this one waits for the other's store and opens it."""
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except Exception as err:  # noqa: BLE001 - MLflow, SQLAlchemy and alembic each raise their own kinds
+        try:
+            check_sqlite(uri)  # waits while the other process works; refuses what it leaves unfinished
+        except TrackingError:
+            raise err from None  # no other process: this failure was MLflow's own, reported as it is
         return MlflowClient(tracking_uri=uri)
 
 
@@ -152,9 +191,59 @@ def writable(uri: str) -> bool:
 
 def check_sqlite(uri: str) -> None:
     """Raise TrackingError, naming the store and what to do, unless its file is a whole MLflow store of this
-    MLflow's schema (or empty or missing: MLflow then creates it). Reads the file only."""
+    MLflow's schema (or empty or missing: MLflow then creates it). Reads the file only.
+
+    An MLflow client that opens a new file (`mlflow ui`, a notebook, another command) creates MLflow's first
+    tables, then migrates them to the current schema step by step, committing each step: caught in between,
+    the new store looks like an older or foreign one. Nothing in the file tells the two apart (no mark of a
+    migration under way; an abandoned store can be as young as a new one), so such a state (_Passing) is
+    watched, not refused at once: while the store changes (its state, the size or time of its files) a
+    process is at work on it, and it is waited for, up to MIGRATION_WAIT_S; once it has stood still for
+    QUIET_S, it is judged as it stands. A truly older store is thus refused after QUIET_S.
+    """
     path = Path(uri.removeprefix("sqlite:///"))
-    if uri in _checked or not path.exists() or path.stat().st_size == 0:
+    deadline, seen, still_since, told = time.monotonic() + MIGRATION_WAIT_S, None, 0.0, False
+    while uri not in _checked:
+        try:
+            _check_once(uri, path)
+            return
+        except _Passing as state:
+            now, mark = time.monotonic(), (str(state), _files(path))
+            if mark != seen:
+                if seen is not None and not told:
+                    log.warning(
+                        "tracking store %s: another process is creating or migrating it; waiting for it "
+                        "(at most %.0f s)",
+                        uri,
+                        MIGRATION_WAIT_S,
+                    )
+                    told = True
+                seen, still_since = mark, now
+            if now - still_since >= QUIET_S:
+                raise TrackingError(str(state)) from None
+            if now >= deadline:
+                raise TrackingError(
+                    f"tracking store {uri}: another process has been creating or migrating it for "
+                    f"{MIGRATION_WAIT_S:.0f} s and it is not done: try again when it is"
+                ) from None
+            time.sleep(WATCH_S)
+
+
+def _files(path: Path) -> tuple:
+    """Size and modification time of the store's file, its rollback journal and its write-ahead log."""
+    marks = []
+    for file in (path, Path(f"{path}-journal"), Path(f"{path}-wal")):
+        try:
+            stat = file.stat()
+            marks.append((stat.st_size, stat.st_mtime_ns))
+        except FileNotFoundError:
+            marks.append(None)
+    return tuple(marks)
+
+
+def _check_once(uri: str, path: Path) -> None:
+    """check_sqlite's one look at the file: raises _Passing for a state a creation passes through."""
+    if not path.exists() or path.stat().st_size == 0:
         return
     restore = "restore it from a backup, or set tracking.uri to another store"
     with open(path, "rb") as file:
@@ -163,12 +252,15 @@ def check_sqlite(uri: str) -> None:
         raise TrackingError(f"tracking store {uri}: {path} is not an SQLite database (damaged?): {restore}")
     expected = _sqlite_size(header)
     if expected and path.stat().st_size < expected and not Path(f"{path}-wal").exists():
-        raise TrackingError(
+        truncated = TrackingError if not Path(f"{path}-journal").exists() else _Passing  # mid-commit?
+        raise truncated(
             f"tracking store {uri}: {path} is truncated ({path.stat().st_size} of its {expected} bytes): "
             f"{restore}"
         )
     try:
-        with closing(sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)) as db:
+        with closing(
+            sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=1)
+        ) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             found = (
                 db.execute("SELECT version_num FROM alembic_version").fetchone()
@@ -176,14 +268,30 @@ def check_sqlite(uri: str) -> None:
                 else None
             )
     except sqlite3.DatabaseError as err:
+        if "locked" in str(err):  # a writer at work, or one that stopped holding it: watched
+            raise _Passing(
+                f"tracking store {uri}: SQLite says 'database is locked': another process holds it; try "
+                f"again when it is done, or use a tracking server for many writers"
+            ) from None
         raise TrackingError(f"tracking store {uri}: SQLite cannot read {path} ({err}): {restore}") from None
     if found is None or not {"experiments", "runs", "metrics"} <= tables:
-        raise TrackingError(
+        foreign = _Passing if found is None and _mlflow_tables(tables) else TrackingError
+        raise foreign(
             f"tracking store {uri}: {path} is an SQLite database but not an MLflow store (tables: "
             f"{', '.join(sorted(tables)) or 'none'}): set tracking.uri to an MLflow store or a new file"
         )
     _check_schema(uri, found[0])
     _checked.add(uri)
+
+
+def _mlflow_tables(tables: set[str]) -> bool:
+    """Whether every table is one MLflow makes: its schema's (first or current) or alembic's own, with the
+    copies alembic's batch migrations make of a table on SQLite (_alembic_tmp_NAME)."""
+    from mlflow.store.db.base_sql_model import Base
+    from mlflow.store.tracking.dbmodels import initial_models, models  # noqa: F401 - fill Base's tables
+
+    known = {*Base.metadata.tables, *initial_models.Base.metadata.tables, "alembic_version"}
+    return all(t in known or t.startswith("_alembic_tmp_") for t in tables)
 
 
 def _sqlite_size(header: bytes) -> int | None:
@@ -210,8 +318,8 @@ def _check_schema(uri: str, version: str) -> None:
         known = script.get_revision(version) is not None
     except Exception:  # noqa: BLE001 - alembic raises several kinds for a revision it does not know
         known = False
-    if known:
-        raise TrackingError(
+    if known:  # a store being migrated passes through every older version: check_sqlite watches it
+        raise _Passing(
             f"tracking store {uri} has MLflow schema {version}, older than this MLflow's {head}: back the "
             f"file up, then run `mlflow db upgrade {uri}`"
         )
