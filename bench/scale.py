@@ -42,7 +42,8 @@ from typing import Iterator
 import psutil
 
 from bench.common import exit_codes_help
-from tracking.names import FINISHED, METRICS, OUTCOME, TRAIN_LOSS
+from sweeper.entry import ArgumentParser
+from tracking.names import FINISHED, METRICS, OUTCOME, SYSTEM_METRICS, TRAIN_LOSS
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = 2  # evaluation intervals each trial reports before its outcome
@@ -53,14 +54,16 @@ PACK = 10
 
 
 def interval_points(step: int) -> list:
-    """The metric points (sweeper.trial.Point) a paper trial reports for the interval ending at `step`."""
+    """The metric points (sweeper.trial.Point) a paper trial reports for the interval ending at `step`, its
+    system metrics included (training.system_metrics)."""
     from sweeper.trial import Point
 
     now = int(time.time() * 1000)
     points = [
         Point(TRAIN_LOSS, 1.0, s, now) for s in range(step - EVAL_EVERY + LOG_EVERY, step + 1, LOG_EVERY)
     ]
-    return points + [Point(key, 1.0, step, now) for key in METRICS if key != TRAIN_LOSS]
+    points += [Point(key, 1.0, step, now) for key in METRICS if key != TRAIN_LOSS]
+    return points + [Point(key, 1.0, step, now) for key in SYSTEM_METRICS]  # the trial's sample (a CPU's)
 
 
 def noop_trial(config: dict, *, jobs: dict, packs: dict, base: list) -> None:
@@ -260,7 +263,7 @@ def table(rows: list[dict], store: str) -> str:
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m bench scale",
         description=__doc__,
         epilog=exit_codes_help(),

@@ -33,13 +33,14 @@ from tracking.names import (
     PROCESS_RSS_MB,
     SYSTEM_MEMORY_MB,
     SYSTEM_MEMORY_PERCENT,
+    SYSTEM_METRICS,
     VAL_REL_LLOYD,
 )
 from training.checkpoint import cuda_rng_states
 from training.gpu_share import memory_fraction
 from training.system_metrics import SystemSampler, nvml_id
 
-CPU_AND_MEMORY = {CPU_UTILIZATION, SYSTEM_MEMORY_MB, SYSTEM_MEMORY_PERCENT, PROCESS_CPU, PROCESS_RSS_MB}
+CPU_AND_MEMORY = set(SYSTEM_METRICS)
 
 
 @pytest.mark.parametrize(

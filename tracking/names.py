@@ -21,6 +21,8 @@ SYSTEM_MEMORY_MB = "system/system_memory_usage_megabytes"  # the machine's memor
 SYSTEM_MEMORY_PERCENT = "system/system_memory_usage_percentage"
 PROCESS_CPU = "system/process_cpu_utilization_percentage"  # the training process: 100 per busy core
 PROCESS_RSS_MB = "system/process_memory_rss_megabytes"  # the training process's resident memory
+# Every sample has these; on CUDA with NVML it adds the GPU's three.
+SYSTEM_METRICS = (CPU_UTILIZATION, SYSTEM_MEMORY_MB, SYSTEM_MEMORY_PERCENT, PROCESS_CPU, PROCESS_RSS_MB)
 GPU_UTILIZATION = "system/gpu_{index}_utilization_percentage"  # .format(index=NVML index): the GPU's
 GPU_MEMORY_MB = "system/gpu_{index}_memory_usage_megabytes"  # the GPU's memory in use, all processes
 GPU_MEMORY_PERCENT = "system/gpu_{index}_memory_usage_percentage"
