@@ -189,6 +189,7 @@ def connect(cluster: DictConfig) -> None:
     if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
         host = cluster.dashboard_host if dashboard_installed(cluster.dashboard_host) else None  # null: none
         ray.init(address="local", include_dashboard=host is not None, dashboard_host=host)
+        fits_this_machine(cluster, ray.cluster_resources())
         return
     reachable(cluster.address)
     try:
@@ -197,6 +198,20 @@ def connect(cluster: DictConfig) -> None:
         raise ClusterError(
             f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"
         ) from None
+
+
+def fits_this_machine(cluster: DictConfig, resources: dict[str, float]) -> None:
+    """A local Ray instance is this machine and grows no nodes: a trial reserving more CPUs or GPUs than it
+    has would wait forever (Tune only warns), so the sweep is refused before any trial starts. A cluster's
+    nodes may join later (an autoscaler): not checked there."""
+    for resource, key in (("CPU", "cpus_per_trial"), ("GPU", "gpus_per_trial")):
+        have, want = resources.get(resource, 0), cluster[key]
+        if want > have:
+            raise ConfigError(
+                f"cluster.{key}={want:g} is not allowed with a local Ray instance (cluster.address=null): "
+                f"this machine has {have:g} {resource}s; reserve at most that, or join a cluster that has "
+                "more (cluster.address)"
+            )
 
 
 def storage_path(cluster: DictConfig) -> str | None:

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
-from support.configs import SHORT
+from support.configs import NO_DASHBOARD, SHORT
 from support.repo import REPO
 from support.sweeps import children
 
@@ -82,6 +82,27 @@ def test_a_sweep_takes_cuda_with_gpus_reserved(gpus, capsys):
     args = ["sweep=smoke", "train.device=cuda", f"cluster.gpus_per_trial={gpus}", "sweep.dry_run=true"]
     assert sweep.main(args) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow  # starts a local Ray instance
+def test_a_local_sweep_refuses_more_gpus_than_this_machine_has(sqlite_uri, tmp_path, capsys):
+    """A local Ray instance (cluster.address null) is this machine: a trial reserving a GPU it lacks would
+    wait forever, Tune only warning; the sweep exits 2 with one line once Ray started, before any trial."""
+    import ray
+
+    want = torch.cuda.device_count() + 1
+    args = ["sweep=smoke", f"cluster.gpus_per_trial={want}", f"tracking.uri={sqlite_uri}", NO_DASHBOARD]
+    try:
+        assert sweep.main([*args, f"cluster.storage={tmp_path / 'ray'}"]) == exit_codes.CONFIG
+    finally:
+        ray.shutdown()
+    err = capsys.readouterr().err.strip().splitlines()  # Ray's own lines first ("Started a local Ray ...")
+    assert err[-1] == (
+        f"error: cluster.gpus_per_trial={want} is not allowed with a local Ray instance "
+        f"(cluster.address=null): this machine has {want - 1} GPUs; reserve at most that, or join a cluster "
+        "that has more (cluster.address)"
+    )
+    assert not (tmp_path / "ray").exists()  # no trial started
 
 
 def test_a_single_run_is_checked_against_its_own_machine(tmp_path: Path, monkeypatch, capsys):
