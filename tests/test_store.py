@@ -179,6 +179,57 @@ def test_a_sweep_waits_for_a_store_another_process_is_creating(versions, tmp_pat
     assert run.data.tags[OUTCOME] == FINISHED
 
 
+def stop_while_writing(db: Path) -> subprocess.Popen:
+    """Another process creating the store at `db`, stopped mid-write (its rollback journal there): it holds
+    SQLite's write lock until it is let go."""
+    import psutil
+
+    creator = subprocess.Popen([sys.executable, "-c", CREATE, f"sqlite:///{db}"], stderr=subprocess.DEVNULL)
+    journal, process = Path(f"{db}-journal"), psutil.Process(creator.pid)
+    while True:
+        assert creator.poll() is None, "the other process ended before the test could stop it"
+        if journal.exists():
+            os.kill(creator.pid, signal.SIGSTOP)
+            while process.status() != psutil.STATUS_STOPPED:
+                time.sleep(0.001)
+            if journal.exists():
+                return creator
+            os.kill(creator.pid, signal.SIGCONT)
+        time.sleep(0.001)
+
+
+def running(thread: threading.Thread, function: str) -> bool:
+    """Whether `function` is on `thread`'s stack now."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and frame.f_code.co_name != function:
+        frame = frame.f_back
+    return frame is not None
+
+
+@pytest.mark.slow
+def test_a_new_store_two_processes_create_at_once_is_opened(tmp_path, caplog) -> None:
+    """connect found the file empty a moment ago and creates it (_open_new) while another MLflow client does
+    too: MLflow then fails in one of the two. Here it fails in this one (the other holds SQLite's write lock
+    longer than MLflow waits for it), which then waits for the other's store and opens it."""
+    db, done = tmp_path / "mlflow.db", threading.Event()
+    creator = stop_while_writing(db)
+    main = threading.current_thread()
+    # let go once this process's MLflow failed and it watches the store: well within QUIET_S
+    resume = lambda: (time.sleep(1), os.kill(creator.pid, signal.SIGCONT))  # noqa: E731
+    when(lambda: running(main, "check_sqlite"), resume, done, every=0.05)
+    try:
+        with caplog.at_level(logging.WARNING, logger=store.__name__):
+            client = store._open_new(f"sqlite:///{db}")
+    finally:
+        done.set()
+        os.kill(creator.pid, signal.SIGCONT)
+        creator.wait(timeout=120)
+    assert "another process is creating or migrating it; waiting for it" in caplog.text
+    assert creator.returncode == 0, "the other process finished its store"
+    assert schema_version(db) == schema_versions()[0]
+    assert store.experiment_names(client) == ["Default"]
+
+
 def older_store(db: Path, revision: str) -> None:
     """A store as an MLflow of an older schema made it: MLflow's first tables, migrated up to `revision`."""
     from alembic import command

@@ -243,7 +243,13 @@ def _files(path: Path) -> tuple:
 
 def _check_once(uri: str, path: Path) -> None:
     """check_sqlite's one look at the file: raises _Passing for a state a creation passes through."""
+    locked = _Passing(
+        f"tracking store {uri}: SQLite says 'database is locked': another process holds it; try again when "
+        f"it is done, or use a tracking server for many writers"
+    )
     if not path.exists() or path.stat().st_size == 0:
+        if Path(f"{path}-journal").exists() or Path(f"{path}-wal").exists():
+            raise locked  # another process is writing its first transaction
         return
     restore = "restore it from a backup, or set tracking.uri to another store"
     with open(path, "rb") as file:
@@ -269,10 +275,7 @@ def _check_once(uri: str, path: Path) -> None:
             )
     except sqlite3.DatabaseError as err:
         if "locked" in str(err):  # a writer at work, or one that stopped holding it: watched
-            raise _Passing(
-                f"tracking store {uri}: SQLite says 'database is locked': another process holds it; try "
-                f"again when it is done, or use a tracking server for many writers"
-            ) from None
+            raise locked from None
         raise TrackingError(f"tracking store {uri}: SQLite cannot read {path} ({err}): {restore}") from None
     if found is None or not {"experiments", "runs", "metrics"} <= tables:
         foreign = _Passing if found is None and _mlflow_tables(tables) else TrackingError
