@@ -13,12 +13,16 @@ on zero cases), else PASS. Probes compare the models' median (over seeds) mean
 log objective with Lloyd's after the same T steps, on the models the figures
 draw (analysis.eval_figures.PROBES).
 
-Every case prints its margin (model minus reference: the difference of the two
-medians the verdict compares) and the seeds' IQR of that difference; a case
-whose IQR straddles zero is marked *marginal*, which informs and never changes
-a verdict. Records with `beyond=True` are the platform's own findings, judged
+A case compares a model with its reference seed by seed: its margin is the
+median over seeds of the paired difference (model minus reference), the case
+holds when that margin has the claimed sign, so a verdict never disagrees with
+the margin printed beside it; the seeds' IQR of the difference is printed too,
+and a case whose IQR straddles zero is marked *marginal*, which informs and
+never changes a verdict. Records with `beyond=True` are the platform's own findings, judged
 by the same rules, reported under their own heading and never counted among
-the paper's claims.
+the paper's claims: among them the family claims at lite scale (d 4, k 6,
+`sweep=lite`), the same statements beyond the paper's setting (d 32, k 10,
+where the paper's claims are judged, on `sweep=lite32`'s runs).
 
 Prints every claim beside the paper's words and writes claims.csv and claims.md into the report folder.
 """
@@ -85,8 +89,8 @@ def within(probe: str, **narrower: object) -> Scope:
 
 @dataclass
 class Case:
-    """One comparison: `measured` in words, whether it holds, the margin (model minus reference, as the
-    verdict compares them) and the seeds' IQR of that difference."""
+    """One comparison: `measured` in words, whether it holds, the margin (the median over seeds of the paired
+    difference model minus reference, whose sign the verdict reads) and the seeds' IQR of that difference."""
 
     label: str
     measured: str
@@ -164,7 +168,8 @@ def _median(values: pd.Series) -> float:
 
 
 def _margin(a: float, b: float) -> float:
-    return math.nan if a == b == math.inf else a - b
+    """a - b, where two diverged values (+inf) are equal: neither beats the other."""
+    return 0.0 if a == b == math.inf else a - b
 
 
 def compare(
@@ -174,16 +179,21 @@ def compare(
     holds: Callable[[float, float], bool],
     words: str,
 ) -> Case:
-    """A case from per-seed values (indexed by seed): holds(median model, median reference); the IQR is of the
-    per-seed differences (seeds both sides have) or of model - reference for a fixed reference."""
+    """A case from per-seed values (indexed by seed), judged on the paired differences: holds(m, 0) for m the
+    median over seeds of model - reference (seeds both sides have; every seed for a fixed reference), the
+    margin printed. `words` shows the two medians ({a}, {b}); they inform, the margin decides."""
     a = _median(model)
     if isinstance(reference, pd.Series):
         b, common = _median(reference), model.index.intersection(reference.index)
-        diffs = [_margin(model[s], reference[s]) for s in common]
+        diffs = np.array([_margin(model[s], reference[s]) for s in common], dtype=float)
     else:
-        b, diffs = float(reference), [_margin(v, float(reference)) for v in model]
+        b = float(reference)
+        diffs = np.array([_margin(v, b) for v in model], dtype=float)
+    margin = float(np.median(diffs)) if len(diffs) else math.nan
     measured = words.format(a=fmt(a), b=fmt(b))
-    return Case(label, measured, bool(holds(a, b)), _margin(a, b), _iqr(np.array(diffs)))
+    if not len(diffs):
+        measured += " (no seed on both sides: not judged)"
+    return Case(label, measured, bool(holds(margin, 0.0)), margin, _iqr(diffs))
 
 
 def _lt(a: float, b: float) -> bool:
@@ -239,8 +249,11 @@ def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | 
     name = f"runs tagged `{subgrid}`" + (f" with {slice_}" if slice_ else "")
     expected = f"/{len(scope(grid, subgrid, where))}" if grid is not None else ""
     if runs.empty:
-        return f"{name}: none, 0{expected} configurations (the `{subgrid}` sub-grid of sweep=paper)"
+        return f"{name}: none, 0{expected} configurations (the `{subgrid}` sub-grid of sweep=paper)" + (
+            f"; {D32_RUNS}" if where.get(D) == 32 else ""
+        )
     ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
+    name += f" (judged at {setting(ended if len(ended) else runs)})"
     seeds = ended.groupby(config_keys(runs.columns), dropna=False)[SEED].nunique()
     few = f" ({int((seeds < 2).sum())} with fewer left out)" if (seeds < 2).any() else ""
     diverged, unfinished = int((runs[OUTCOME] == DIVERGED).sum()), len(runs) - len(ended)
@@ -248,6 +261,19 @@ def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | 
         f"{name}: {int((seeds >= 2).sum())}{expected} configurations with >= 2 seeds{few}; "
         f"diverged {diverged}, unfinished {unfinished} of {len(runs)} runs"
     )
+
+
+D32_RUNS = "the d 32 runs are sweep=lite32's (`make reproduce-d32`), none in this store and experiment"
+
+
+def setting(runs: pd.DataFrame) -> str:
+    """The d, k and n the runs trained at, e.g. 'd 32, k 10/25, n 128/256'."""
+    parts = []
+    for key, word in ((D, "d"), (K, "k"), ("task.n", "n")):
+        if key in runs:
+            values = sorted(runs[key].dropna().unique())
+            parts.append(f"{word} {'/'.join(f'{v:g}' for v in values)}")
+    return ", ".join(parts)
 
 
 def _keys(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[str]:
@@ -270,7 +296,7 @@ def _groups(per_seed: pd.DataFrame, keys: list[str]):
 def threshold_cases(
     per_seed: pd.DataFrame, holds: Callable[[float, float], bool], level: float = 1.0
 ) -> list[Case]:
-    """Per configuration: holds(its median, level); the margin is median - level."""
+    """Per configuration: holds(its median - level, 0); the margin is that median - level."""
     keys = _keys(per_seed)
     return [
         compare(_label(row, keys), values["value"], level, holds, "{a}")
@@ -298,7 +324,7 @@ def pair_cases(
 
 def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "onehot") -> list[Case]:
     """`rising`'s value rises from the smallest to the largest k (both embeddings have) by more than
-    `steady`'s (and at all): margin = rise - max(steady's rise, 0), per seed for the IQR."""
+    `steady`'s (and at all): margin = the median over seeds of rise - max(steady's rise, 0), as compare."""
     others = [k for k in config_keys(per_seed.columns) if k not in (EMB, K)]
     keys = [k for k in _keys(per_seed) if k in others]
     cases = []
@@ -315,7 +341,7 @@ def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "on
         seeds = by[rising].index.intersection(by[steady].index)
         per_seed_rise = {e: by[e].loc[seeds, ks[-1]] - by[e].loc[seeds, ks[0]] for e in by}
         diffs = per_seed_rise[rising] - per_seed_rise[steady].clip(lower=0.0)
-        margin = rise[rising] - max(rise[steady], 0.0)
+        margin = float(np.median(diffs)) if len(diffs) else math.nan  # paired, as compare
         words = (
             f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "
             f"vs {short(EMB, steady)} {rise[steady]:+.3f}"
@@ -416,12 +442,14 @@ class View:
         return _enough_seeds(seed_values(self.runs(where), metric))
 
     def histories(self, where: Scope | None = None) -> pd.DataFrame:
-        """Per seed: val_rel_lloyd's `first` evaluation, its `lowest`, its final `value` (diverged: +inf)."""
+        """Per seed: val_rel_lloyd's `first` evaluation after training began (not the untrained step 0), its
+        `lowest` over training, its final `value` (diverged: +inf)."""
         runs = self.runs(where)
         per_seed = self.finals(VAL_REL_LLOYD, where)
         if self.evidence.history is None or per_seed.empty:
             return per_seed.assign(first=math.nan, lowest=math.nan)
         points = self.evidence.history(runs).sort_values("step")
+        points = points[points["step"] > 0]
         stats = points.groupby("run_id")["value"].agg(first="first", lowest="min")
         keys = config_keys(runs.columns)
         by_seed = runs[keys + [SEED, "run_id"]].merge(stats, left_on="run_id", right_index=True)
@@ -432,7 +460,7 @@ class View:
         """Per-seed rows of `evaluation` on the scope's runs; why they are missing goes into the notes."""
         self.probed = True
         runs = self.runs(where)
-        if self.evidence.probe is None:
+        if self.evidence.probe is None or runs.empty:  # no model in the scope: nothing to evaluate
             return pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"])
         rows, missing = self.evidence.probe(runs, evaluation)
         if missing:
@@ -465,10 +493,10 @@ class Record:
 
 def judge(record: Record, evidence: Evidence) -> Claim:
     """A claim's verdict on the evidence; with evidence.grid, each part also says how many cases the paper
-    grid has (not for probe parts: the grid has no curves)."""
+    grid has (not for probe parts: the grid has no curves; not beyond the paper: the grid has none)."""
     view = View(evidence, record.scope)
     parts = record.judge(view)
-    if evidence.grid is not None and record.scope is not None:
+    if evidence.grid is not None and record.scope is not None and not record.beyond:
         full = View(Evidence(grid_runs(evidence.grid), history=_flat_history), record.scope)
         for part, counted in zip(parts, record.judge(full)):
             part.expected = None if full.probed else len(counted.cases)
@@ -519,18 +547,65 @@ def _length(v: View) -> list[Part]:
     return [Part(f"< Lloyd at T={v.T} at every n", vs_lloyd(v.probe("length"), v.T, _lt))]
 
 
+def course(rows: pd.DataFrame, panel: str, series: str, T: int) -> str:
+    """Where a model's median leads or trails Lloyd's over t = 1..T, e.g. 'leads Lloyd at t=1-2, trails from
+    t=3 on': the paper says the models trail at scale 0.2 initially and overtake with more steps."""
+    here = rows[(rows["panel"] == panel) & rows["step"].between(1, T)]
+    model = here[(here["series"] == series) & (here["method"] == "reembed")].groupby("step")["value"].median()
+    lloyd = here[here["series"] == LLOYD].groupby("step")["value"].median()
+    lead = (model < lloyd.reindex(model.index)).to_dict()
+    spans: list[list] = []  # [leads?, first step, last step]
+    for step in sorted(lead):
+        if spans and spans[-1][0] == lead[step]:
+            spans[-1][2] = step
+        else:
+            spans.append([lead[step], step, step])
+    words = []
+    for i, (leads, first, last) in enumerate(spans):
+        verb = "leads" if leads else "trails"
+        at = (
+            f"from t={first} on"
+            if i == len(spans) - 1 and i
+            else f"at t={first}" + (f"-{last}" if last > first else "")
+        )
+        words.append(f"{verb} {at}")
+    return (
+        (", ".join(words).replace("leads", "leads Lloyd", 1).replace("trails", "trails Lloyd", 1))
+        if words
+        else ""
+    )
+
+
 def _shift(v: View) -> list[Part]:
     rows = v.probe("mixture_shift")
-    return [Part(f"< Lloyd at T={v.T} under {s}", vs_lloyd(rows, v.T, _lt, (f"shift={s}",))) for s in SHIFTED]
+    parts = []
+    for s in SHIFTED:
+        cases = vs_lloyd(rows, v.T, _lt, (f"shift={s}",))
+        for case in cases:
+            if not case.holds:  # how it got there: the paper's "trail initially but overtake", or not
+                panel, _, series = case.label.partition(" ")
+                if walk := course(rows, panel, series, v.T):
+                    case.measured += f"; {walk}"
+        parts.append(Part(f"< Lloyd at T={v.T} under {s}", cases))
+    return parts
 
 
-TRANSFER_FROM = within(
-    "family_transfer", **{EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}
-)  # non-cauchy-trained OH/BN
+# The family claims' setting: the paper's family sub-grid is d 32, k 10 (sweep=lite32 trains it); sweep=lite
+# trains it at d 4, k 6, where the same statements are judged beyond the paper's setting (at_lite_scale).
+PAPER_FAMILY = {D: 32, K: 10}
+LITE_FAMILY = {D: 4, K: 6}
+
+
+def transfer_from(family_setting: dict) -> Scope:
+    """The non-cauchy-trained OH/BN models the family-transfer probe draws, at that d and k."""
+    return within("family_transfer", **{EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}, **family_setting)
+
+
+TRANSFER_FROM = transfer_from(PAPER_FAMILY)
 
 
 def _cauchy_fails(v: View) -> list[Part]:
-    rows = v.probe("family_transfer", TRANSFER_FROM)
+    rows = v.probe("family_transfer", transfer_from({k: v.scope[1][k] for k in (D, K)}))
     return [
         Part(
             "cauchy configurations diverged or val_rel_lloyd >= 1",
@@ -574,7 +649,7 @@ def _large_lr(v: View) -> list[Part]:
     d32, d4 = t[t[D] == 32], t[t[D] == 4]
     return [
         Part(
-            "d 32: final train_loss at lr 0.1 and 1.0 > at 0.01",
+            "d 32 (sweep=lite32): final train_loss at lr 0.1 and 1.0 > at 0.01",
             pair_cases(d32, LR, 0.1, 0.01, _gt) + pair_cases(d32, LR, 1.0, 0.01, _gt),
         ),
         Part("d 4: final train_loss at lr 1.0 > at 0.01", pair_cases(d4, LR, 1.0, 0.01, _gt)),
@@ -664,20 +739,36 @@ def _dissimilar(v: View) -> list[Part]:
     ]
 
 
+RISE = 0.1  # ne_val_rises_tau1: NE must end above its minimum by at least this fraction of the minimum
+
+
+def _rise_case(label: str, values: pd.DataFrame) -> Case:
+    """NE's validation loss "increases during training": per seed, the final value against (1 + RISE) x its
+    lowest; holds when the median of that difference is > 0 and the seeds' IQR of the rise (final - lowest)
+    lies above zero, so a rise within the noise of the seeds does not count."""
+    case = compare(label, values["value"], values["lowest"] * (1 + RISE), _gt, "final {a} vs lowest x1.1 {b}")
+    rise_iqr = _iqr((values["value"] - values["lowest"]).to_numpy(dtype=float))
+    case.measured += f", rise IQR [{signed(rise_iqr[0])}, {signed(rise_iqr[1])}]"
+    case.holds = case.holds and bool(rise_iqr[0] > 0)
+    return case
+
+
 def _ne_val_rises(v: View) -> list[Part]:
     t = v.histories()
     ne, l2 = t[t[REG] == "ne"], t[t[REG] == "l2"]
-
-    def cases(frame: pd.DataFrame, reference: str, holds, words: str) -> list[Case]:
-        keys = _keys(frame)
-        return [
-            compare(_label(row, keys), values["value"], values[reference], holds, words)
-            for row, values in _groups(frame, ["value", reference])
-        ]
-
+    words = "final {a} vs first {b}"
     return [
-        Part("ne ends above its lowest val_rel_lloyd", cases(ne, "lowest", _gt, "final {a} vs lowest {b}")),
-        Part("l2 ends below its first val_rel_lloyd", cases(l2, "first", _lt, "final {a} vs first {b}")),
+        Part(
+            f"ne ends above its lowest val_rel_lloyd by >= {RISE:.0%} of it, the seeds' IQR of the rise > 0",
+            [_rise_case(_label(row, _keys(ne)), values) for row, values in _groups(ne, ["value", "lowest"])],
+        ),
+        Part(
+            "l2 ends below its first val_rel_lloyd after training began (not step 0)",
+            [
+                compare(_label(row, _keys(l2)), values["value"], values["first"], _lt, words)
+                for row, values in _groups(l2, ["value", "first"])
+            ],
+        ),
     ]
 
 
@@ -709,7 +800,7 @@ def _clusters_d32(v: View) -> list[Part]:
 PROBED_OH_BN = within("multistep", **{EMB: EMBEDDED})
 
 # The claims of docs/science.md section 7.1, in its order; `beyond` ones last. A new claim is a new Record.
-CLAIMS = (
+_RECORDS = (
     Record(
         "tau01_beats_lloyd",
         "At tau=0.1, both regularizers outperform one Lloyd step except with no token embedding",
@@ -765,7 +856,7 @@ CLAIMS = (
         "cauchy_fails",
         "Cauchy training diverges and Cauchy testing remains noncompetitive",
         "section 4, p. 11, Figure 8; App. F, pp. 28-29",
-        ("family", {FAMILY: "cauchy"}),
+        ("family", {FAMILY: "cauchy", **PAPER_FAMILY}),
         _cauchy_fails,
     ),
     Record(
@@ -773,14 +864,14 @@ CLAIMS = (
         "with tau = 0.1, both regularizers and OH or BN embeddings can beat Lloyd across the other tested "
         "distributions",
         "App. F, pp. 28-29, Figure 16",
-        ("family", {TAU: 0.1, EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}),
+        ("family", {TAU: 0.1, EMB: EMBEDDED, FAMILY: OTHER_FAMILIES, **PAPER_FAMILY}),
         _families,
     ),
     Record(
         "ne_fails_gumbel_laplace_tau1",
         "At tau = 1, L2 generalizes better than NE, and NE fails to generalize on gumbel and laplace tasks",
         "App. F, pp. 28-29, Figure 16",
-        ("family", {TAU: 1.0, EMB: EMBEDDED}),
+        ("family", {TAU: 1.0, EMB: EMBEDDED, **PAPER_FAMILY}),
         _ne_fails,
     ),
     Record(
@@ -857,6 +948,29 @@ CLAIMS = (
         beyond=True,
     ),
 )
+FAMILY_CLAIMS = (
+    "cauchy_fails",
+    "families_generalise",
+    "ne_fails_gumbel_laplace_tau1",
+    "family_transfer_multistep",
+)
+
+
+def at_lite_scale(record: Record) -> Record:
+    """A family claim's statement judged on sweep=lite's family runs (d 4, k 6): beyond the paper's setting,
+    so `make reproduce` alone still shows it, under its own name and heading."""
+    subgrid, where = record.scope
+    return Record(
+        f"{record.name}_lite",
+        f"(the same statement at lite scale, beyond the paper's setting) {record.paper}",
+        f"{record.source}; here at d 4, k 6 (sweep=lite), not the paper's d 32, k 10",
+        (subgrid, {**where, **LITE_FAMILY}),
+        record.judge,
+        beyond=True,
+    )
+
+
+CLAIMS = _RECORDS + tuple(at_lite_scale(r) for r in _RECORDS if r.name in FAMILY_CLAIMS)
 RECORDS = {record.name: record for record in CLAIMS}
 PAPER = {record.name: record.paper for record in CLAIMS if not record.beyond}  # the paper's 18, in order
 
