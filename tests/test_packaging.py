@@ -244,7 +244,7 @@ DRY_RUN = (
         (DRIVER, ["torch"]),
         (DRY_RUN, ["torch", "ray"]),
         ("analysis.report", ["torch._dynamo"]),
-        (TRAIN_TINY, ["torch._dynamo"]),
+        (TRAIN_TINY, ["torch._dynamo", "torch._inductor", "sympy"]),
     ],
     ids=["trial", "driver", "dry-run", "report", "training"],
 )
@@ -254,7 +254,8 @@ def test_imports_leave_out_what_the_process_does_not_use(module, unwanted):
     (every module a sweep runs) trains nothing, and a dry run or a bad override is answered without torch
     or Ray (config checks its choices without importing the models); torch._dynamo (only train.compile
     needs it) is left out of the report, and of training, which keeps its Adam state without a torch
-    Optimizer (training.adam), whose construction imports it."""
+    Optimizer (training.adam), whose construction imports it, and sets deterministic mode without
+    torch.use_deterministic_algorithms, which imports inductor and sympy (training.determinism)."""
     statement = module if " " in module else f"import {module}"
     probe = f"import sys; {statement}; print(sorted(set({unwanted!r}) & set(sys.modules)))"
     done = subprocess.run(

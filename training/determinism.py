@@ -13,6 +13,7 @@ non-deterministic runs silently. Off (train.deterministic=false) trades that for
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -28,7 +29,14 @@ def set_deterministic(on: bool) -> None:
     reproducible at the first product of a deterministic run.
     """
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-    torch.use_deterministic_algorithms(on)
+    # torch.use_deterministic_algorithms(on) (warn_only=False) without its import of inductor's config, which
+    # loads inductor and sympy (2-12 s of every trial's start, measured), for compiled runs only: inductor
+    # takes the mode from the variable it reads when imported, or from its config once it is.
+    torch.set_deterministic_debug_mode("error" if on else "default")
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1" if on else "0"
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = on
     # Filling every new tensor with NaN (the mode's default) only exposes reads of uninitialised memory,
     # which no step makes; it would cost a write of every buffer a step allocates.
     torch.utils.deterministic.fill_uninitialized_memory = False
