@@ -96,7 +96,7 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
             compose(args)
     sweeps = [a for a in python_module_commands("sweeper.sweep") if a]  # a bare mention names the module
     assert len(sweeps) >= 3, "the pages show how to run a sweep"
-    for args in sweeps:
+    for args in [a for a in sweeps if not {"--config-dir", "-cd"} & set(a)]:  # run where their dir is made
         rc = sweep_cli.main([a for a in args if not a.startswith("sweep.dry_run")] + ["sweep.dry_run=true"])
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
     from analysis import cli

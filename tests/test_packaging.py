@@ -1,6 +1,6 @@
 """Packaging: every imported package declared, requirements.lock agreeing with pyproject.toml, and the wheel
-(declaring pyproject.toml's dependencies) installed alone (no editable checkout, no system site-packages)
-composing its config from any directory."""
+with its declared dependencies in a fresh venv (no editable checkout, no system site-packages, no extras)
+running every command from an empty folder."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 import venv
 import zipfile
@@ -122,17 +121,10 @@ def test_the_wheel_holds_every_package_and_the_config_tree():
     ), "a file of conf/ that package-data leaves out"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_the_wheel_installed_alone_runs_from_another_directory(tmp_path):
-    """Build the wheel, install it (not editable) into a fresh venv that sees no other site-packages, and run
-    console scripts from a directory with no conf/ or source in it.
-
-    The wheel declares pyproject.toml's dependencies (its METADATA, checked below); the venv reaches the
-    installed ones through a path entry to this environment's site-packages, a plain path whose .pth files
-    Python does not run, so the checkout's editable install stays out. Installing them afresh from the lock
-    is what `make install` does on every fresh machine (a minute and a half of pip here, for nothing more)."""
-    source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
+def build_wheel(tmp_path: Path) -> Path:
+    """The project's wheel, built from a copy (the build writes nothing into the checkout); its METADATA
+    declares pyproject.toml's dependencies."""
+    source = tmp_path / "source"
     for name in [*top_level_packages(), "conf", "pyproject.toml", "README.md"]:
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
         copy(
@@ -140,58 +132,118 @@ def test_the_wheel_installed_alone_runs_from_another_directory(tmp_path):
             source / name,
             **({"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / name).is_dir() else {}),
         )
-    pip = [sys.executable, "-m", "pip"]
-    build = [*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist", source]
-    subprocess.run(build, check=True, capture_output=True, timeout=300)
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*build, "-w", tmp_path / "dist", source], check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp_path / "dist").glob("leaner_clustering-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         requires = email.parser.Parser().parsestr(archive.read(metadata).decode()).get_all("Requires-Dist")
     runtime = {str(Requirement(r)) for r in requires if "extra ==" not in r}
     assert runtime == {str(Requirement(r)) for r in PROJECT["dependencies"]}, runtime
+    return wheel
 
-    venv.create(tmp_path / "venv")  # system_site_packages=False, no pip: this environment's pip installs
-    bin_dir = tmp_path / "venv" / "bin"
-    install = [*pip, "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index", wheel]
-    subprocess.run(install, check=True, capture_output=True, timeout=300)
-    (site,) = (tmp_path / "venv" / "lib").glob("python3*/site-packages")
-    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+def install_with_dependencies(wheel: Path, venv_dir: Path) -> Path:
+    """A fresh venv (no system site-packages) holding the wheel and its declared dependencies, no extras, at
+    the lock's versions; returns its bin/. uv installs them (its cache makes a second run seconds), with the
+    machine's pip find-links, where `make install` finds the CPU build of torch."""
+    venv.create(venv_dir)
+    links = [f"--find-links={link}" for link in os.environ.get("PIP_FIND_LINKS", "").split()]
+    install = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", venv_dir / "bin" / "python"]
+    done = subprocess.run([*install, *links, "-c", LOCK, wheel], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return venv_dir / "bin"
+
+
+USER_SWEEP = """# @package sweep
+defaults: [smoke, _self_]
+name: mine
+seeds: [7]
+subgrids:
+  - {name: smoke, embedding: [onehot]}
+"""
+USER_MODEL = """defaults: [paper, _self_]
+qkv_mult: 2
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_wheel_with_its_dependencies_runs_every_command_from_an_empty_folder(tmp_path):
+    """issue 39: a pip user's path. The built wheel with its declared dependencies (no extras: no Ray
+    dashboard) in a fresh venv, every command run from an empty folder as the docs show it: the plan, the
+    smoke sweep (console script), a second store (python -m), the report, the claims, a rerun, and a sweep
+    of a user config directory with an option of its own."""
+    from support.sweeps import children  # MLflow: only this test reads a store
+
+    bin_dir = install_with_dependencies(build_wheel(tmp_path), tmp_path / "venv")
+    python = bin_dir / "python"
+    versions = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('torch'), m.version('ray'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert versions.stdout.split() == [importlib.metadata.version("torch"), locked()["ray"]], versions.stdout
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("MLFLOW_")
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith(("MLFLOW_", "LEANER_"))
     }
+    env["HOME"] = str(
+        tmp_path / "home"
+    )  # Ray Tune's ~/ray_results and Ray's ~/.ray stay in the test's folder
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run(
-        [bin_dir / "python", "-c", "import config.schema as c, sweeper; print(c.CONF_DIR, sweeper.__file__)"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        check=True,
+
+    def run(*words: str | Path, code: int = 0) -> str:
+        done = subprocess.run(
+            [str(w) for w in words], capture_output=True, text=True, cwd=elsewhere, env=env, timeout=900
+        )
+        assert done.returncode == code, (
+            f"{words}: {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        )
+        return done.stdout
+
+    where = run(python, "-c", "import config.schema as c, sweeper; print(c.CONF_DIR, sweeper.__file__)")
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    assert all(Path(p).is_relative_to(site) for p in where.split()), where  # not the checkout
+    plan = run(bin_dir / "leaner-sweep", "sweep=paper", "sweep.dry_run=true")
+    assert plan.splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
+    assert re.search(r"^  d: 32$", run(bin_dir / "leaner-train", "task.d=32", "--cfg", "job"), flags=re.M)
+    assert sorted(elsewhere.iterdir()) == []  # a dry run writes nothing
+
+    # The default configuration on the default install: without the dashboard's packages, one line says so.
+    smoke = run(bin_dir / "leaner-sweep", "sweep=smoke")
+    assert "Ray's dashboard is off: its packages are missing" in smoke
+    assert "sweep smoke: 6 of 6 trials ended {'finished': 6}" in smoke, smoke[-2000:]
+    second = run(python, "-m", "sweeper.sweep", "sweep=smoke", "tracking.uri=sqlite:///second.db")
+    assert "sweep smoke: 6 of 6 trials ended {'finished': 6}" in second, second[-2000:]
+    assert len(children(f"sqlite:///{elsewhere}/second.db", "smoke")) == 6
+
+    # A user config directory: a sweep and a model option of its own, searched before the packaged conf/.
+    user = tmp_path / "my-conf"
+    (user / "sweep").mkdir(parents=True)
+    (user / "model").mkdir()
+    (user / "sweep" / "mine.yaml").write_text(USER_SWEEP)
+    (user / "model" / "wide.yaml").write_text(USER_MODEL)
+    mine = ["sweep=mine", "model=wide", "tracking.uri=sqlite:///mine.db"]
+    shown = run(bin_dir / "leaner-sweep", "--config-dir", user, *mine, "--cfg", "job")
+    assert re.search(r"^  qkv_mult: 2$", shown, flags=re.M) and re.search(
+        r"^  name: mine$", shown, flags=re.M
     )
-    assert all(Path(p).is_relative_to(site) for p in where.stdout.split()), where.stdout  # not the checkout
-    dry = subprocess.run(
-        [bin_dir / "leaner-sweep", "sweep=paper", "sweep.dry_run=true"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        timeout=300,
-    )
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    assert dry.stdout.splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
-    cfg = subprocess.run(
-        [bin_dir / "leaner-train", "task.d=32", "--cfg", "job"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        timeout=300,
-    )
-    assert cfg.returncode == 0 and re.search(r"^  d: 32$", cfg.stdout, flags=re.M), cfg.stderr[-3000:]
-    assert sorted(p.name for p in elsewhere.iterdir()) == []  # a dry run writes nothing
+    assert run(bin_dir / "leaner-sweep", "-cd", user, *mine).count("1 of 1 trials ended {'finished': 1}") == 1
+    (trained,) = children(f"sqlite:///{elsewhere}/mine.db", "mine")
+    assert trained.data.params["model.qkv_mult"] == "2"  # the trial composed the user's model option
+
+    # The report and the claims of the first store, as docs/figures-and-claims.md shows them.
+    run(python, "-m", "analysis.report")
+    assert (elsewhere / "reports" / "leaner-clustering" / "index.md").is_file()
+    run(python, "-m", "analysis.claims")
+    assert (elsewhere / "reports" / "leaner-clustering" / "claims.csv").is_file()
+    original = children(f"sqlite:///{elsewhere}/mlflow.db", "smoke")[0].info.run_id
+    rerun = run(bin_dir / "leaner-rerun", original)
+    assert rerun.splitlines()[-1] == "equal", rerun  # docs/rerun.md: both final values, equal on CPU
 
 
 def imports_of(folder: str) -> set[str]:
