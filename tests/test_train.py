@@ -40,6 +40,7 @@ from training import checkpoint
 from training.checkpoint import CheckpointError
 from training.faults import NAN_AT_STEP, STEP_PAUSE, nan_at_step, step_pause
 from training.loop import blown_up, default_workdir, objective_bound, train
+from training.packed import train_pack
 
 
 def run(overrides: list[str], workdir: Path) -> tuple[MemoryRecorder, object]:
@@ -138,6 +139,19 @@ def test_a_blow_up_past_any_centers_in_the_cube_is_divergence(tiny, tmp_path):
     assert not blown_up({VAL_KMEANS: 128.0}, cfg) and blown_up({VAL_KMEANS: float("nan")}, cfg)
 
 
+def test_a_blown_up_model_leaves_its_pack_and_the_others_train_as_alone(tiny, tmp_path):
+    """The lr 1.0 model stops at its blow-up (step 10); its pack-mate finishes with a solo run's numbers
+    (dropout 0, so the pack draws nothing differently; to 1e-5, training.packed's tolerance)."""
+    cfgs = [compose(tiny + ["model.dropout=0", "seed=2", f"optim.lr={lr}"]) for lr in (1.0, 0.01)]
+    recorders = [MemoryRecorder(), MemoryRecorder()]
+    results = train_pack(cfgs, recorders, [tmp_path / "blown", tmp_path / "mate"])
+    assert [(r.outcome, r.step) for r in results] == [(DIVERGED, 10), (FINISHED, 40)]
+    alone, _ = run(tiny + ["model.dropout=0", "seed=2"], tmp_path / "alone")
+    packed = recorders[1].metrics[VAL_REL_LLOYD]
+    assert [s for s, _ in packed] == [s for s, _ in alone.metrics[VAL_REL_LLOYD]]
+    assert [v for _, v in packed] == pytest.approx([v for _, v in alone.metrics[VAL_REL_LLOYD]], rel=1e-5)
+
+
 def test_nan_fault_is_a_test_only_variable_not_configuration(tiny, monkeypatch):
     cfg = compose(tiny)
     key, other = config_hash(cfg), config_hash(compose(tiny + ["seed=1"]))
@@ -199,6 +213,7 @@ KILLED_AT_20 = textwrap.dedent("""
     from config.compose import compose
     from tracking.mlflow_recorder import MlflowRecorder
     from training.loop import blown_up, default_workdir, objective_bound, train
+from training.packed import train_pack
 
     def on_eval(step, metrics, workdir):
         if step == 20:
