@@ -1058,6 +1058,50 @@ def evidence(ctx: Context, drawn: dict[str, Figure] | None = None) -> Evidence:
     )
 
 
+def combined(found: list[Evidence]) -> Evidence:
+    """One Evidence from several stores' (sweep=lite's d 4 runs and sweep=lite32's d 32 runs, each in its own
+    experiment): their runs side by side; a probe or history read goes to the evidences holding the runs
+    read; the grid, benchmarks and dissimilarity table are the first's that has them. So every claim is
+    judged once, on the runs of its scope wherever they were trained (large_lr_worse: d 4 from one, d 32
+    from the other)."""
+
+    def own(scoped: pd.DataFrame, e: Evidence) -> pd.DataFrame:
+        return scoped[scoped["run_id"].isin(e.runs["run_id"])]
+
+    def probe(scoped: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
+        rows, missing = [], []
+        for e in found:
+            if e.probe is not None and not own(scoped, e).empty:
+                part, why = e.probe(own(scoped, e), evaluation)
+                rows.append(part)
+                missing += [why] if why else []
+        empty = pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"])
+        return (pd.concat(rows, ignore_index=True) if rows else empty), "; ".join(missing)
+
+    def history(scoped: pd.DataFrame) -> pd.DataFrame:
+        parts = [e.history(own(scoped, e)) for e in found if e.history is not None]
+        return (
+            pd.concat(parts, ignore_index=True)
+            if parts
+            else pd.DataFrame(columns=["run_id", "step", "value"])
+        )
+
+    def first(attr: str):
+        return next((getattr(e, attr) for e in found if getattr(e, attr) is not None), None)
+
+    with_speed = next((e for e in found if e.speed is not None), found[0])
+    return Evidence(
+        pd.concat([e.runs for e in found], ignore_index=True),
+        first("grid"),
+        found[0].T,
+        probe,
+        history,
+        with_speed.speed,
+        with_speed.speed_source,
+        first("blocks"),
+    )
+
+
 def check(ctx: Context, drawn: dict[str, Figure] | None = None) -> list[Claim]:
     """Every claim of docs/science.md section 7.1 against ctx's store, in order, then the ones beyond it;
     `drawn`: the figures the report drew, whose data the claims reuse (see `evidence`)."""

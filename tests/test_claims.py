@@ -781,3 +781,34 @@ def test_shift_says_where_a_failing_model_leads_and_trails_lloyd() -> None:
         "shift=scale_0.2 L2-OH 0.850 vs Lloyd 0.800; leads Lloyd at t=1, trails Lloyd from t=20 on (margin"
     )
     assert expected in claim.numbers, claim.numbers
+
+
+def test_claims_judged_once_on_the_runs_of_two_stores() -> None:
+    """sweep=lite's d 4 runs in one store, sweep=lite32's d 32 runs in another: combined, large_lr_worse has
+    both halves (UNTESTED in each alone), the family claims read the d 32 store and their _lite twins the
+    d 4 one, and each probe read reaches only the store holding its runs."""
+    lr = GRID[GRID[SUBGRIDS].str.contains("lr")]
+    worse = RUN_CASES["large_lr_worse"][0]
+    d4 = pd.concat([runs_of(lr[lr[D] == 4], worse), runs_of(LITE_FAMILY_GRID, CAUCHY_WORSE, start=1000)])
+    d32 = pd.concat(
+        [runs_of(lr[lr[D] == 32], worse, start=2000), runs_of(FAMILY_GRID, CAUCHY_WORSE, start=3000)]
+    )
+    asked = []
+
+    def store(runs: pd.DataFrame) -> claims.Evidence:
+        def probe(scoped: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
+            assert set(scoped["run_id"]) <= set(runs["run_id"])  # only its own runs
+            asked.append(tuple(sorted(set(scoped[D]))))
+            return rows_of(TRANSFER), ""
+
+        return claims.Evidence(runs, GRID, T, probe=probe, history=history)
+
+    alone = [claims.judge(claims.RECORDS["large_lr_worse"], store(runs)) for runs in (d4, d32)]
+    assert [c.status for c in alone] == [UNTESTED, UNTESTED]
+    both = claims.combined([store(d4), store(d32)])
+    lr_claim = claims.judge(claims.RECORDS["large_lr_worse"], both)
+    assert lr_claim.status == PASS and "judged at d 4/32" in lr_claim.numbers, lr_claim.numbers
+    paper, lite = (claims.judge(claims.RECORDS[n], both) for n in ("cauchy_fails", "cauchy_fails_lite"))
+    assert (paper.status, lite.status) == (PASS, PASS)
+    assert "judged at d 32, k 10" in paper.numbers and "judged at d 4, k 6" in lite.numbers
+    assert sorted(asked) == [(4,), (32,)]
