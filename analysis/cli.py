@@ -91,13 +91,13 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
     try:
         runs = load_runs(uri, experiment, sweep=select["sweep"], subgrid=select["subgrid"])
     except NoRuns as err:
-        raise NoRuns(f"nothing to analyse: {err}.\n{_how_to_fill(uri, experiment)}") from None
+        raise NoRuns(f"nothing to analyse: {err}. {_how_to_fill(uri, experiment)}") from None
     if runs.empty:
         chosen = ", ".join(f"{k}={v}" for k, v in select.items() if v) or "no filter"
         raise NoRuns(
             f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs ({chosen}). "
             f"Every figure needs training runs with checkpoints and metrics (train_loss, "
-            f"val_rel_lloyd ...).\n{_how_to_fill(uri, experiment)}"
+            f"val_rel_lloyd ...). {_how_to_fill(uri, experiment)}"
         )
     benchmarks = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
     out_dir = Path(own["out"]) / experiment

@@ -15,7 +15,7 @@ from bench.common import configure, exit_codes_help, log, write
 from bench.pack import OP_PACKS, PACKS, SIZES, THREADS, bench_pack, parse_size, plan_from, table
 from config.compose import compose
 from models.options import REGULARIZERS
-from sweeper.entry import command
+from sweeper.entry import ArgumentParser, command
 
 COMMANDS = {
     "step": "the real training step against the straightforward one, alternately (bench/step.py)",
@@ -69,7 +69,7 @@ def positive(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
-    top = argparse.ArgumentParser(
+    top = ArgumentParser(
         prog="python -m bench", description=__doc__, epilog=exit_codes_help(), formatter_class=raw
     )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")

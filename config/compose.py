@@ -38,9 +38,9 @@ from models.options import EMBEDDINGS, REGULARIZERS
 from tasks.spec import TaskSpec
 
 # User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
-# replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (which is what
-# `--config-dir DIR` on a command line becomes, sweeper.entry), then $LEANER_CONFIG_DIR (directories joined
-# by os.pathsep).
+# replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (the form a sweep
+# hands its trials), then $LEANER_CONFIG_DIR (directories joined by os.pathsep), where `--config-dir DIR` on
+# a command line puts them for the command's life (sweeper.entry).
 SEARCHPATH = "hydra.searchpath"
 CONFIG_DIR_ENV = "LEANER_CONFIG_DIR"
 
@@ -49,6 +49,7 @@ def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictC
     """Compose conf/<config_name>.yaml with Hydra overrides, then validate it."""
     overrides = list(overrides)
     dirs = user_config_dirs(overrides)
+    _check_overrides(overrides, SCHEMAS[config_name])
     try:
         _initialize(dirs)
         cfg = hydra_compose(config_name=config_name, overrides=without_searchpath(overrides))
@@ -167,6 +168,62 @@ def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
 
 
 _TYPE_WORDS = {"integer": "an integer", "float": "a number", "boolean": "true or false", "string": "a string"}
+
+
+def _check_overrides(overrides: list[str], schema: type) -> None:
+    """Refuse what Hydra would take silently or fail on with a traceback: a key the schema does not have
+    added with + or ++ (or Hydra's own hydra.*, which no command reads), a key added under no chosen sweep,
+    a word without a key, and a boolean set to anything but true or false (OmegaConf reads 2, 0, yes and on
+    as booleans)."""
+    parser = OverridesParser.create()
+    for word in overrides:
+        try:
+            override = parser.parse_override(word)
+        except HydraException:
+            continue  # compose reports Hydra's own parse error, in one line
+        key = override.key_or_group
+        if not key:
+            raise ConfigError(f"{word!r} is not an override: write key=value")
+        if key == SEARCHPATH:
+            continue
+        kind = _schema_type(schema, key)
+        adds = override.is_add() or override.is_force_add()
+        if kind is None and (adds or key.startswith("hydra.")):
+            known = (
+                key.rsplit(".", 1)[0] if "." in key and _schema_type(schema, key.rsplit(".", 1)[0]) else ""
+            )
+            raise ConfigError(f"unknown key {key!r}: allowed keys are {', '.join(_keys_of(schema, known))}")
+        if adds and key.startswith("sweep.") and not _sweep_chosen(overrides):
+            raise ConfigError(f"{key} is set but no sweep is chosen: add sweep=NAME")
+        if kind is bool and not override.is_delete() and not isinstance(override.value(), bool):
+            raise ConfigError(f"{key}={override.value()!r} is not allowed: true or false")
+
+
+def _sweep_chosen(overrides: list[str]) -> bool:
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
+    return bool(chosen) and chosen[-1] != "none"
+
+
+_OPEN = object()  # the type of a key beneath a dict field (sweep.fixed, sweep.axes): any key is allowed
+
+
+def _schema_type(schema: type, key: str) -> Any:
+    """The type of `key` in the schema (Optional[T] as T); _OPEN beneath a dict field; None: no such key."""
+    node: Any = schema
+    for name in key.split("."):
+        if typing.get_origin(node) is dict:
+            return _OPEN
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        if name not in hints:
+            return None
+        node = _unwrap(hints[name])
+    return node
+
+
+def _unwrap(hint: Any) -> Any:
+    """Optional[T] as T; any other hint as it is."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
 
 
 def _keys_of(schema: type, parent: str) -> list[str]:

@@ -114,13 +114,18 @@ def command(
                 code = exit_codes.code_for(err)
                 if code is None:
                     raise
-                print(f"error: {err}", file=sys.stderr)
+                print(f"error: {one_line(err)}", file=sys.stderr)
                 return code
 
         run.script = script  # type: ignore[attr-defined]
         return run
 
     return wrap
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message on one line (a message quoting a multi-line error of MLflow or SQLite has more)."""
+    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 
 def _store_error(err: Exception) -> Exception | None:
