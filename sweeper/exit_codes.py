@@ -38,7 +38,11 @@ TABLE = (
         "them), or some figures of a report failed",
     ),
     ExitCode(CONFIG, "rejected command line or configuration, before any work", "config.schema.ConfigError"),
-    ExitCode(DIVERGED, "the training run diverged: non-finite loss or parameters (train, rerun)"),
+    ExitCode(
+        DIVERGED,
+        "the training run diverged: non-finite loss or parameters, or a validation objective above n*d "
+        "(train, rerun)",
+    ),
     ExitCode(
         TRACKING,
         "the MLflow tracking store is unreachable or unusable: damaged, truncated, another schema, a "
