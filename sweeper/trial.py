@@ -10,7 +10,9 @@ up to, so the driver's MlflowWriter stores points and checkpoint location in
 step. The trial's checkpoint is its work folder, one
 subfolder per member. A trial resumes from the checkpoint Tune gives back
 after a crash, or from the ones a restarted sweep found recorded in its
-members' unfinished MLflow runs.
+members' unfinished MLflow runs. On CUDA a trial caps its memory at its share
+of the GPU (training.gpu_share), and each report carries a sample of its
+process's CPU, memory and GPU (training.system_metrics) into every member's run.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class Reporter:
         self, members: list[str], work: Path, every: int = 1, sampler: SystemSampler | None = None
     ) -> None:
         self.work, self.every = work, every
-        self.sampler = sampler  # a training.system_metrics.SystemSampler: each report carries one sample
+        self.sampler = sampler  # each report carries one sample of the trial's process (system metrics)
         self.ended: set[str] = set()  # members whose end was reported: their runs take no more samples
         self.recorders = {key: TuneRecorder() for key in members}
         self.latest: dict[str, float] = {}  # member -> its last val_rel_lloyd

@@ -8,8 +8,12 @@ viewer as one page, its figures inline and the claims table in it.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 
 import browser
 import pytest
@@ -20,7 +24,15 @@ from support.sweeps import children
 
 from analysis.claims import CLAIMS
 from tracking import ui
-from tracking.names import CONFIGURATION, MLFLOW_PARENT_RUN_ID, REPORT_DIR, REPORT_HTML, VAL_REL_LLOYD
+from tracking.names import (
+    CONFIGURATION,
+    MLFLOW_PARENT_RUN_ID,
+    REPORT_DIR,
+    REPORT_HTML,
+    SYSTEM_METRICS,
+    SYSTEM_PREFIX,
+    VAL_REL_LLOYD,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +58,15 @@ def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, ui_on
     assert len(seeds_of) == 4 and all(len(names) == 2 for names in seeds_of.values())
     names = {run.info.run_name for run in runs}
     assert all(len(name) <= 40 and " s" in name for name in names), names  # short, e.g. OH-L2 tau1 ... s1
+    # A new browser, as a newcomer's: MLflow opens its Assistant panel over the table (docs/mlflow-ui.md).
+    driver.get(ui.runs_table(address, experiment))
+    browser.wait_for(driver, lambda: browser.assistant_open(driver), "the Assistant's panel on a first visit")
     browser.open_page(driver, ui.runs_table(address, experiment), "Group: ")  # grouped with no click
+    driver.get("about:blank")  # closed once, the panel stays closed: the page loaded anew
+    driver.get(ui.runs_table(address, experiment))
+    browser.wait_for(driver, lambda: "Group: " in browser.text(driver), "the grouped runs")
+    time.sleep(2)  # the UI opens the panel, when it does, as it loads: give it the time
+    assert not browser.assistant_open(driver)
     page = browser.text(driver)
     assert "Group by: configuration" in page and "matching runs" in page
     assert VAL_REL_LLOYD in browser.column_headers(driver)
@@ -78,3 +98,22 @@ def test_the_parent_run_shows_the_report_in_one_page(smoke_store, ui_on_smoke_st
     claims = [t for t in shown["tables"] if t[0][:2] == ["status", "name"]]
     assert claims and len(claims[0]) == 1 + len(CLAIMS), claims  # the header, the 18 claims and those beyond
     assert {row[0] for row in claims[0][1:]} <= {"PASS", "FAIL", "UNTESTED"}
+
+
+def test_a_sweep_runs_system_metrics_tab_shows_what_its_trial_sampled(smoke_store, ui_on_smoke_store):
+    """Each trial's CPU and memory samples (training.system_metrics), written by the driver under MLflow's
+    system/ names: served by the REST API at the run's evaluation steps, and charted in the run page's System
+    metrics tab, one chart each."""
+    address, driver = ui_on_smoke_store
+    run = children(smoke_store, "smoke")[0]
+    for key in SYSTEM_METRICS:
+        query = urllib.parse.urlencode({"run_id": run.info.run_id, "metric_key": key})
+        with urllib.request.urlopen(f"{address}/api/2.0/mlflow/metrics/get-history?{query}", timeout=30) as r:
+            points = json.load(r)["metrics"]
+        assert len(points) >= 2 and all(p["value"] >= 0 for p in points), (key, points)
+    page = ui.run_page(address, run.info.experiment_id, run.info.run_id, "system-metrics")
+    charts = [key.removeprefix(SYSTEM_PREFIX) for key in SYSTEM_METRICS]  # a chart's title: the name
+    browser.open_page(driver, page, charts[-1])
+    shown = browser.text(driver)
+    assert f"System metrics\n({len(SYSTEM_METRICS)})" in shown, shown[:2000]  # the section: five charts
+    assert all(title in shown for title in charts), shown[:2000]

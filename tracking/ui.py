@@ -27,14 +27,20 @@ def runs_table(uri: str, experiment_id: str) -> str:
 
 
 def run_page(uri: str, experiment_id: str, run_id: str, tab: str = "") -> str:
-    """A run's page; tab: "" (overview), "model-metrics" (its charts), "artifacts"."""
+    """A run's page; tab: "" (overview), "model-metrics" (its charts), "system-metrics", "artifacts"."""
     path = f"/{tab}" if tab else ""
     return f"{base_url(uri)}/#/experiments/{experiment_id}/runs/{run_id}{path}?{MODEL_TRAINING}"
+
+
+# MLflow 3.17's UI opens its Assistant panel over the page the first time a browser opens a UI on a loopback
+# address, and no server setting or view state closes it (docs/mlflow-ui.md): said where the address is.
+ASSISTANT = "(MLflow's Assistant panel opens over the runs at first: close it with its X, it stays closed)"
 
 
 def how_to_open(uri: str, address: str) -> str:
     """The command that serves a SQLite store, then the address; a server's address alone."""
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///")).resolve()
-        return f"browse it with:\n  mlflow ui --backend-store-uri sqlite:///{db}\n  then open {address}"
-    return f"open {address}"
+        serve = f"mlflow ui --backend-store-uri sqlite:///{db}"
+        return f"browse it with:\n  {serve}\n  then open {address}\n  {ASSISTANT}"
+    return f"open {address}\n  {ASSISTANT}"
