@@ -1,6 +1,6 @@
 """A real `mlflow ui` seen through headless Chromium (Debian's chromium and chromium-driver, via Selenium).
 
-Used by tests/test_mlflow_ui.py, and run as a script to retake the README's screenshots:
+Used by tests/test_mlflow_ui.py, and run as a script to retake the screenshots of docs/mlflow-ui.md:
 
     PYTHONPATH=.:tests python tests/browser.py sqlite:///PATH/mlflow.db docs/   # sweep=demo, then its report
 
@@ -98,6 +98,12 @@ def wait_for(driver, condition, what: str) -> None:
     )
 
 
+def assistant_open(driver) -> bool:
+    """Whether MLflow's Assistant panel shows. MLflow 3.17's UI opens it by itself on the first page a browser
+    loads from a loopback address (its local storage then remembers whether it is open)."""
+    return "MLflow Assistant" in text(driver)
+
+
 def open_page(driver, address: str, shows: str) -> None:
     """Load address, wait until the page shows the text `shows`, and close the assistant side panel."""
     from selenium.webdriver.common.by import By
@@ -177,9 +183,10 @@ def show_charts(driver) -> None:
 
 
 def screenshots(store_uri: str, folder: Path) -> None:
-    """The README's pictures of a store with a sweep `demo` that analysis.report has run on: the runs view the
-    sweep's link opens (docs/mlflow-runs-grouped.png), its charts (docs/mlflow-runs-charts.png) and the report
-    on the parent run (docs/mlflow-report.png)."""
+    """The pictures of docs/mlflow-ui.md, of a store with a sweep `demo` that analysis.report has run on: the
+    page the sweep's link opens in a new browser, MLflow's Assistant panel open over it
+    (docs/mlflow-first-visit.png), the runs view once it is closed (docs/mlflow-runs-grouped.png), its charts
+    (docs/mlflow-runs-charts.png) and the report on the parent run (docs/mlflow-report.png)."""
     from mlflow.tracking import MlflowClient
 
     from tracking import store, ui
@@ -189,7 +196,13 @@ def screenshots(store_uri: str, folder: Path) -> None:
     experiment = store.experiment_id(client, "leaner-clustering")  # installs the view where it is missing
     parent = client.search_runs([experiment], "attributes.run_name = 'sweep-demo'")[0].info.run_id
     with mlflow_ui(store_uri, folder / "mlflow-ui.log") as address, chromium(1700, 900) as driver:
-        open_page(driver, ui.runs_table(address, experiment), "Group: ")
+        driver.get(ui.runs_table(address, experiment))
+        wait_for(
+            driver, lambda: "Group: " in text(driver) and assistant_open(driver), "the Assistant's panel"
+        )
+        time.sleep(3)
+        driver.save_screenshot(str(folder / "mlflow-first-visit.png"))
+        open_page(driver, ui.runs_table(address, experiment), "Group: ")  # the panel closed
         time.sleep(3)
         driver.save_screenshot(str(folder / "mlflow-runs-grouped.png"))
         show_charts(driver)
