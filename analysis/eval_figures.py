@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ import torch
 from scipy.stats import wasserstein_distance
 
 from analysis.aggregate import divergence_note
+from analysis.checkpoint_eval import EvalSettings, length_left_out, lengths_of
 from analysis.context import REFERENCE, Context, eval_curves, narrow, scope, series_labels, varying
 from analysis.plot import Figure, MissingInput, draw_contours, draw_curves, draw_heatmap
 from analysis.style import LLOYD, short
@@ -104,14 +106,29 @@ def mixture_shift(ctx: Context) -> Figure:
 def length(ctx: Context) -> Figure:
     """Trained at one n; tested at n_train x {1/4, 1/2, 2, 4} (or eval.lengths), T steps, against Lloyd's."""
     runs, caveat = probed(ctx, "length", ctx.runs, ["model.embedding"])
+    finished = [run for _, run in runs[runs["outcome"] == FINISHED].iterrows()]
+    left_out = _lengths_left_out(finished, ctx.settings)
+    if not any(lengths_of(run, ctx.settings) for run in finished):
+        raise MissingInput(f"length: no test length fits the models' tasks ({'; '.join(left_out)})")
     series, styles = _series(runs)
     data = eval_curves(ctx, runs, "length", lambda t, r: "test n=" + t["n"].astype(str), series, ("reembed",))
-    files = draw_curves(data, styles, ctx.out_dir, "length", xlabel="step t", ylabel=YLABEL)
-    return Figure("length", data, list(runs["run_id"]), files, notes=caveat + _which(ctx, runs))
+    panels = sorted(set(data["panel"]), key=lambda p: int(p.removeprefix("test n=")))  # n ascending
+    files = draw_curves(data, styles, ctx.out_dir, "length", xlabel="step t", ylabel=YLABEL, panels=panels)
+    return Figure("length", data, list(runs["run_id"]), files, notes=caveat + left_out + _which(ctx, runs))
+
+
+def _lengths_left_out(runs: list[pd.Series], settings: EvalSettings) -> list[str]:
+    """A note per test length that some runs' tasks cannot have, with the number of runs and why."""
+    counts = Counter(item for run in runs for item in length_left_out(run, settings).items())
+    return [
+        f"test n={n} left out for {count} of {len(runs)} runs: {why}"
+        for (n, why), count in sorted(counts.items())
+    ]
 
 
 def family_transfer(ctx: Context) -> Figure:
-    """Train family x test family, T steps, against Lloyd's; and the table of steps 0, 1 and T (Table 1)."""
+    """Train family x test family, T steps, against Lloyd's; and their values at steps 0, 1 and T as a table
+    (family_transfer_table; not the paper's Table 1, which times GPU runs)."""
     runs, caveat = probed(ctx, "family_transfer", ctx.subgrid("family"), ["task.family", "model.embedding"])
     series, styles = _series(runs, "task.family")
     trained = [f for f in FAMILIES if f in set(runs["task.family"])]
@@ -149,12 +166,12 @@ def family_transfer(ctx: Context) -> Figure:
         data,
         list(runs["run_id"]),
         files,
-        tables={"table1": table1(data, ctx.settings.steps)},
+        tables={"family_transfer_table": transfer_table(data, ctx.settings.steps)},
         notes=notes,
     )
 
 
-def table1(data: pd.DataFrame, steps: int) -> pd.DataFrame:
+def transfer_table(data: pd.DataFrame, steps: int) -> pd.DataFrame:
     """Lloyd's and each model at steps 0, 1 and T per train/test family: median [q25, q75] across seeds."""
     rows = []
     for (panel, series), part in data.groupby(["panel", "series"], sort=False):

@@ -1,4 +1,5 @@
-"""Every figure of docs/science.md section 7 by name, in the order the report shows them."""
+"""Every figure of docs/science.md section 7 by name, in the order the report shows them: convergence, the
+headline's curves, first."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from analysis.context import Context
 from analysis.plot import Figure
 
 FIGURES: dict[str, Callable[[Context], Figure]] = {
-    "speed_memory": training_figures.speed_memory,
     "convergence": training_figures.convergence,
     "loss_surface": eval_figures.loss_surface,
     "multistep": eval_figures.multistep,
@@ -25,4 +25,5 @@ FIGURES: dict[str, Callable[[Context], Figure]] = {
     "ablation_clusters": partial(training_figures.ablation, subgrid="clusters"),
     "ablation_family": partial(training_figures.ablation, subgrid="family"),
     "time_to_quality": training_figures.time_to_quality,
+    "speed_memory": training_figures.speed_memory,
 }

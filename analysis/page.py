@@ -52,13 +52,18 @@ def image(folder: Path, name: str) -> str:
     return f'<img alt="{html.escape(Path(name).stem)}" src="data:image/png;base64,{data}">'
 
 
+def anchor(heading: str) -> str:
+    """A heading's anchor as GitHub makes it in index.md ('Not drawn' -> 'not-drawn'); this page's too."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
 def page(blocks: list[tuple[str, object]], folder: Path, title: str) -> str:
     """The blocks of analysis.report (h1, h2, h3, p, img, ul, table, pre) as an HTML document; images are
-    read from `folder`. Each h2 is an anchor of its text, as the index's contents link them."""
+    read from `folder`. Each h2 is an anchor (`anchor`), as the index's contents link them."""
     parts = []
     for kind, content in blocks:
         if kind == "h2":
-            parts.append(f'<h2 id="{html.escape(str(content))}">{inline(str(content))}</h2>')
+            parts.append(f'<h2 id="{anchor(str(content))}">{inline(str(content))}</h2>')
         elif kind in ("h1", "h3", "p"):
             parts.append(f"<{kind}>{inline(str(content))}</{kind}>")
         elif kind == "img":

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from analysis.style import LLOYD, LLOYD_COLOR  # noqa: E402
 
@@ -36,6 +37,7 @@ class Figure:
     files: list[Path] = field(default_factory=list)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    ylims: dict[str, tuple[float, float]] = field(default_factory=dict)  # panel -> y-range, where set
 
 
 def save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
@@ -67,8 +69,10 @@ def draw_curves(
     ncols: int | None = None,
     logy: bool = False,
     panels: list[str] | None = None,
+    ylims: dict[str, tuple[float, float]] | None = None,
 ) -> list[Path]:
-    """One panel per data.panel; in each, one median line and IQR band per series (Lloyd's black, on top)."""
+    """One panel per data.panel; in each, one median line and IQR band per series (Lloyd's black, on top);
+    `ylims`: a panel's y-range, where matplotlib's own would not do."""
     panels = panels or list(dict.fromkeys(data["panel"]))
     fig, axes = grid(len(panels), ncols)
     for ax, panel in zip(axes, panels):
@@ -92,6 +96,8 @@ def draw_curves(
                 linewidth=0,
             )
         label_axes(ax, panel, xlabel, ylabel, logy)
+        if ylims and panel in ylims:
+            ax.set_ylim(*ylims[panel])
     return save(legend(fig, axes[: len(panels)]), out_dir, name)
 
 
@@ -160,9 +166,13 @@ def label_axes(ax: plt.Axes, title: str, xlabel: str, ylabel: str, logy: bool) -
     ax.set_title(title, fontsize=8)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.tick_params(which="both", labelsize=7)
     if logy:
         ax.set_yscale("log")
+        # Plain numbers (4, 20, 0.9), not 4x10^0: a narrow log range is labelled at its minor ticks too.
+        plain = ticker.FuncFormatter(lambda value, _: f"{value:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
 
 
 def legend(fig: plt.Figure, axes) -> plt.Figure:

@@ -7,7 +7,8 @@ figure with the runs it used, and index.html, the same page in one self-containe
 images). A report on one sweep's runs is also stored in that sweep's parent MLflow run (artifacts
 report/), which then carries the sweep's summary as metrics (tracking.names.MEDIAN_FINAL,
 CLAIM_COUNTS), so that sweeps compare in the runs table. A figure whose inputs are not in the store is
-named in the index with what it needs, and the others are still drawn.
+listed once, at the end of the index, with what it needs; the others are still drawn. The index opens on the
+headline: the median final val_rel_lloyd per embedding and the claims' verdicts.
 Evaluations are cached (see analysis.checkpoint_eval), so a second report is fast.
 Prints `report: PATH` of index.md last.
 """
@@ -27,9 +28,10 @@ from analysis.claims import Claim, check, claims_table, write_csv, write_markdow
 from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context
 from analysis.figures import FIGURES
-from analysis.page import page
+from analysis.page import anchor, page
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
+from analysis.style import order
 from sweeper import console
 from sweeper.entry import command
 from sweeper.parent_run import attach_report, find_parent
@@ -79,11 +81,8 @@ def write_outputs(figure: Figure, out_dir: Path) -> None:
         (out_dir / f"{name}.md").write_text(markdown(table) + "\n")
 
 
-def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> list[Block]:
-    """A figure's part of the index: its image, the runs that made it, notes, tables; or why it is missing."""
-    if isinstance(result, str):
-        why, _, trace = result.partition("\n")
-        return [("h2", name), ("p", f"**Not drawn.** {why}")] + ([("pre", trace)] if trace else [])
+def section(name: str, ctx: Context, figure: Figure, seconds: float) -> list[Block]:
+    """A drawn figure's part of the index: its image, the runs that made it, notes, tables."""
     blocks: list[Block] = [
         ("h2", name),
         ("img", f"{name}.png"),
@@ -93,7 +92,7 @@ def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> li
             f"plotted data [{name}.csv]({name}.csv) ({seconds:.1f} s).",
         ),
     ]
-    used = ctx.runs[ctx.runs["run_id"].isin(result.run_ids)]
+    used = ctx.runs[ctx.runs["run_id"].isin(figure.run_ids)]
     if len(used):
         outcome = used["outcome"].value_counts().to_dict()
         used[["run_id", "run_name"]].to_csv(ctx.out_dir / f"{name}_runs.csv", index=False)
@@ -108,9 +107,9 @@ def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> li
         )
     else:
         blocks.append(("p", "Runs used: none (not from training runs)."))
-    if result.notes:
-        blocks.append(("ul", list(result.notes)))
-    for table_name, table in result.tables.items():
+    if figure.notes:
+        blocks.append(("ul", list(figure.notes)))
+    for table_name, table in figure.tables.items():
         blocks += [
             ("h3", table_name),
             ("p", f"[{table_name}.csv]({table_name}.csv), [{table_name}.md]({table_name}.md)"),
@@ -119,11 +118,112 @@ def section(name: str, ctx: Context, result: Figure | str, seconds: float) -> li
     return blocks
 
 
+NOT_DRAWN = "Not drawn"  # the index's last section: every figure the store cannot support, and why
+
+
+def not_drawn_section(missing: dict[str, str], failed: dict[str, str]) -> list[Block]:
+    """The figures left out, once, at the end: what each needs that the store lacks, and any that failed
+    (with the end of its traceback)."""
+    if not missing and not failed:
+        return []
+    blocks: list[Block] = [("h2", NOT_DRAWN)]
+    if missing:
+        blocks += [
+            ("p", "What this store cannot support (everything it can is drawn above):"),
+            ("ul", [f"**{name}**: {why.removeprefix(f'{name}: ')}" for name, why in missing.items()]),
+        ]
+    for name, error in failed.items():
+        why, _, trace = error.partition("\n")
+        blocks += [
+            ("p", f"**{name} failed** (a fault of the report, not of the store): {why}"),
+            ("pre", trace),
+        ]
+    return blocks
+
+
+def headline_table(ctx: Context) -> pd.DataFrame:
+    """Per embedding, over its finished runs of every configuration in the store: the median final
+    val_rel_lloyd and its inter-quartile range (the parent run's MEDIAN_FINAL metrics too)."""
+    finished = ctx.runs[(ctx.runs["outcome"] == FINISHED) & ctx.runs[VAL_REL_LLOYD].notna()]
+    rows = [
+        {
+            "embedding": embedding,
+            "finished runs": len(values),
+            f"median final {VAL_REL_LLOYD}": float(values.median()),
+            "IQR": f"[{values.quantile(0.25):.3g}, {values.quantile(0.75):.3g}]",
+        }
+        for embedding, values in finished.groupby("model.embedding")[VAL_REL_LLOYD]
+    ]
+    return pd.DataFrame(sorted(rows, key=lambda row: order("model.embedding", row["embedding"])))
+
+
+def verdicts(claims: list[Claim] | None, out_dir: Path) -> tuple[pd.DataFrame | None, str]:
+    """The claims' verdicts (name, status, beyond) and where they come from: judged by this report, else the
+    claims.csv beside it (`python -m analysis.claims` or an earlier full report), else none."""
+    if claims is not None:
+        return claims_table(claims), "judged by this report on this store; their numbers: [claims](#claims)"
+    path = out_dir / "claims.csv"
+    if path.exists():
+        written = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime))
+        return (
+            pd.read_csv(path),
+            f"from [claims.csv](claims.csv) beside this report, written {written}, not judged again by this "
+            "report of chosen figures; their numbers: [claims.md](claims.md)",
+        )
+    return None, (
+        "not judged by a report of chosen figures: `python -m analysis.report` (every figure) or "
+        "`python -m analysis.claims` judges them"
+    )
+
+
+def headline_section(ctx: Context, claims: list[Claim] | None) -> list[Block]:
+    """The index's first section: the median final val_rel_lloyd per embedding and the claims' verdicts."""
+    blocks: list[Block] = [("h2", "Headline")]
+    table = headline_table(ctx)
+    if table.empty:
+        blocks.append(("p", f"No finished run has a final {VAL_REL_LLOYD}."))
+    else:
+        blocks += [
+            (
+                "p",
+                f"Median final {VAL_REL_LLOYD} per embedding (the model's k-means objective on validation "
+                "tasks over that of one Lloyd step: below 1 beats it), over its finished runs:",
+            ),
+            ("table", table),
+        ]
+    found, source = verdicts(claims, ctx.out_dir)
+    if found is None:
+        return blocks + [("p", f"The paper's claims: {source}.")]
+    paper = found[~found["beyond"].astype(bool)]
+    counts = ", ".join(f"{(paper['status'] == s).sum()} {s}" for s in CLAIM_COUNTS)
+    rows = [
+        {
+            "verdict": status,
+            "claims": ", ".join(
+                f"`{c.name}`" + (" (beyond the paper)" if c.beyond else "")
+                for c in found[found["status"] == status].itertuples()
+            ),
+        }
+        for status in CLAIM_COUNTS
+        if (found["status"] == status).any()
+    ]
+    return blocks + [
+        ("p", f"The paper's {len(paper)} claims: {counts} ({source})."),
+        ("table", pd.DataFrame(rows)),
+    ]
+
+
 def build(ctx: Context, names: list[str]) -> tuple[Path, int, list[Claim] | None]:
     """Draw the figures, write index.md and index.html; returns the index's path, the number of figures
-    that failed with an error, and the claims (checked by the full report only)."""
+    that failed with an error, and the claims (checked by the full report only).
+
+    The index leads with the headline, then the drawn figures in FIGURES' order and the claims, and ends,
+    once, with what was not drawn and why."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    sections, failed, drawn = [], 0, {}
+    sections: list[Block] = []
+    drawn: dict[str, Figure] = {}
+    missing: dict[str, str] = {}
+    failed: dict[str, str] = {}
     lines = console.lines_not_bars()  # in a log file: a line per figure, not a bar redrawn
     for i, name in enumerate(bar := tqdm(names, desc="report", unit="figure", disable=lines)):
         bar.set_postfix_str(name)
@@ -131,38 +231,47 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int, list[Claim] | None
             print(f"report: figure {i + 1}/{len(names)}: {name}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         try:
-            result: Figure | str = FIGURES[name](ctx)
-            write_outputs(result, ctx.out_dir)
-            drawn[name] = result
+            figure = FIGURES[name](ctx)
+            write_outputs(figure, ctx.out_dir)
         except MissingInput as err:
-            result = f"Missing input: {err}"
+            missing[name] = str(err)
+            continue
         except Exception as err:  # one broken figure must not take the report down; the index says why
-            failed += 1
-            result = f"Failed: {type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"
-        sections += section(name, ctx, result, time.perf_counter() - start)
+            failed[name] = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"
+            continue
+        drawn[name] = figure
+        sections += section(name, ctx, figure, time.perf_counter() - start)
+    claims = None
+    if set(names) == set(FIGURES):  # the full report also checks the paper's claims, on what it drew
+        claims = check(ctx, drawn)
+        sections += claims_section(claims, ctx.out_dir)
+    sections += not_drawn_section(missing, failed)
     outcomes = ctx.runs["outcome"].value_counts().to_dict().items()
+    contents = [
+        "Headline",
+        *drawn,
+        *(["claims"] if claims else []),
+        *([NOT_DRAWN] if missing or failed else []),
+    ]
     head: list[Block] = [
         ("h1", f"Report: experiment `{ctx.experiment}`"),
         (
             "p",
             f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
-            f"({', '.join(f'{v} {k}' for k, v in outcomes)}). "
+            f"({', '.join(f'{v} {k}' for k, v in outcomes)}); {len(drawn)} of {len(names)} figures drawn. "
             "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the "
             "median across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and "
             "counted.",
         ),
         ("p", f"Checkpoints: {ctx.settings.checkpoint_note()}."),
-        ("p", "Contents: " + ", ".join(f"[{n}](#{n})" for n in names)),
+        ("p", "Contents: " + ", ".join(f"[{n}](#{anchor(n)})" for n in contents)),
     ]
-    claims = None
-    if set(names) == set(FIGURES):  # the full report also checks the paper's claims, on what it drew
-        claims = check(ctx, drawn)
-        sections += claims_section(claims, ctx.out_dir)
+    body = headline_section(ctx, claims) + sections
     index = ctx.out_dir / "index.md"
     inline = ("p", f"The same page with its figures inline, in one file: [{REPORT_HTML}]({REPORT_HTML}).")
-    index.write_text(to_markdown([*head[:3], inline, *head[3:], *sections]))
-    (ctx.out_dir / REPORT_HTML).write_text(page(head + sections, ctx.out_dir, f"Report: {ctx.experiment}"))
-    return index, failed, claims
+    index.write_text(to_markdown([*head[:3], inline, *head[3:], *body]))
+    (ctx.out_dir / REPORT_HTML).write_text(page(head + body, ctx.out_dir, f"Report: {ctx.experiment}"))
+    return index, len(failed), claims
 
 
 def claims_section(claims: list[Claim], out_dir: Path) -> list[Block]:
@@ -183,14 +292,10 @@ def claims_section(claims: list[Claim], out_dir: Path) -> list[Block]:
 
 
 def summary(ctx: Context, claims: list[Claim] | None) -> dict[str, float]:
-    """The sweep's summary as metrics of its parent run: per embedding the median final val_rel_lloyd of its
-    finished runs; the claims passed, failed and untested when the full report checked them."""
-    finished = ctx.runs[ctx.runs["outcome"] == FINISHED]
-    out = {
-        MEDIAN_FINAL + str(embedding): float(values.median())
-        for embedding, values in finished.groupby("model.embedding")[VAL_REL_LLOYD]
-        if values.notna().any()
-    }
+    """The sweep's summary as metrics of its parent run: the headline's median final val_rel_lloyd per
+    embedding; the claims passed, failed and untested when the full report checked them."""
+    median = f"median final {VAL_REL_LLOYD}"
+    out = {MEDIAN_FINAL + str(row["embedding"]): row[median] for _, row in headline_table(ctx).iterrows()}
     if claims is not None:
         out.update(
             {name: float(sum(c.status == status for c in claims)) for status, name in CLAIM_COUNTS.items()}

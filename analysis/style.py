@@ -7,12 +7,12 @@ figure (OH, BN, NA; L2, NE); Lloyd's algorithm is always black.
 from __future__ import annotations
 
 from config.identity import EMBEDDINGS, REGULARIZERS
+from tracking.view import EMBEDDING_COLORS  # the MLflow UI's run colours too
 
 LLOYD = "Lloyd"
 LLOYD_COLOR = "black"
 
 SHORT = {"model.embedding": EMBEDDINGS, "loss.regularizer": REGULARIZERS}  # the run names' labels too
-EMBEDDING_COLORS = {"onehot": "tab:blue", "binary": "tab:orange", "none": "tab:green"}
 REGULARIZER_STYLES = {"l2": "-", "ne": "--"}
 # Axis values that are neither embeddings nor regularizers (lr, n, d, k, family, ...) cycle through these.
 CYCLE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
@@ -26,6 +26,7 @@ AXIS_NAMES = {
     "task.init": "init",
     "model.embedding": "emb",
     "loss.regularizer": "reg",
+    "train.steps": "steps",
 }
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
 from analysis.context import Context, lloyd_reference, metric_curves, narrow, series_labels, varying
 from analysis.plot import CURVE_COLUMNS, Figure, MissingInput, draw_curves, draw_points
-from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, short
+from analysis.style import AXIS_NAMES, EMBEDDING_COLORS, LLOYD, short
 from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_REL_LLOYD
 
 MEASURES = ("forward_seconds", "backward_seconds", "peak_memory_bytes")
@@ -38,21 +39,71 @@ def _panel(runs: pd.DataFrame, keys: list[str], prefix: str = "") -> pd.Series:
 
 
 def convergence(ctx: Context) -> Figure:
-    """train_loss and val_rel_lloyd against step, by tau, regularizer, embedding and d."""
-    runs = narrow(ctx.subgrid("tau"), keep=["loss.tau", "loss.regularizer", "model.embedding", "task.d"])
+    """train_loss and val_rel_lloyd against step, by tau, regularizer, embedding and d, each run at its own
+    length (a sweep may train tau 1 shorter than tau 0.1: the panels then name their steps)."""
+    keep = ["loss.tau", "loss.regularizer", "model.embedding", "task.d", "train.steps"]
+    runs = narrow(ctx.subgrid("tau"), keep=keep)
+    runs = runs.sort_values(["task.d", "loss.tau", "train.steps"], kind="stable")  # panel order
     series, styles = series_labels(runs, SERIES)
+    facets = ["task.d", "loss.tau"] + (["train.steps"] if runs["train.steps"].nunique() > 1 else [])
     parts = []
     for metric in (TRAIN_LOSS, VAL_REL_LLOYD):
-        panel = _panel(runs, ["task.d", "loss.tau"], f"{metric} | ")
+        panel = _panel(runs, facets, f"{metric} | ")
         curves = metric_curves(ctx, runs, metric, panel, series)
         parts.append(lloyd_reference(curves) if metric == VAL_REL_LLOYD else curves)
     data = pd.concat(parts, ignore_index=True)
-    n_cols = data.loc[data["panel"].str.startswith(TRAIN_LOSS), "panel"].nunique()
+    panels = [
+        p
+        for p in dict.fromkeys(_panel(runs, facets))
+        for p in (f"{TRAIN_LOSS} | {p}", f"{VAL_REL_LLOYD} | {p}")
+    ]
+    panels = [p for p in panels if p in set(data["panel"])]
+    ylims = without_first_points(data)
     files = draw_curves(
-        data, styles, ctx.out_dir, "convergence", xlabel="step", ylabel="value (log)", logy=True, ncols=n_cols
+        data,
+        styles,
+        ctx.out_dir,
+        "convergence",
+        xlabel="step",
+        ylabel="value (log)",
+        logy=True,
+        ncols=2,
+        panels=panels,
+        ylims=ylims,
     )
-    notes = [f"tau sub-grid: {ctx.coverage('tau')}"]
-    return Figure("convergence", data, list(runs["run_id"]), files, notes=notes)
+    notes = [
+        f"tau sub-grid: {ctx.coverage('tau')}",
+        "each panel's y-range leaves out every curve's first point (the untrained model: up to "
+        f"{_first_points(data).max():.3g}), so that the trained models and Lloyd's line stay apart; "
+        "convergence.csv holds every point",
+    ]
+    return Figure("convergence", data, list(runs["run_id"]), files, notes=notes, ylims=ylims)
+
+
+def _first_points(data: pd.DataFrame) -> pd.Series:
+    """Each model curve's first median (its earliest logged step)."""
+    models = data[data["series"] != LLOYD]
+    return models.loc[models.groupby(["panel", "series"])["x"].idxmin(), "median"]
+
+
+def without_first_points(data: pd.DataFrame, margin: float = 0.05) -> dict[str, tuple[float, float]]:
+    """Per panel, a log y-range over every curve's IQR band but its first point, and Lloyd's line: the
+    untrained model's point (val_rel_lloyd up to ~60) would squash everything else together near 1. The
+    range is widened by `margin` of its (log) width on each side."""
+    ranges = {}
+    for panel, part in data.groupby("panel", sort=False):
+        first = part.groupby("series")["x"].transform("min")
+        shown = part[(part["x"] > first) | (part["series"] == LLOYD)]
+        shown = shown if not shown.empty else part  # curves of a single point: nothing to leave out
+        values = np.log10(
+            pd.concat([shown["q25"], shown["q75"], shown["median"]]).where(lambda v: v > 0).dropna()
+        )
+        if values.empty:
+            continue
+        low, high = values.min(), values.max()
+        pad = margin * max(high - low, 0.1)
+        ranges[panel] = (float(10 ** (low - pad)), float(10 ** (high + pad)))
+    return ranges
 
 
 def final_values(runs: pd.DataFrame, axis: str, panel: pd.Series, series: pd.Series) -> pd.DataFrame:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
 from analysis.runs import load_runs
-from analysis.style import LLOYD
+from analysis.style import EMBEDDING_COLORS, LLOYD
 from bench.step_seconds import bench_step_seconds
 from config.compose import compose
 from models.exact import ExactLloydTransformer
@@ -41,6 +42,7 @@ from tracking.names import (
     EVAL_OF,
     EVALUATION_LINK,
     MLFLOW_PARENT_RUN_ID,
+    MLFLOW_RUN_COLOR,
     REPORT_DIR,
     SEED,
     SUBGRIDS,
@@ -151,7 +153,7 @@ def test_each_figure_returns_what_it_plotted(ctx: Context, smoke_store: str, nam
         trained = {f for f in ("normal", "cauchy") if _expected_embeddings(smoke_store, f)}
         assert {p.split(" | ")[1] for p in panels} == {f"test {f}" for f in FAMILIES}
         assert {p.split(" | ")[0].split(" (")[0] for p in panels} == {f"train {f}" for f in trained}
-        assert set(figure.tables["table1"]["test"]) == set(FAMILIES)
+        assert set(figure.tables["family_transfer_table"]["test"]) == set(FAMILIES)
     elif name == "ablation_family":
         assert panels == {"d=4, tau=1"} and series == {"OH-L2"}
         assert set(data.loc[data["series"] != LLOYD, "x"]) == {"normal", "cauchy"}
@@ -214,6 +216,24 @@ def test_convergence_medians_match_mlflow_histories(ctx: Context, smoke_store: s
 
 
 @pytest.mark.slow
+def test_convergence_y_range_leaves_out_the_untrained_spike(ctx: Context) -> None:
+    """Each panel's y-range holds every curve's final median and Lloyd's line, not the untrained model's
+    first point (val_rel_lloyd ~12-60 on the smoke store, against ~3-5 once trained)."""
+    figure = FIGURES["convergence"](ctx)
+    data = figure.data
+    assert set(figure.ylims) == set(data["panel"]) and len(figure.ylims) == 2
+    for panel, (low, high) in figure.ylims.items():
+        curves = data[(data["panel"] == panel) & (data["series"] != LLOYD)].sort_values("x")
+        firsts = curves.groupby("series")["median"].first()
+        finals = curves.groupby("series")["median"].last()
+        assert firsts.max() > high, (panel, firsts.max(), high)  # the spike lies above the range
+        assert ((low <= finals) & (finals <= high)).all(), (panel, finals.to_dict(), low, high)
+        if panel.startswith(VAL_REL_LLOYD):
+            assert low < 1 < high  # Lloyd's line
+    assert any("leaves out every curve's first point" in note for note in figure.notes)
+
+
+@pytest.mark.slow
 def test_loss_surface_centre_is_the_trained_models_loss(ctx: Context, smoke_store: str) -> None:
     run = ctx.runs[(ctx.runs["model.embedding"] == "onehot") & (ctx.runs["task.family"] == "normal")].iloc[0]
     table = ctx.evaluator("loss_surface", run)
@@ -257,7 +277,10 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
     text = index.read_text()
     assert "![length](length.png)" in text and "Runs used: 6" in text
     assert "Checkpoints: probes load each run's `checkpoints/last.pt` (eval.checkpoint=last" in text
-    assert "## speed_memory" in text and "Missing input" in text
+    assert "## speed_memory" not in text  # not drawn: named once, at the end, with what it needs
+    assert text.split("## Not drawn")[1].startswith("\n\nWhat this store cannot support")
+    assert "- **speed_memory**: needs the benchmark's JSON" in text
+    assert "The paper's claims: not judged by a report of chosen figures" in text
     assert (index.parent / "length.png").stat().st_size > 1000
     client = MlflowClient(smoke_store)
     evaluations = client.get_experiment_by_name(f"{EXPERIMENT}-evaluations")
@@ -445,3 +468,49 @@ def test_speed_memory_plots_the_benchmark_rows(ctx: Context, tmp_path: Path) -> 
                         & (data["x"] == row["k"])
                     ]
                     assert hit["median"].item() == value
+
+
+@pytest.mark.slow
+def test_full_report_opens_on_the_headline_and_lists_what_it_left_out(
+    smoke_store: str, tmp_path: Path
+) -> None:
+    """The whole report on the smoke store (n 16, k 6: the test length n x 1/4 = 4 cannot hold 6 clusters)
+    exits 0; index.md and index.html open on the headline (the median final val_rel_lloyd per embedding,
+    against MlflowClient's own final values, and the claims' verdicts), draw convergence first, and name
+    every figure they left out, and why, once, at the end.
+
+    Last in this file: its length evaluations (other eval settings) relink the store's training runs to
+    them, which test_report_cli_writes_index_and_reuses_evaluations checks for its own."""
+    small = [arg for arg in SMALL_EVAL if not arg.startswith("eval.lengths=")]
+    args = [f"tracking.uri={smoke_store}", f"out={tmp_path}", "speed_json=null", "step_json=null"]
+    assert report.main([*args, *small, "eval.lengths=[]"]) == 0
+    folder = tmp_path / EXPERIMENT
+    text = (folder / "index.md").read_text()
+    headings = [line.removeprefix("## ") for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["Headline", "convergence"] and headings[-2:] == ["claims", "Not drawn"]
+    left_out = text.split("## Not drawn")[1]
+    for name in ("speed_memory", "time_to_quality", *ABSENT):
+        assert name not in headings and f"- **{name}**: " in left_out and "needs" in left_out
+    assert text.count("needs the `lr` sub-grid") == 2  # said once for each lr figure, at the end only
+    assert "test n=4 left out for " in text and "task.n=4 is not allowed: an integer >= k (k=6)" in text
+    headline = text.split("## Headline")[1].split("## convergence")[0]
+    client = MlflowClient(smoke_store)
+    finished = client.search_runs(
+        [client.get_experiment_by_name(EXPERIMENT).experiment_id], "attributes.status = 'FINISHED'"
+    )
+    finals: dict[str, list[float]] = {}
+    for run in finished:
+        if "config_hash" in run.data.tags:
+            embedding = run.data.params["model.embedding"]
+            finals.setdefault(embedding, []).append(run.data.metrics[VAL_REL_LLOYD])
+            assert run.data.tags[MLFLOW_RUN_COLOR] == EMBEDDING_COLORS[embedding]  # the UI's colour, as here
+    for embedding, values in finals.items():
+        assert f"| {embedding} | {len(values)} | {float(np.median(values)):.4g} |" in headline, embedding
+    assert "The paper's 18 claims: " in headline and "| PASS | `cauchy_dissimilar`" in headline
+    html_ids = re.findall(r'<h2 id="([^"]+)"', (folder / "index.html").read_text())
+    assert html_ids[:2] == ["headline", "convergence"] and html_ids[-1] == "not-drawn"
+    counts = re.search(r"The paper's 18 claims: (\d+ PASS, \d+ FAIL, \d+ UNTESTED)", headline).group(1)
+    # A report of chosen figures judges no claim: its headline reads the claims.csv the full one left.
+    assert report.main([*args, *small, "eval.lengths=[]", "figures=[convergence]"]) == 0
+    again = (folder / "index.md").read_text().split("## convergence")[0]
+    assert f"The paper's 18 claims: {counts} (from [claims.csv](claims.csv) beside this report" in again

@@ -48,6 +48,7 @@ from tracking.names import (
     OUTCOME,
     SEED,
     SUBGRIDS,
+    TRAIN_LOSS,
     VAL_REL_LLOYD,
 )
 from training.loop import train
@@ -82,11 +83,21 @@ ALL_DIVERGED = {
 SETTINGS = EvalSettings.configured(device="cpu")
 
 
-def _log_runs(client: MlflowClient, exp_id: str, subgrid: str, axes: dict, rng: np.random.Generator) -> None:
-    """One run per configuration of the product of `axes` and seed, as sweeper.train logs it."""
+def _log_runs(
+    client: MlflowClient,
+    exp_id: str,
+    subgrid: str,
+    axes: dict,
+    rng: np.random.Generator,
+    steps: dict[float, int] | None = None,
+) -> None:
+    """One run per configuration of the product of `axes` and seed, as sweeper.train logs it; `steps`: a tau's
+    train.steps where not 20 (points at 0, steps / 2 and steps, train_loss too)."""
     base = compose(BASE)  # composed once: the typed config's own assignment checks each value below
     for values in itertools.product(*axes.values()):
         config = dict(zip(axes, values))
+        if steps:
+            config |= {"train.steps": steps[config["loss.tau"]]}
         for seed in SEEDS:
             cfg = base.copy()
             for key, value in {**config, "seed": seed}.items():
@@ -100,9 +111,14 @@ def _log_runs(client: MlflowClient, exp_id: str, subgrid: str, axes: dict, rng: 
                 "mlflow.runName": run_name(cfg),
             }
             run_id = client.create_run(exp_id, tags=tags).info.run_id
+            at = (0, cfg.train.steps // 2, cfg.train.steps)
             points = [
-                Metric(VAL_REL_LLOYD, float(v), 1000 * s, s) for s, v in zip(STEPS, rng.lognormal(0, 0.3, 3))
+                Metric(VAL_REL_LLOYD, float(v), 1000 * s, s) for s, v in zip(at, rng.lognormal(0, 0.3, 3))
             ]
+            if steps:
+                points += [
+                    Metric(TRAIN_LOSS, float(v), 1000 * s, s) for s, v in zip(at, rng.lognormal(2, 0.3, 3))
+                ]
             client.log_batch(
                 run_id, metrics=points, params=[Param(k, v) for k, v in flat_params(cfg).items()]
             )
@@ -119,6 +135,22 @@ def store(tmp_path_factory, _empty_store: Path) -> str:
     rng = np.random.default_rng(0)
     _log_runs(client, exp_id, "clusters", CLUSTERS, rng)
     _log_runs(client, exp_id, "lr", LR, rng)
+    return uri
+
+
+TAU = {"loss.tau": (1.0, 0.1), "loss.regularizer": ("l2", "ne"), "model.embedding": ("onehot", "binary")}
+TAU_STEPS = {1.0: 10, 0.1: 20}  # tau 1 trained shorter, as sweep=lite does (4,000 and 10,000 steps)
+
+
+@pytest.fixture(scope="module")
+def tau_store(tmp_path_factory, _empty_store: Path) -> str:
+    """A `tau` sub-grid whose tau 1 runs train 10 steps and tau 0.1 runs 20."""
+    root = tmp_path_factory.mktemp("tau_store")
+    shutil.copyfile(_empty_store, root / "mlflow.db")
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment(EXPERIMENT, artifact_location=(root / "artifacts").as_uri())
+    _log_runs(client, exp_id, "tau", TAU, np.random.default_rng(1), steps=TAU_STEPS)
     return uri
 
 
@@ -219,6 +251,29 @@ def test_ablation_lr_and_its_step_curves(ctx: Context, store: str) -> None:
     assert sorted(curve.index) == list(STEPS)
     for step, values in history.items():
         assert curve.loc[step, "median"] == pytest.approx(np.median(values), rel=1e-12)
+
+
+def test_convergence_draws_each_run_at_its_own_length(tau_store: str, tmp_path: Path) -> None:
+    """Every run of the tau sub-grid is drawn, tau 1 to its 10 steps, tau 0.1 to its 20, each curve the median
+    of MlflowClient's own points at each step."""
+    runs = load_runs(tau_store, EXPERIMENT)
+    figure = FIGURES["convergence"](Context.build(tau_store, EXPERIMENT, runs, SETTINGS, tmp_path))
+    assert set(figure.run_ids) == set(runs["run_id"])
+    data = figure.data[figure.data["series"] != LLOYD]
+    client = MlflowClient(tau_store)
+    for tau, steps in TAU_STEPS.items():
+        for metric in (TRAIN_LOSS, VAL_REL_LLOYD):
+            panel = data[data["panel"] == f"{metric} | d=4, tau={tau:g}, steps={steps}"]
+            assert set(panel["series"]) == {"OH-L2", "OH-NE", "BN-L2", "BN-NE"}
+            chosen = runs[(runs["loss.tau"] == tau) & (runs["model.embedding"] == "binary")]
+            chosen = chosen[chosen["loss.regularizer"] == "ne"]
+            values = [
+                [m.value for m in client.get_metric_history(r, metric) if m.step == steps]
+                for r in chosen["run_id"]
+            ]
+            final = panel[(panel["series"] == "BN-NE") & (panel["x"] == steps)]["median"].item()
+            assert final == pytest.approx(np.median(values), rel=1e-12)
+            assert panel["x"].max() == steps
 
 
 def test_missing_sub_grids_are_named(ctx: Context) -> None:

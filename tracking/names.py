@@ -51,6 +51,7 @@ MLFLOW_SOURCE_TYPE = "mlflow.source.type"
 MLFLOW_USER = "mlflow.user"
 MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
+MLFLOW_RUN_COLOR = "mlflow.runColor"  # a run's colour in the UI's charts and table (hex); tracking.view
 
 # Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
 EXPERIMENT_KIND = "mlflow.experimentKind"

@@ -1,9 +1,10 @@
 """The tags that make a run readable in the MLflow UI, beside the ones the code relies on.
 
 A seed-free `configuration` tag (MLflow's "Group by" puts the seeds of a
-configuration together), a description in words (the run page's
-Description, tag mlflow.note.content), and MLflow's own source tags (the
-runs table's Source and User columns, the run page's git commit).
+configuration together), the run's colour (its embedding's, tracking.view), a
+description in words (the run page's Description, tag mlflow.note.content), and
+MLflow's own source tags (the runs table's Source and User columns, the run
+page's git commit).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from tracking.names import (
     CONFIGURATION,
     EVALUATION_LINK,
     MLFLOW_GIT_COMMIT,
+    MLFLOW_RUN_COLOR,
     MLFLOW_RUN_NOTE,
     MLFLOW_SOURCE_NAME,
     MLFLOW_SOURCE_TYPE,
     MLFLOW_USER,
 )
 from tracking.recorder import git_commit
+from tracking.view import EMBEDDING_COLORS
 
 
 def training_tags(cfg: DictConfig) -> dict[str, str]:
@@ -36,6 +39,7 @@ def training_tags(cfg: DictConfig) -> dict[str, str]:
     return {
         CONFIGURATION: configuration_name(cfg),
         MLFLOW_RUN_NOTE: description(cfg),
+        MLFLOW_RUN_COLOR: EMBEDDING_COLORS[cfg.model.embedding],
         **source_tags(),
         **operational_values(cfg),
     }

@@ -12,6 +12,13 @@ run shown in the charts (the UI's default draws the first 10), columns for the f
 val_rel_lloyd, train_loss, embedding, regularizer, tau, seed and outcome, and log-scale line charts:
 val_rel_lloyd runs from about 60 for the untrained model of step 0 down to about 1, and only a log axis
 keeps 0.9 apart from 1 and 1.4. The sweep's trial counters (on the parent run) get no chart.
+
+Colours: a view state holds none. MLflow 3.17's UI colours a run by its `mlflow.runColor` tag (read when runs
+load), so every training run carries its embedding's colour (tracking.run_tags), the colours the report's
+figures use too (analysis.style). A group of seeds is coloured from the browser's local storage
+(`experimentRunColors`) or a colour derived from the group's id, which no server-side state can set: the
+grouped charts of this view keep MLflow's colours; with Group by set to none each run is drawn in its
+embedding's colour.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 
+# One colour per embedding, in the report's figures and the MLflow UI (matplotlib's tab:blue, tab:orange and
+# tab:green, as hex: the UI takes CSS colours).
+EMBEDDING_COLORS = {"onehot": "#1f77b4", "binary": "#ff7f0e", "none": "#2ca02c"}
 KEY = "by-configuration"  # the share key in the address
 TAG = f"mlflow.sharedViewState.{KEY}"
 NAME = "Seeds by configuration"  # as the UI's view menu lists it
