@@ -54,7 +54,7 @@ def test_help_anywhere_prints_the_usage_and_exits_0(script, where, capsys):
 
 HELP_SHOWS = {  # a line of each command's options in its --help
     "leaner-train": "  task: ",
-    "leaner-sweep": "  sweep: demo, lite, none, paper, points, smoke\n",
+    "leaner-sweep": "  sweep: demo, lite, lite32, none, paper, points, smoke\n",
     "leaner-report": "  eval.batches=4\n",
     "leaner-claims": "  select.sweep=null\n",
     "leaner-rerun": "  tracking.uri=URI  the store",
@@ -85,7 +85,7 @@ def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch)
 
 def test_training_commands_list_every_group_option_in_their_help(capsys):
     _, out, _ = run_main(train.main, ["--help"], capsys)
-    assert "  tracking: local, server\n" in out and "  sweep: demo, lite, none, paper, points, smoke\n" in out
+    assert "  tracking: local, server\n" in out and "  sweep: demo, lite, lite32, none, paper, points, smoke\n" in out
 
 
 @pytest.mark.slow  # two interpreters importing torch and MLflow: about 10 s
