@@ -42,10 +42,10 @@ from tracking.names import (
     EVAL_OF,
     EVALUATION_LINK,
     MLFLOW_PARENT_RUN_ID,
-    MLFLOW_RUN_COLOR,
     REPORT_DIR,
     SEED,
     SUBGRIDS,
+    UI_RUN_COLOR,
     VAL_REL_LLOYD,
 )
 from training.loop import train
@@ -503,7 +503,7 @@ def test_full_report_opens_on_the_headline_and_lists_what_it_left_out(
         if "config_hash" in run.data.tags:
             embedding = run.data.params["model.embedding"]
             finals.setdefault(embedding, []).append(run.data.metrics[VAL_REL_LLOYD])
-            assert run.data.tags[MLFLOW_RUN_COLOR] == EMBEDDING_COLORS[embedding]  # the UI's colour, as here
+            assert run.data.tags[UI_RUN_COLOR] == EMBEDDING_COLORS[embedding]  # the UI's colour, as here
     for embedding, values in finals.items():
         assert f"| {embedding} | {len(values)} | {float(np.median(values)):.4g} |" in headline, embedding
     assert "| PASS | `cauchy_dissimilar`" in headline

@@ -85,7 +85,8 @@ def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch)
 
 def test_training_commands_list_every_group_option_in_their_help(capsys):
     _, out, _ = run_main(train.main, ["--help"], capsys)
-    assert "  tracking: local, server\n" in out and "  sweep: demo, lite, lite32, none, paper, points, smoke\n" in out
+    assert "  tracking: local, server\n" in out
+    assert "  sweep: demo, lite, lite32, none, paper, points, smoke\n" in out
 
 
 @pytest.mark.slow  # two interpreters importing torch and MLflow: about 10 s

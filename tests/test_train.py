@@ -212,8 +212,7 @@ KILLED_AT_20 = textwrap.dedent("""
     import os, signal, sys
     from config.compose import compose
     from tracking.mlflow_recorder import MlflowRecorder
-    from training.loop import blown_up, default_workdir, objective_bound, train
-from training.packed import train_pack
+    from training.loop import default_workdir, train
 
     def on_eval(step, metrics, workdir):
         if step == 20:

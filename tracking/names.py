@@ -51,7 +51,9 @@ MLFLOW_SOURCE_TYPE = "mlflow.source.type"
 MLFLOW_USER = "mlflow.user"
 MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
-MLFLOW_RUN_COLOR = "mlflow.runColor"  # a run's colour in the UI's charts and table (hex); tracking.view
+# A run's colour in the UI's charts and table (hex; tracking.view). Not in mlflow.utils.mlflow_tags: only
+# MLflow's web app reads it.
+UI_RUN_COLOR = "mlflow.runColor"
 
 # Experiment tag: MLflow 3's UI opens an experiment of this kind on its runs table (not on traces).
 EXPERIMENT_KIND = "mlflow.experimentKind"

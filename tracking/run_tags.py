@@ -20,11 +20,11 @@ from tracking.names import (
     CONFIGURATION,
     EVALUATION_LINK,
     MLFLOW_GIT_COMMIT,
-    MLFLOW_RUN_COLOR,
     MLFLOW_RUN_NOTE,
     MLFLOW_SOURCE_NAME,
     MLFLOW_SOURCE_TYPE,
     MLFLOW_USER,
+    UI_RUN_COLOR,
 )
 from tracking.recorder import git_commit
 from tracking.view import EMBEDDING_COLORS
@@ -39,7 +39,7 @@ def training_tags(cfg: DictConfig) -> dict[str, str]:
     return {
         CONFIGURATION: configuration_name(cfg),
         MLFLOW_RUN_NOTE: description(cfg),
-        MLFLOW_RUN_COLOR: EMBEDDING_COLORS[cfg.model.embedding],
+        UI_RUN_COLOR: EMBEDDING_COLORS[cfg.model.embedding],
         **source_tags(),
         **operational_values(cfg),
     }
