@@ -268,6 +268,18 @@ def test_an_older_store_is_refused_until_upgraded(tmp_path: Path) -> None:
     assert store.find_experiment(client, store.experiment_names(client)[0]) == "0"  # MLflow's Default
 
 
+def test_an_older_store_last_written_long_ago_is_refused_without_watching(tmp_path: Path) -> None:
+    """Its files stood still for QUIET_S already (their modification times say so): judged on the first look."""
+    db = tmp_path / "mlflow.db"
+    older_store(db, schema_versions()[1])
+    hour_ago = time.time() - 3600
+    os.utime(db, (hour_ago, hour_ago))
+    started = time.monotonic()
+    with pytest.raises(store.TrackingError, match="older than this MLflow's"):
+        store.check_sqlite(f"sqlite:///{db}")
+    assert time.monotonic() - started < store.QUIET_S  # not watched: no second look was needed
+
+
 def test_search_reads_every_page(sqlite_uri: str) -> None:
     client = store.connect(sqlite_uri)
     experiment = store.experiment_id(client, "pages")

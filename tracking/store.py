@@ -199,7 +199,8 @@ def check_sqlite(uri: str) -> None:
     migration under way; an abandoned store can be as young as a new one), so such a state (_Passing) is
     watched, not refused at once: while the store changes (its state, the size or time of its files) a
     process is at work on it, and it is waited for, up to MIGRATION_WAIT_S; once it has stood still for
-    QUIET_S, it is judged as it stands. A truly older store is thus refused after QUIET_S.
+    QUIET_S (counted from its files' last modification), it is judged as it stands. A truly older store is
+    thus refused at once when it was last written QUIET_S ago or more, and after QUIET_S when just written.
     """
     path = Path(uri.removeprefix("sqlite:///"))
     deadline, seen, still_since, told = time.monotonic() + MIGRATION_WAIT_S, None, 0.0, False
@@ -209,8 +210,12 @@ def check_sqlite(uri: str) -> None:
             return
         except _Passing as state:
             now, mark = time.monotonic(), (str(state), _files(path))
+            if (
+                seen is None
+            ):  # standing still since its files were last written: an old store is judged at once
+                seen, still_since = mark, now - _age(mark[1])
             if mark != seen:
-                if seen is not None and not told:
+                if not told:
                     log.warning(
                         "tracking store %s: another process is creating or migrating it; waiting for it "
                         "(at most %.0f s)",
@@ -227,6 +232,12 @@ def check_sqlite(uri: str) -> None:
                     f"{MIGRATION_WAIT_S:.0f} s and it is not done: try again when it is"
                 ) from None
             time.sleep(WATCH_S)
+
+
+def _age(files: tuple) -> float:
+    """Seconds since the newest of _files' modification times was written."""
+    written = [mtime for _, mtime in filter(None, files)]
+    return max(0.0, time.time() - max(written) / 1e9) if written else 0.0
 
 
 def _files(path: Path) -> tuple:
