@@ -39,7 +39,7 @@ def options_help(figures: list[str] = ()) -> str:
     for key, value in own.items():
         if isinstance(value, dict):
             flat.update({f"{key}.{sub}": default for sub, default in value.items()})
-        elif key != "figures" or figures:
+        elif key != "figures":  # its own line below, with the figures to choose from
             flat[key] = value
     lines = [
         "Options (key=value, default after the =; conf/report/default.yaml):",

@@ -5,11 +5,12 @@ data as CSV, its tables as CSV and Markdown, and index.md showing every
 figure with the runs it used, and index.html, the same page in one self-contained file
 (figures inline: MLflow's artifact viewer shows it, its Markdown viewer does not show relative
 images). A report on one sweep's runs is also stored in that sweep's parent MLflow run (artifacts
-report/), which then carries the sweep's summary as metrics (tracking.names.MEDIAN_FINAL,
-CLAIM_COUNTS), so that sweeps compare in the runs table. A figure whose inputs are not in the store is
-listed once, at the end of the index, with what it needs; the others are still drawn. The index opens on the
-headline: the median final val_rel_lloyd per embedding and the claims' verdicts.
-Evaluations are cached (see analysis.checkpoint_eval), so a second report is fast.
+report/), which then carries the sweep's summary as metrics (median_val_rel_lloyd.<embedding>,
+claims_passed, claims_failed, claims_untested), so that sweeps compare in the runs table. A figure whose
+inputs are not in the store is listed once, at the end of the index, with what it needs; the others are still
+drawn. The index opens on the headline: the median final val_rel_lloyd per embedding and the claims'
+verdicts. Evaluations of checkpoints are cached (under reports/ and, when the store is writable, as
+evaluation runs in MLflow), so a second report is fast.
 Prints `report: PATH` of index.md last.
 """
 

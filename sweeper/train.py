@@ -1,8 +1,8 @@
 """Train one configuration (docs/science.md section 5): `python -m sweeper.train [hydra overrides]`.
 
-The loop itself is training.loop; this is its command line: compose the
-configuration (with sweep=NAME, at that sweep's `fixed` values, as its trials
-train), record to MLflow, resume from the workdir's checkpoint.
+Composes the configuration (with sweep=NAME, at that sweep's `fixed` values,
+as its trials train), records the run to MLflow and resumes from the workdir's
+checkpoint when there is one.
 
 Exit codes: the table of sweeper/exit_codes.py (0 finished, 2 rejected configuration, 3 diverged, ...).
 """

@@ -269,7 +269,7 @@ def test_an_older_store_is_refused_until_upgraded(tmp_path: Path) -> None:
 
 
 def test_an_older_store_last_written_long_ago_is_refused_without_watching(tmp_path: Path) -> None:
-    """Its files stood still for QUIET_S already (their modification times say so): judged on the first look."""
+    """Its files stood still for QUIET_S already (their modification times say so): judged at first look."""
     db = tmp_path / "mlflow.db"
     older_store(db, schema_versions()[1])
     hour_ago = time.time() - 3600

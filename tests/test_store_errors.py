@@ -101,6 +101,7 @@ def test_a_bad_store_is_one_line_and_exit_code_4(case, command, tmp_path, _empty
     assert code == exit_codes.TRACKING, err
     assert err.count("\n") == 1 and err.startswith(f"error: tracking store {uri}") and says in err, err
     assert digest(db) == before
+    assert [p.name for p in tmp_path.iterdir()] == [db.name]  # nothing beside it: no report, no lock file
 
 
 @pytest.fixture(scope="module")

@@ -157,6 +157,11 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
             f"tracking store {uri} is read-only (no write permission on {path} or its folder): "
             f"make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
         )
+    if (
+        path.exists() and path.stat().st_size > 0
+    ):  # an existing store: judged as it is, no lock (nor its file)
+        check_sqlite(uri)
+        return MlflowClient(tracking_uri=uri)
     # Opening a SQLite store creates or migrates MLflow's schema; two of our processes doing it at once on a
     # new file (two drivers, a sweep and a train) make one of them fail. One at a time, the second finds it
     # done. Any other MLflow client (`mlflow ui`, a notebook) takes no such lock: _open_new.
