@@ -258,3 +258,33 @@ def test_report_and_claims_read_a_read_only_store(read_only_store, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "leaner-clustering" / "index.md").is_file()
     assert digest(read_only_store) == before
+
+
+def test_a_sqlalchemy_error_whose_cause_was_cut_still_names_the_store(tmp_path):
+    """MLflow failing while it creates a store is re-raised `from None` (tracking.store._open_new): the
+    SQLite error is then only SQLAlchemy's .orig. Seen as a 139-line traceback, exit 1, from a train whose
+    new store was truncated while MLflow migrated it."""
+    import sqlalchemy
+
+    from tracking import store
+
+    db = tmp_path / "mlflow.db"
+    store.connect(f"sqlite:///{db}")
+    db.write_bytes(os.urandom(8192))
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    try:
+        with engine.connect() as con:
+            con.execute(sqlalchemy.text("SELECT * FROM runs"))
+    except sqlalchemy.exc.DatabaseError as err:
+        try:
+            try:
+                raise store.TrackingError("no other process at work on it")  # check_sqlite's answer
+            except store.TrackingError:
+                raise err from None  # as _open_new does: its context becomes the TrackingError
+        except sqlalchemy.exc.DatabaseError as cut:
+            assert cut.__cause__ is None and isinstance(cut.__context__, store.TrackingError)
+            explained = store.explain(cut)
+    finally:
+        engine.dispose()
+    assert isinstance(explained, store.TrackingError), explained
+    assert str(explained).startswith(f"tracking store sqlite:///{db}: SQLite says 'file is not a database'")

@@ -351,7 +351,9 @@ def _check_schema(uri: str, version: str) -> None:
 def explain(err: BaseException) -> TrackingError | None:
     """A SQLite error met while using a store (a file damaged after it was opened, a write refused) as one
     line naming the store; None for any other error."""
-    cause = next((e for e in _chain(err) if isinstance(e, sqlite3.DatabaseError)), None)
+    # SQLAlchemy keeps the driver's error as .orig (and as __cause__, unless a `raise ... from None` cut it)
+    found = (getattr(e, "orig", e) for e in _chain(err))
+    cause = next((e for e in found if isinstance(e, sqlite3.DatabaseError)), None)
     if cause is None or not _opened:
         return None
     uri = _opened[-1]
