@@ -123,6 +123,14 @@ def column_headers(driver) -> list[str]:
     return [h for h in headers if h]
 
 
+def cut_headers(driver) -> list[str]:
+    """The column headers the grid shows cut (an ellipsis: their text is wider than its cell)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.ag-header-cell-text')]"
+        ".filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent.trim());"
+    )
+
+
 def html_artifact(driver) -> dict:
     """The HTML artifact MLflow's artifact viewer shows (in its frame): the page's text, the sources of its
     images, and its tables (each a list of rows of cell texts, the header row first)."""

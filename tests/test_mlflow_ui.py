@@ -70,6 +70,7 @@ def test_printed_link_opens_the_runs_grouped_by_configuration(smoke_store, ui_on
     page = browser.text(driver)
     assert "Group by: configuration" in page and "matching runs" in page
     assert VAL_REL_LLOYD in browser.column_headers(driver)
+    assert browser.cut_headers(driver) == []  # tracking.view sets each column's width to its header
     shown = browser.groups(driver)
     assert set(seeds_of) <= set(shown), (sorted(seeds_of), sorted(shown))
     for configuration, wanted in seeds_of.items():

@@ -76,6 +76,12 @@ COLUMNS = [
 ]
 
 
+def header_width(column_id: str) -> int:
+    """Pixels that show a column's header in full (the default cuts "loss.regularizer" to "loss.reg...")."""
+    key = column_id.split("`")[1]
+    return max(100, 8 * len(key) + 40)
+
+
 def chart(metric: str, deleted: bool = False) -> dict:
     """A line chart of one metric against step, log y-axis, in the model metrics section."""
     return {
@@ -107,7 +113,7 @@ def state() -> dict:
     return {
         "selectedColumns": COLUMNS,
         "columnOrder": [RUN_NAME_COLUMN, *COLUMNS],
-        "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH},
+        "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH, **{c: header_width(c) for c in COLUMNS}},
         "runsHiddenMode": "SHOW_ALL",
         "groupBy": {
             "aggregateFunction": "average",
