@@ -25,7 +25,9 @@ import pandas as pd
 from mlflow.entities import Metric
 from tqdm import tqdm
 
-from analysis.claims import Claim, check, claims_table, write_csv, write_markdown
+from analysis.claims.evidence import Claim
+from analysis.claims.from_context import check
+from analysis.claims.table import claims_table, write_csv, write_markdown
 from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context
 from analysis.figures import FIGURES

@@ -26,6 +26,9 @@ from support.repo import REPO
 from analysis import claims, report
 from analysis.aggregate import seed_band
 from analysis.checkpoint_eval import EvalSettings, fresh_tasks, load_model, spec_of, trajectories
+from analysis.claims.cases import FAIL, PASS, UNTESTED
+from analysis.claims.from_context import evidence
+from analysis.claims.records import CLAIMS, PAPER
 from analysis.cli import expected_sizes
 from analysis.context import Context
 from analysis.figures import FIGURES
@@ -349,17 +352,14 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
     ]
     assert claims.main(args) == 0
     printed = capsys.readouterr().out
-    assert claims.PAPER["tau01_beats_lloyd"] in printed and printed.strip().endswith("claims.csv")
+    assert PAPER["tau01_beats_lloyd"] in printed and printed.strip().endswith("claims.csv")
     table = pd.read_csv(tmp_path / experiment / "claims.csv").set_index("name")
-    assert list(table.index) == [record.name for record in claims.CLAIMS]
+    assert list(table.index) == [record.name for record in CLAIMS]
     status = table["status"]
-    assert (
-        status["tau01_beats_lloyd"] == claims.FAIL
-        and "0/2 cases" in table.loc["tau01_beats_lloyd", "numbers"]
-    )
-    assert not (status.drop("cauchy_dissimilar") == claims.PASS).any(), table
+    assert status["tau01_beats_lloyd"] == FAIL and "0/2 cases" in table.loc["tau01_beats_lloyd", "numbers"]
+    assert not (status.drop("cauchy_dissimilar") == PASS).any(), table
     probed = ["reembed_beats_lloyd", "length_generalises", "shift_generalises", "reembed_from_good_inits"]
-    assert (status[probed] != claims.UNTESTED).all(), table.loc[probed, "numbers"]
+    assert (status[probed] != UNTESTED).all(), table.loc[probed, "numbers"]
     assert all("2/4 configurations with >= 2 seeds" in table.loc[name, "numbers"] for name in probed)
     absent = [
         "l2_lower_train_loss",
@@ -376,7 +376,7 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
         "clusters_d4_tau01",
         "clusters_d32",
     ]
-    assert (status[absent] == claims.UNTESTED).all(), table.loc[absent, "numbers"]
+    assert (status[absent] == UNTESTED).all(), table.loc[absent, "numbers"]
     assert "## Beyond the paper" in (tmp_path / experiment / "claims.md").read_text()
     # The figures draw exactly the models the claims judged (one set): the tau 0.1, d 4 runs of `tau`.
     runs = load_runs(smoke_store, experiment)
@@ -388,10 +388,10 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
 @pytest.mark.slow
 def test_claims_reuse_what_the_report_drew(ctx: Context) -> None:
     figure = FIGURES["task_dissimilarity"](ctx)
-    assert claims.evidence(ctx, {"task_dissimilarity": figure}).blocks is figure.tables["family_blocks"]
+    assert evidence(ctx, {"task_dissimilarity": figure}).blocks is figure.tables["family_blocks"]
     png = ctx.out_dir / "task_dissimilarity.png"
     png.unlink()
-    alone = claims.evidence(ctx).blocks  # `python -m analysis.claims`: computed, not drawn
+    alone = evidence(ctx).blocks  # `python -m analysis.claims`: computed, not drawn
     pd.testing.assert_frame_equal(alone, figure.tables["family_blocks"])
     assert not png.exists()
 

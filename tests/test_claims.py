@@ -1,12 +1,12 @@
 """The claims of docs/science.md section 7.1 on synthetic evidence: no store, no training, no evaluation.
 
-Runs frames are built from the paper grid (claims.paper_grid), one run per
+Runs frames are built from the paper grid (analysis.claims.grid.paper_grid), one run per
 configuration and seed, with final values chosen so that a claim holds; then
 broken at one configuration (FAIL), thinned out (UNTESTED), or padded with
 runs outside the claim's scope that would flip it if they were counted. Probe
-claims get per-seed rows as analysis.claims.probe_rows returns them, with
+claims get per-seed rows as analysis.claims.from_context.probe_rows returns them, with
 panels outside their scope (other inits, Cauchy tasks) that would flip them.
-Every Record of claims.CLAIMS has a PASS, a FAIL and an UNTESTED input here.
+Every Record of analysis.claims.records.CLAIMS has a PASS, a FAIL and an UNTESTED input here.
 """
 
 from __future__ import annotations
@@ -18,8 +18,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import claims
-from analysis.claims import EMB, FAIL, FAMILY, LR, PASS, REG, TAU, UNTESTED, D, K
+from analysis.claims.cases import FAIL, PASS, UNTESTED, compare, lt, verdict
+from analysis.claims.configurations import D32_RUNS
+from analysis.claims.evidence import Claim, Evidence, Record, View, judge
+from analysis.claims.from_context import combined, probe_rows
+from analysis.claims.grid import flat_history, grid_runs, paper_grid
+from analysis.claims.probes import vs_lloyd
+from analysis.claims.records import CLAIMS, FAMILY_CLAIMS, PAPER, RECORDS
+from analysis.claims.scopes import AXES, EMB, FAMILY, LR, REG, TAU, D, K
+from analysis.claims.table import claims_table, markdown, write_markdown
 from analysis.context import eval_curves, scope
 from analysis.eval_figures import PROBES
 from analysis.style import LLOYD
@@ -28,9 +35,7 @@ from config.grid import expand
 from tasks.sampler import FAMILIES
 from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
 
-_lt = claims._lt
-
-GRID = claims.paper_grid()
+GRID = paper_grid()
 T = 20
 ROWS = ["panel", "series", "method", SEED, "step", "value"]
 
@@ -49,7 +54,7 @@ def runs_of(grid: pd.DataFrame, value, seeds=(1, 2), outcome: str = FINISHED, st
                     "outcome": outcome,
                     SEED: seed,
                     SUBGRIDS: c[SUBGRIDS],
-                    **{k: c[k] for k in claims.AXES},
+                    **{k: c[k] for k in AXES},
                     "task.n": 512,
                     TRAIN_LOSS: v,
                     VAL_REL_LLOYD: v,
@@ -70,8 +75,8 @@ def history(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "step", "value"])
 
 
-def judged(name: str, runs: pd.DataFrame, grid=GRID, **evidence) -> claims.Claim:
-    return claims.judge(claims.RECORDS[name], claims.Evidence(runs, grid, T, history=history, **evidence))
+def judged(name: str, runs: pd.DataFrame, grid=GRID, **evidence) -> Claim:
+    return judge(RECORDS[name], Evidence(runs, grid, T, history=history, **evidence))
 
 
 def matching(grid: pd.DataFrame, where: dict) -> pd.DataFrame:
@@ -148,7 +153,7 @@ def poison(name: str, how: str) -> pd.DataFrame:
     """Three more seeds of every configuration, broken at one (and paired with its reference, as the cases
     compare seed by seed), outside the scope: tagged with another sub-grid, or sliced."""
     good, where, bad, outside = RUN_CASES[name]
-    configs = scope(GRID, *claims.RECORDS[name].scope)
+    configs = scope(GRID, *RECORDS[name].scope)
     assert len(matching(configs, where)) == 1
     value = lambda c: bad if all(c[k] == v for k, v in where.items()) else good(c)  # noqa: E731
     extra = runs_of(configs, value, seeds=(3, 4, 5), start=10_000)
@@ -161,7 +166,7 @@ def poison(name: str, how: str) -> pd.DataFrame:
 def test_run_claims_pass_fail_untested(name: str) -> None:
     passed = judged(name, holding(name))
     assert passed.status == PASS, passed.numbers
-    assert passed.paper == claims.PAPER[name] and " cases of " in passed.numbers
+    assert passed.paper == PAPER[name] and " cases of " in passed.numbers
     assert "in the paper grid" in passed.numbers and "margin" in passed.numbers
     failed = judged(name, broken(name))
     assert failed.status == FAIL and "fails:" in failed.numbers, failed.numbers
@@ -184,7 +189,7 @@ def test_run_claims_pass_fail_untested(name: str) -> None:
 )
 def test_runs_outside_the_scope_never_change_a_verdict(name: str, how: str) -> None:
     extra = poison(name, how)
-    subgrid = claims.RECORDS[name].scope[0]
+    subgrid = RECORDS[name].scope[0]
     if how == "tag":  # the extra runs would flip the verdict if they were counted ...
         assert judged(name, pd.concat([holding(name), extra.assign(**{SUBGRIDS: subgrid})])).status == FAIL
     claim = judged(name, pd.concat([holding(name), extra]))
@@ -194,8 +199,8 @@ def test_runs_outside_the_scope_never_change_a_verdict(name: str, how: str) -> N
 def test_slice_poison_would_flip_an_unscoped_judgment() -> None:
     """The slice changes above matter: tau01 judged on every tau of the `tau` sub-grid would FAIL."""
     runs = pd.concat([holding("tau01_beats_lloyd"), poison("tau01_beats_lloyd", "slice")])
-    wide = claims.Record("wide", "", "", ("tau", {}), claims.RECORDS["tau01_beats_lloyd"].judge)
-    assert claims.judge(wide, claims.Evidence(runs)).status == FAIL
+    wide = Record("wide", "", "", ("tau", {}), RECORDS["tau01_beats_lloyd"].judge)
+    assert judge(wide, Evidence(runs)).status == FAIL
     assert judged("tau01_beats_lloyd", runs).status == PASS
 
 
@@ -209,9 +214,7 @@ def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
 
 
 def test_ne_val_rises_needs_the_histories() -> None:
-    claim = claims.judge(
-        claims.RECORDS["ne_val_rises_tau1"], claims.Evidence(holding("ne_val_rises_tau1"), GRID)
-    )
+    claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(holding("ne_val_rises_tau1"), GRID))
     assert claim.status == FAIL  # no history: nan first and lowest compare false, never a PASS
     claim = judged("ne_val_rises_tau1", holding("ne_val_rises_tau1"))
     assert (
@@ -234,8 +237,8 @@ def test_ne_val_rises_judges_a_rise_beyond_noise_and_l2_against_its_first_traine
         return pd.DataFrame(rows)
 
     runs = runs.assign(**{VAL_REL_LLOYD: np.where(runs[REG] == "ne", 0.95 * 1.02, 0.9)})
-    evidence = claims.Evidence(runs, GRID, T, history=noisy)
-    claim = claims.judge(claims.RECORDS["ne_val_rises_tau1"], evidence)
+    evidence = Evidence(runs, GRID, T, history=noisy)
+    claim = judge(RECORDS["ne_val_rises_tau1"], evidence)
     assert claim.status == FAIL, claim.numbers
     assert "ne ends above its lowest val_rel_lloyd by >= 10% of it" in claim.numbers
     assert "0/4 cases" in claim.numbers and "final 0.900 vs first 0.800" in claim.numbers
@@ -250,7 +253,7 @@ def test_never_pass_on_zero_cases() -> None:
     claim = judged("tau01_beats_lloyd", runs[runs[EMB] != "none"])
     assert claim.status == UNTESTED
     assert "NA val_rel_lloyd >= 1: untested, no case of 4 in the paper grid" in claim.numbers
-    assert claims.verdict([]) == UNTESTED
+    assert verdict([]) == UNTESTED
 
 
 def test_partial_coverage_is_judged_and_reported() -> None:
@@ -279,13 +282,13 @@ def test_diverged_and_unfinished_runs_are_counted_and_diverged_ones_beat_nothing
 def test_margin_is_the_median_of_the_paired_differences_and_decides_the_case() -> None:
     model = pd.Series([0.90, 0.97, 1.02, 0.95], index=[1, 2, 3, 4])
     lloyd = pd.Series([1.00, 0.96, 0.99, 1.01], index=[1, 2, 3, 4])
-    case = claims.compare("c", model, lloyd, lambda a, b: a < b, "{a} vs {b}")
+    case = compare("c", model, lloyd, lambda a, b: a < b, "{a} vs {b}")
     assert case.margin == pytest.approx(np.median(model - lloyd))  # -0.03 (medians: 0.960 vs 0.995)
     assert case.iqr == pytest.approx(tuple(np.percentile(model - lloyd, [25, 75])))
     assert case.holds and case.marginal  # below on the paired median, the seeds' differences straddle zero
     assert case.measured == "0.960 vs 0.995"
-    assert claims.compare("c", model - 0.2, lloyd, lambda a, b: a < b, "").marginal is False
-    fixed = claims.compare("c", model, 1.0, lambda a, b: a < b, "")
+    assert compare("c", model - 0.2, lloyd, lambda a, b: a < b, "").marginal is False
+    fixed = compare("c", model, 1.0, lambda a, b: a < b, "")
     assert fixed.iqr == pytest.approx(tuple(np.percentile(model - 1.0, [25, 75])))
 
 
@@ -296,10 +299,10 @@ def test_a_verdict_never_disagrees_with_its_printed_paired_margin() -> None:
     model = pd.Series([1.0, 2.0, 10.0], index=[1, 2, 3])
     reference = pd.Series([0.0, 3.0, 9.0], index=[1, 2, 3])
     assert np.median(model) < np.median(reference)  # what the old judge read
-    case = claims.compare("c", model, reference, lambda a, b: a < b, "{a} vs {b}")
+    case = compare("c", model, reference, lambda a, b: a < b, "{a} vs {b}")
     assert (case.holds, case.margin) == (False, 1.0)
-    assert claims.compare("c", model, reference, lambda a, b: a > b, "").holds
-    both_diverged = claims.compare("c", pd.Series([math.inf] * 2), pd.Series([math.inf] * 2), _lt, "")
+    assert compare("c", model, reference, lambda a, b: a > b, "").holds
+    both_diverged = compare("c", pd.Series([math.inf] * 2), pd.Series([math.inf] * 2), lt, "")
     assert both_diverged.margin == 0.0 and not both_diverged.holds  # neither beats the other
 
 
@@ -310,9 +313,9 @@ def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> Non
     claim = judged("tau01_beats_lloyd", runs)
     assert claim.status == PASS and claim.marginal == 1, claim.numbers
     assert "NE-BN-d=32 0.950 (margin -0.050, IQR [-0.075, +0.075], marginal)" in claim.numbers
-    text = claims.markdown([claim])
+    text = markdown([claim])
     assert "| PASS (1 marginal) | `tau01_beats_lloyd` |" in text
-    claims.write_markdown([claim], tmp_path)
+    write_markdown([claim], tmp_path)
     assert (tmp_path / "claims.md").read_text() == text
 
 
@@ -344,7 +347,7 @@ def with_lloyd(panels: list[str], models: dict[str, tuple[float, float]], lloyd=
     return {(p, s): v for p in panels for s, v in {**models, LLOYD: lloyd}.items()}
 
 
-def probe_judged(name: str, series: dict, seeds=(1, 2), missing: str = "", runs=None) -> claims.Claim:
+def probe_judged(name: str, series: dict, seeds=(1, 2), missing: str = "", runs=None) -> Claim:
     seen = []
 
     def probe(scoped: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
@@ -412,7 +415,7 @@ def test_probe_claims_pass_fail_untested(name: str) -> None:
     good, bad, partial = PROBE_CASES[name]
     runs = runs_of(GRID, lambda c: 0.9)
     passed = probe_judged(name, good, runs=runs)
-    assert passed.status == PASS and passed.paper == claims.RECORDS[name].paper, passed.numbers
+    assert passed.status == PASS and passed.paper == RECORDS[name].paper, passed.numbers
     assert "configurations with >= 2 seeds" in passed.numbers and "IQR" in passed.numbers
     failed = probe_judged(name, bad, runs=runs)
     assert failed.status == FAIL and "fails:" in failed.numbers, failed.numbers
@@ -421,20 +424,20 @@ def test_probe_claims_pass_fail_untested(name: str) -> None:
     missing = probe_judged(name, {}, missing="no finished run to evaluate", runs=runs)
     assert missing.status == UNTESTED and "not evaluated: no finished run to evaluate" in missing.numbers
     (evaluation, scoped), *_ = passed.seen  # the probe saw exactly the claim's scope
-    assert len(scoped) == len(scope(runs, *claims.RECORDS[name].scope)) > 0
+    assert len(scoped) == len(scope(runs, *RECORDS[name].scope)) > 0
 
 
-@pytest.mark.parametrize("name", [r.name for r in claims.CLAIMS if r.scope is not None])
+@pytest.mark.parametrize("name", [r.name for r in CLAIMS if r.scope is not None])
 def test_probe_claims_judge_models_the_figures_draw(name: str) -> None:
     """A claim's probe reads runs of the probe's figure (analysis.eval_figures.PROBES): one set of models."""
-    record = claims.RECORDS[name]
+    record = RECORDS[name]
     everything = pd.concat(
         [runs_of(GRID, lambda c: 1.0), runs_of(LITE_FAMILY_GRID, lambda c: 1.0, start=10**5)]
     )
     evaluations = []
-    claims.judge(
+    judge(
         record,
-        claims.Evidence(
+        Evidence(
             everything,
             probe=lambda runs, ev: (evaluations.append((ev, runs)), (pd.DataFrame(columns=ROWS), ""))[1],
         ),
@@ -502,10 +505,10 @@ def speed_rows(ks=(8, 64, 256), slow_at: int | None = None) -> list[dict]:
     ]
 
 
-def speed(rows, source: str = "") -> claims.Claim:
-    return claims.judge(
-        claims.RECORDS["binary_faster_leaner"],
-        claims.Evidence(pd.DataFrame(), speed=rows, speed_source=source),
+def speed(rows, source: str = "") -> Claim:
+    return judge(
+        RECORDS["binary_faster_leaner"],
+        Evidence(pd.DataFrame(), speed=rows, speed_source=source),
     )
 
 
@@ -534,8 +537,8 @@ def blocks(cauchy_to_others: float = 5.0, normal_lognormal: float = 1.0, familie
     return matrix.rename_axis("family_i").reset_index()
 
 
-def dissimilar(table: pd.DataFrame) -> claims.Claim:
-    return claims.judge(claims.RECORDS["cauchy_dissimilar"], claims.Evidence(pd.DataFrame(), blocks=table))
+def dissimilar(table: pd.DataFrame) -> Claim:
+    return judge(RECORDS["cauchy_dissimilar"], Evidence(pd.DataFrame(), blocks=table))
 
 
 def test_cauchy_dissimilar() -> None:
@@ -567,19 +570,19 @@ FAMILY_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", claims.FAMILY_CLAIMS)
+@pytest.mark.parametrize("name", FAMILY_CLAIMS)
 def test_family_claims_are_judged_at_d32_and_beside_it_at_lite_scale(name: str) -> None:
     """The paper's claim reads only d 32, k 10 runs (UNTESTED, saying where they come from, without them);
     its `_lite` twin, beyond the paper, reads only d 4, k 6 runs; each names the setting it was judged at."""
     good, bad, rows, bad_rows = FAMILY_CASES[name]
     lite_name = f"{name}_lite"
-    assert claims.RECORDS[lite_name].beyond and not claims.RECORDS[name].beyond
-    assert claims.RECORDS[name].scope[1][D] == 32 and claims.RECORDS[lite_name].scope[1][D] == 4
+    assert RECORDS[lite_name].beyond and not RECORDS[name].beyond
+    assert RECORDS[name].scope[1][D] == 32 and RECORDS[lite_name].scope[1][D] == 4
     d4, d32 = runs_of(LITE_FAMILY_GRID, good), runs_of(FAMILY_GRID, good, start=1000)
     at_lite = probe_judged(lite_name, rows, runs=d4)
     assert at_lite.status == PASS and "(judged at d 4, k 6, n 512)" in at_lite.numbers, at_lite.numbers
     untested = probe_judged(name, rows, runs=d4)
-    assert untested.status == UNTESTED and claims.D32_RUNS in untested.numbers, untested.numbers
+    assert untested.status == UNTESTED and D32_RUNS in untested.numbers, untested.numbers
     at_paper = probe_judged(name, rows, runs=pd.concat([d4, d32]))
     assert at_paper.status == PASS and "(judged at d 32, k 10, n 512)" in at_paper.numbers
     assert probe_judged(lite_name, rows, runs=d32).status == UNTESTED
@@ -594,11 +597,11 @@ def test_family_claims_are_judged_at_d32_and_beside_it_at_lite_scale(name: str) 
 def test_every_record_has_a_pass_a_fail_and_an_untested_input_here() -> None:
     covered = {*RUN_CASES, *PROBE_CASES, "cauchy_fails", "binary_faster_leaner", "cauchy_dissimilar"}
     covered |= {f"{name}_lite" for name in FAMILY_CASES}
-    assert covered == set(claims.RECORDS)
+    assert covered == set(RECORDS)
 
 
 def test_the_eighteen_claims_in_the_specs_order_and_one_beyond() -> None:
-    assert list(claims.PAPER) == [
+    assert list(PAPER) == [
         "tau01_beats_lloyd",
         "l2_lower_train_loss",
         "l2_better_val_tau1_d4",
@@ -618,23 +621,21 @@ def test_the_eighteen_claims_in_the_specs_order_and_one_beyond() -> None:
         "clusters_d4_tau01",
         "clusters_d32",
     ]
-    lite = [f"{name}_lite" for name in claims.FAMILY_CLAIMS]
-    assert [r.name for r in claims.CLAIMS if r.beyond] == ["reembed_from_good_inits", *lite]
-    assert all(r.source for r in claims.CLAIMS)
-    table = claims.claims_table([speed(None)])
+    lite = [f"{name}_lite" for name in FAMILY_CLAIMS]
+    assert [r.name for r in CLAIMS if r.beyond] == ["reembed_from_good_inits", *lite]
+    assert all(r.source for r in CLAIMS)
+    table = claims_table([speed(None)])
     assert list(table.columns) == ["name", "status", "numbers", "paper", "source", "marginal", "beyond"]
 
 
 def test_claims_md_puts_findings_beyond_the_paper_under_their_own_heading() -> None:
     runs = runs_of(GRID, lambda c: 0.9)
-    judged_all = [
-        probe_judged(r.name, PROBE_CASES["reembed_beats_lloyd"][0], runs=runs) for r in claims.CLAIMS
-    ]
-    text = claims.markdown(judged_all)
+    judged_all = [probe_judged(r.name, PROBE_CASES["reembed_beats_lloyd"][0], runs=runs) for r in CLAIMS]
+    text = markdown(judged_all)
     paper, beyond = text.split("## Beyond the paper")
     assert paper.startswith("## The paper's claims\n\n18 claims: ")
     assert "`reembed_from_good_inits`" in beyond and "`reembed_from_good_inits`" not in paper
-    assert all(f"`{name}`" in paper for name in claims.PAPER)
+    assert all(f"`{name}`" in paper for name in PAPER)
 
 
 # ---- evaluation curves and rows: every model counts, Lloyd's once per set of tasks ----
@@ -704,14 +705,14 @@ def test_family_transfer_counts_models_trained_on_every_family() -> None:
 def test_probe_rows_count_a_diverged_model_as_beating_nothing() -> None:
     runs, ctx = transfer_store(families=("normal", "gumbel"), seeds=(1, 2, 3))
     runs.loc[(runs[FAMILY] == "gumbel") & (runs[SEED] > 1), "outcome"] = DIVERGED
-    rows = claims.probe_rows(ctx, runs, "family_transfer")
+    rows = probe_rows(ctx, runs, "family_transfer")
     at = rows[(rows["panel"] == "test_family=cauchy") & (rows["step"] == 2)]
     normal, gumbel = (
         at[at["series"] == f"family={f}"].set_index(SEED)["value"] for f in ("normal", "gumbel")
     )
     assert list(normal) == [2.0] * 3 and sorted(gumbel) == [4.0, math.inf, math.inf]  # gumbel is family 2
     assert sorted(at.loc[at["series"] == LLOYD, "value"]) == [12.0, 22.0, 32.0]  # once per seed
-    cases = claims.vs_lloyd(rows, 2, lambda a, b: a < b, ("test_family=cauchy",))
+    cases = vs_lloyd(rows, 2, lambda a, b: a < b, ("test_family=cauchy",))
     assert {c.label: c.holds for c in cases} == {
         "test_family=cauchy family=normal": True,
         "test_family=cauchy family=gumbel": False,
@@ -729,14 +730,14 @@ def lite_grid() -> pd.DataFrame:
 def test_lite_gives_every_claim_on_runs_its_cases_but_the_d32_ones() -> None:
     """Judged on two seeds of every lite configuration, each part of a claim on final values has cases; d 32
     does not fit the hour (docs/science.md 7.1 names what lite leaves UNTESTED)."""
-    lite = claims.grid_runs(lite_grid())
-    d32 = {"clusters_d32", *claims.FAMILY_CLAIMS}  # sweep=lite32's (test_lite32_gives_the_d32_claims_cases)
+    lite = grid_runs(lite_grid())
+    d32 = {"clusters_d32", *FAMILY_CLAIMS}  # sweep=lite32's (test_lite32_gives_the_d32_claims_cases)
     left_out = {("large_lr_worse", 0), ("clusters_d32", 0), ("clusters_d32", 1), ("families_generalise", 0)}
     left_out |= {("ne_fails_gumbel_laplace_tau1", 0), ("ne_fails_gumbel_laplace_tau1", 1)}
-    for record in claims.CLAIMS:
+    for record in CLAIMS:
         if record.scope is None:
             continue
-        view = claims.View(claims.Evidence(lite, history=claims._flat_history), record.scope)
+        view = View(Evidence(lite, history=flat_history), record.scope)
         for i, part in enumerate(record.judge(view)):
             if not view.probed:
                 assert bool(part.cases) != ((record.name, i) in left_out), (record.name, part.what)
@@ -757,7 +758,7 @@ def test_lite32_gives_the_d32_claims_cases() -> None:
     so ne_fails_gumbel_laplace_tau1 stays UNTESTED at d 32."""
     plan = expand(compose(["sweep=lite32"]).sweep)
     grid = pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
-    runs = claims.grid_runs(grid)
+    runs = grid_runs(grid)
     expected = {
         "clusters_d32": [True, True],
         "large_lr_worse": [True, False],  # d 4 is sweep=lite's
@@ -765,10 +766,10 @@ def test_lite32_gives_the_d32_claims_cases() -> None:
         "ne_fails_gumbel_laplace_tau1": [False, False],
     }
     for name, has_cases in expected.items():
-        view = claims.View(claims.Evidence(runs, history=claims._flat_history), claims.RECORDS[name].scope)
-        assert [bool(part.cases) for part in claims.RECORDS[name].judge(view)] == has_cases, name
-    view = claims.View(claims.Evidence(runs), claims.RECORDS["cauchy_fails"].scope)
-    assert len(claims.RECORDS["cauchy_fails"].judge(view)[0].cases) == 1  # the cauchy configuration
+        view = View(Evidence(runs, history=flat_history), RECORDS[name].scope)
+        assert [bool(part.cases) for part in RECORDS[name].judge(view)] == has_cases, name
+    view = View(Evidence(runs), RECORDS["cauchy_fails"].scope)
+    assert len(RECORDS["cauchy_fails"].judge(view)[0].cases) == 1  # the cauchy configuration
 
 
 def test_shift_says_where_a_failing_model_leads_and_trails_lloyd() -> None:
@@ -795,20 +796,20 @@ def test_claims_judged_once_on_the_runs_of_two_stores() -> None:
     )
     asked = []
 
-    def store(runs: pd.DataFrame) -> claims.Evidence:
+    def store(runs: pd.DataFrame) -> Evidence:
         def probe(scoped: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
             assert set(scoped["run_id"]) <= set(runs["run_id"])  # only its own runs
             asked.append(tuple(sorted(set(scoped[D]))))
             return rows_of(TRANSFER), ""
 
-        return claims.Evidence(runs, GRID, T, probe=probe, history=history)
+        return Evidence(runs, GRID, T, probe=probe, history=history)
 
-    alone = [claims.judge(claims.RECORDS["large_lr_worse"], store(runs)) for runs in (d4, d32)]
+    alone = [judge(RECORDS["large_lr_worse"], store(runs)) for runs in (d4, d32)]
     assert [c.status for c in alone] == [UNTESTED, UNTESTED]
-    both = claims.combined([store(d4), store(d32)])
-    lr_claim = claims.judge(claims.RECORDS["large_lr_worse"], both)
+    both = combined([store(d4), store(d32)])
+    lr_claim = judge(RECORDS["large_lr_worse"], both)
     assert lr_claim.status == PASS and "judged at d 4/32" in lr_claim.numbers, lr_claim.numbers
-    paper, lite = (claims.judge(claims.RECORDS[n], both) for n in ("cauchy_fails", "cauchy_fails_lite"))
+    paper, lite = (judge(RECORDS[n], both) for n in ("cauchy_fails", "cauchy_fails_lite"))
     assert (paper.status, lite.status) == (PASS, PASS)
     assert "judged at d 32, k 10" in paper.numbers and "judged at d 4, k 6" in lite.numbers
     assert sorted(asked) == [(4,), (32,)]

@@ -22,7 +22,7 @@ from support.configs import SMALL_EVAL
 from support.repo import REPO
 from support.sweeps import children
 
-from analysis.claims import CLAIMS
+from analysis.claims.records import CLAIMS
 from tracking import ui
 from tracking.names import (
     CONFIGURATION,

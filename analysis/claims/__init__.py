@@ -1,0 +1,57 @@
+"""`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 18 claims (docs/science.md 7.1).
+
+Each claim is one Record in CLAIMS: its name, the paper's words and where they
+stand, its scope (the sub-grid and slice it is about) and its judge. A claim is
+judged only on its scope, so other runs in a store never change a verdict.
+Per configuration, the median across seeds of the final value, where a
+diverged seed counts as +inf (it beats nothing: neither Lloyd's nor a lower
+loss) and an unfinished one not at all; a configuration with fewer than 2
+seeds is left out. A judge returns a few parts ("every OH/BN configuration
+< 1", "every NA one >= 1") over the cases its scope holds: one failing case
+makes the claim FAIL, else a part without cases makes it UNTESTED (never PASS
+on zero cases), else PASS. Probes compare the models' median (over seeds) mean
+log objective with Lloyd's after the same T steps, on the models the figures
+draw (analysis.eval_figures.PROBES).
+
+A case compares a model with its reference seed by seed: its margin is the
+median over seeds of the paired difference (model minus reference), the case
+holds when that margin has the claimed sign, so a verdict never disagrees with
+the margin printed beside it; the seeds' IQR of the difference is printed too,
+and a case whose IQR straddles zero is marked *marginal*, which informs and
+never changes a verdict. Records with `beyond=True` are the platform's own findings, judged
+by the same rules, reported under their own heading and never counted among
+the paper's claims: among them the family claims at lite scale (d 4, k 6,
+`sweep=lite`), the same statements beyond the paper's setting (d 32, k 10,
+where the paper's claims are judged, on `sweep=lite32`'s runs).
+
+Prints every claim beside the paper's words and writes claims.csv and claims.md into the report folder.
+"""
+# This module is the command; the package, one idea a module, each building on those before it:
+# scopes (the axes and scopes a claim names), cases (cases, parts, verdicts), configurations (per seed and
+# per configuration), probes (models against Lloyd's iterations), grid (the paper grid's cases), evidence
+# (Evidence, a claim's View of it, Record, judge), judges, records (CLAIMS), from_context (the evidence read
+# from a store, `check`), table (claims.csv, claims.md).
+
+from __future__ import annotations
+
+from analysis.claims.from_context import check
+from analysis.claims.table import write_csv, write_markdown
+from analysis.cli import job_config, open_context, options_help
+from sweeper.entry import command
+
+
+@command("leaner-claims", show_config=job_config, options=options_help)
+def main(argv: list[str]) -> int:
+    ctx, _ = open_context(argv)
+    claims = check(ctx)
+    for claim in claims:
+        mark = f" ({claim.marginal} marginal)" if claim.marginal else ""
+        beyond = " [beyond the paper]" if claim.beyond else ""
+        print(
+            f"{claim.status:<8} {claim.name}{beyond}{mark}\n"
+            f'{"":9}paper:    "{claim.paper}" ({claim.source})\n'
+            f"{'':9}measured: {claim.numbers}"
+        )
+    write_markdown(claims, ctx.out_dir)
+    print(write_csv(claims, ctx.out_dir).resolve())
+    return 0

@@ -1,0 +1,5 @@
+import sys
+
+from analysis.claims import main
+
+sys.exit(main())

@@ -1,0 +1,146 @@
+"""Cases, parts and verdicts: how a claim's comparisons decide it.
+
+A case compares a model with its reference seed by seed: its margin is the median over seeds of the paired
+difference (model minus reference), and the case holds when that margin has the claimed sign, so a verdict
+never disagrees with the margin printed beside it. The seeds' IQR of the difference is printed too; a case
+whose IQR straddles zero is *marginal*, which informs and never changes a verdict. A part is one condition of
+a claim over its cases; one failing case makes the claim FAIL, else a part without cases makes it UNTESTED
+(never PASS on zero cases), else PASS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+PASS, FAIL, UNTESTED = "PASS", "FAIL", "UNTESTED"
+SHOWN = 4  # cases printed per part and outcome
+
+
+@dataclass
+class Case:
+    """One comparison: `measured` in words, whether it holds, the margin (the median over seeds of the paired
+    difference model minus reference, whose sign the verdict reads) and the seeds' IQR of that difference."""
+
+    label: str
+    measured: str
+    holds: bool
+    margin: float = math.nan
+    iqr: tuple[float, float] = (math.nan, math.nan)
+
+    @property
+    def marginal(self) -> bool:
+        return bool(self.iqr[0] < 0 < self.iqr[1])
+
+    def describe(self) -> str:
+        if math.isnan(self.iqr[0]) and math.isnan(self.iqr[1]):  # one measurement, no seeds to spread over
+            return f"{self.label} {self.measured}" + (
+                "" if math.isnan(self.margin) else f" (margin {signed(self.margin)})"
+            )
+        mark = ", marginal" if self.marginal else ""
+        return (
+            f"{self.label} {self.measured} (margin {signed(self.margin)}, "
+            f"IQR [{signed(self.iqr[0])}, {signed(self.iqr[1])}]{mark})"
+        )
+
+
+@dataclass
+class Part:
+    """One condition of a claim over its cases; `expected`: how many cases the paper grid has."""
+
+    what: str
+    cases: list[Case]
+    expected: int | None = None
+
+    def describe(self) -> str:
+        of = f" of {self.expected} in the paper grid" if self.expected is not None else ""
+        if not self.cases:
+            return f"{self.what}: untested, no case{of}"
+        shown = []
+        for word, holds in (("fails", False), ("holds", True)):
+            chosen = [c for c in self.cases if c.holds == holds]
+            items = [
+                c.describe() for c in sorted(chosen, key=lambda c: not c.marginal)
+            ]  # marginal ones first
+            if items:
+                more = f" +{len(items) - SHOWN} more" if len(items) > SHOWN else ""
+                shown.append(f"{word}: {', '.join(items[:SHOWN])}{more}")
+        held = sum(c.holds for c in self.cases)
+        return f"{self.what}: {held}/{len(self.cases)} cases{of} ({'; '.join(shown)})"
+
+
+def verdict(parts: list[Part]) -> str:
+    """FAIL on any failing case (a counterexample decides); else UNTESTED if a part has no case; else PASS."""
+    if any(not c.holds for part in parts for c in part.cases):
+        return FAIL
+    return PASS if parts and all(part.cases for part in parts) else UNTESTED
+
+
+def fmt(value: float) -> str:
+    return "diverged" if value == math.inf else f"{value:.3f}"
+
+
+def signed(value: float) -> str:
+    return "inf" if value == math.inf else "-inf" if value == -math.inf else f"{value:+.3f}"
+
+
+def iqr(diffs: np.ndarray) -> tuple[float, float]:
+    """The 25th and 75th percentiles of the seeds' paired differences; NaN, NaN without any."""
+    diffs = np.asarray(diffs, dtype=float)
+    if not len(diffs):
+        return math.nan, math.nan
+    with np.errstate(invalid="ignore"):  # a quartile between two infinities is NaN: no band, never marginal
+        q25, q75 = np.percentile(diffs, [25, 75])
+    return float(q25), float(q75)
+
+
+def _median(values: pd.Series) -> float:
+    return float(np.median(values.to_numpy(dtype=float)))
+
+
+def _margin(a: float, b: float) -> float:
+    """a - b, where two diverged values (+inf) are equal: neither beats the other."""
+    return 0.0 if a == b == math.inf else a - b
+
+
+def compare(
+    label: str,
+    model: pd.Series,
+    reference: pd.Series | float,
+    holds: Callable[[float, float], bool],
+    words: str,
+) -> Case:
+    """A case from per-seed values (indexed by seed), judged on the paired differences: holds(m, 0) for m the
+    median over seeds of model - reference (seeds both sides have; every seed for a fixed reference), the
+    margin printed. `words` shows the two medians ({a}, {b}); they inform, the margin decides."""
+    a = _median(model)
+    if isinstance(reference, pd.Series):
+        b, common = _median(reference), model.index.intersection(reference.index)
+        diffs = np.array([_margin(model[s], reference[s]) for s in common], dtype=float)
+    else:
+        b = float(reference)
+        diffs = np.array([_margin(v, b) for v in model], dtype=float)
+    margin = float(np.median(diffs)) if len(diffs) else math.nan
+    measured = words.format(a=fmt(a), b=fmt(b))
+    if not len(diffs):
+        measured += " (no seed on both sides: not judged)"
+    return Case(label, measured, bool(holds(margin, 0.0)), margin, iqr(diffs))
+
+
+# The claimed signs a case is judged on: holds(margin, 0).
+
+
+def lt(a: float, b: float) -> bool:
+    return a < b
+
+
+def gt(a: float, b: float) -> bool:
+    return a > b
+
+
+def ge(a: float, b: float) -> bool:
+    return a >= b

@@ -1,0 +1,159 @@
+"""Per seed and per configuration (pure): the final values a claim reads, and the cases they give.
+
+The value of a seed is its run's final metric, where a diverged run counts as +inf (it beats nothing:
+neither Lloyd's nor a lower loss) and an unfinished one not at all; a configuration with fewer than 2 seeds
+is left out. A case compares a configuration's seeds with a fixed level (threshold_cases), with the
+configuration that differs from it in one key (pair_cases), or the rise of two embeddings' values with k
+(rise_cases).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from analysis.claims.cases import Case, compare, iqr
+from analysis.claims.scopes import AXES, EMB, D, K
+from analysis.context import scope, varying
+from analysis.runs import config_keys
+from analysis.style import AXIS_NAMES, short
+from tracking.names import DIVERGED, FINISHED, OUTCOME, SEED
+
+
+def seed_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Config keys, seed and `value`, the final `metric` of every run that finished or diverged (+inf); a
+    repeated (configuration, seed), e.g. a rerun, counts once (its mean)."""
+    keys = config_keys(runs.columns)
+    ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
+    value = ended[metric].astype(float).where(ended[OUTCOME] == FINISHED, math.inf)
+    return ended.assign(value=value).groupby(keys + [SEED], dropna=False)["value"].mean().reset_index()
+
+
+def with_enough_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """The per-seed rows of the configurations with >= 2 seeds."""
+    keys = [k for k in config_keys(per_seed.columns)]
+    seeds = (
+        per_seed.groupby(keys, dropna=False)[SEED].transform("nunique") if len(per_seed) else per_seed[SEED]
+    )
+    return per_seed[seeds >= 2]
+
+
+def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | None) -> str:
+    """What the scope holds: configurations with >= 2 seeds (of the paper grid's), those left out, diverged
+    and unfinished runs."""
+    slice_ = ", ".join(
+        f"{AXIS_NAMES.get(k, k)} in {'/'.join(map(str, v))}"
+        if isinstance(v, tuple)
+        else f"{AXIS_NAMES.get(k, k)}={v:g}"
+        if isinstance(v, float)
+        else f"{AXIS_NAMES.get(k, k)}={v}"
+        for k, v in where.items()
+    )
+    name = f"runs tagged `{subgrid}`" + (f" with {slice_}" if slice_ else "")
+    expected = f"/{len(scope(grid, subgrid, where))}" if grid is not None else ""
+    if runs.empty:
+        return f"{name}: none, 0{expected} configurations (the `{subgrid}` sub-grid of sweep=paper)" + (
+            f"; {D32_RUNS}" if where.get(D) == 32 else ""
+        )
+    ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
+    name += f" (judged at {setting(ended if len(ended) else runs)})"
+    seeds = ended.groupby(config_keys(runs.columns), dropna=False)[SEED].nunique()
+    few = f" ({int((seeds < 2).sum())} with fewer left out)" if (seeds < 2).any() else ""
+    diverged, unfinished = int((runs[OUTCOME] == DIVERGED).sum()), len(runs) - len(ended)
+    return (
+        f"{name}: {int((seeds >= 2).sum())}{expected} configurations with >= 2 seeds{few}; "
+        f"diverged {diverged}, unfinished {unfinished} of {len(runs)} runs"
+    )
+
+
+D32_RUNS = "the d 32 runs are sweep=lite32's (`make reproduce-d32`), none in this store and experiment"
+
+
+def setting(runs: pd.DataFrame) -> str:
+    """The d, k and n the runs trained at, e.g. 'd 32, k 10/25, n 128/256'."""
+    parts = []
+    for key, word in ((D, "d"), (K, "k"), ("task.n", "n")):
+        if key in runs:
+            values = sorted(runs[key].dropna().unique())
+            parts.append(f"{word} {'/'.join(f'{v:g}' for v in values)}")
+    return ", ".join(parts)
+
+
+def label_keys(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[str]:
+    """The config keys that tell the configurations apart (every axis for a single one), but `drop`."""
+    configs = frame[config_keys(frame.columns)].drop_duplicates()
+    keys = varying(configs) if len(configs) > 1 else [k for k in AXES if k in frame]
+    return [k for k in keys if k not in drop]
+
+
+def config_label(row: pd.Series, keys: list[str]) -> str:
+    """A configuration's name in a case: its short values of `keys` (analysis.style.short)."""
+    return "-".join(short(k, row[k]) for k in keys) or "all"
+
+
+def by_configuration(per_seed: pd.DataFrame, keys: list[str]) -> Iterator[tuple[pd.Series, pd.DataFrame]]:
+    """(configuration row, per-seed values indexed by seed) per configuration."""
+    for _, part in per_seed.groupby(config_keys(per_seed.columns), dropna=False, sort=False):
+        yield part.iloc[0], part.set_index(SEED)[keys]
+
+
+def threshold_cases(
+    per_seed: pd.DataFrame, holds: Callable[[float, float], bool], level: float = 1.0
+) -> list[Case]:
+    """Per configuration: holds(its median - level, 0); the margin is that median - level."""
+    keys = label_keys(per_seed)
+    return [
+        compare(config_label(row, keys), values["value"], level, holds, "{a}")
+        for row, values in by_configuration(per_seed, ["value"])
+    ]
+
+
+def pair_cases(
+    per_seed: pd.DataFrame, key: str, a: object, b: object, holds: Callable[[float, float], bool]
+) -> list[Case]:
+    """Configurations with key == a beside those with key == b that agree on every other config key."""
+    others = [k for k in config_keys(per_seed.columns) if k != key]
+    right = {
+        match: part.set_index(SEED)["value"]
+        for match, part in per_seed[per_seed[key] == b].groupby(others, dropna=False, sort=False)
+    }
+    keys = label_keys(per_seed[per_seed[key].isin((a, b))], drop=(key,))
+    words = f"{short(key, a)} {{a}} vs {short(key, b)} {{b}}"
+    return [
+        compare(config_label(row, keys), values["value"], right[match], holds, words)
+        for row, values in by_configuration(per_seed[per_seed[key] == a], ["value"])
+        if (match := tuple(row[k] for k in others)) in right
+    ]
+
+
+def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "onehot") -> list[Case]:
+    """`rising`'s value rises from the smallest to the largest k (both embeddings have) by more than
+    `steady`'s (and at all): margin = the median over seeds of rise - max(steady's rise, 0), as compare."""
+    others = [k for k in config_keys(per_seed.columns) if k not in (EMB, K)]
+    keys = [k for k in label_keys(per_seed) if k in others]
+    cases = []
+    for _, part in per_seed.groupby(others, dropna=False):
+        by = {
+            e: part[part[EMB] == e].pivot_table(index=SEED, columns=K, values="value")
+            for e in (rising, steady)
+        }
+        ks = sorted(set(by[rising].columns) & set(by[steady].columns))
+        if len(ks) < 2:
+            continue
+        medians = {e: by[e].median() for e in by}
+        rise = {e: medians[e][ks[-1]] - medians[e][ks[0]] for e in by}
+        seeds = by[rising].index.intersection(by[steady].index)
+        per_seed_rise = {e: by[e].loc[seeds, ks[-1]] - by[e].loc[seeds, ks[0]] for e in by}
+        diffs = per_seed_rise[rising] - per_seed_rise[steady].clip(lower=0.0)
+        margin = float(np.median(diffs)) if len(diffs) else math.nan  # paired, as compare
+        words = (
+            f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "
+            f"vs {short(EMB, steady)} {rise[steady]:+.3f}"
+        )
+        cases.append(
+            Case(config_label(part.iloc[0], keys), words, bool(margin > 0), float(margin), iqr(diffs))
+        )
+    return cases

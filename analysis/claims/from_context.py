@@ -1,0 +1,138 @@
+"""The claims' evidence read from a store: its runs, their probes' evaluations (cached), val_rel_lloyd's
+histories, the speed_memory benchmark and the sampled tasks' dissimilarity; every claim checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from analysis.checkpoint_eval import LLOYD_METHOD
+from analysis.claims.evidence import Claim, Evidence, judge
+from analysis.claims.grid import paper_grid
+from analysis.claims.records import CLAIMS
+from analysis.claims.scopes import EMB
+from analysis.context import Context, count_once, evaluation_rows, series_labels, varying
+from analysis.eval_figures import dissimilarity
+from analysis.plot import Figure, MissingInput
+from analysis.style import LLOYD
+from tracking.names import DIVERGED, OUTCOME, SEED, VAL_REL_LLOYD
+
+# Per probe: the column of its evaluation table that names a panel, and the iterations the claims read.
+PANELS = {"multistep": "init", "length": "n", "mixture_shift": "shift", "family_transfer": "test_family"}
+METHODS = {"multistep": ("reembed", "naive")}
+
+
+def probe_rows(ctx: Context, runs: pd.DataFrame, evaluation: str) -> pd.DataFrame:
+    """Per-seed rows of `evaluation` for these runs (cached evaluations): one series per configuration, panels
+    '<column>=<value>', and a diverged model counted as +inf at every panel and step (it beats nothing)."""
+    labels, _ = series_labels(runs, varying(runs) or [EMB])
+    column = PANELS[evaluation]
+    frames = []
+    for method in METHODS.get(evaluation, ("reembed",)):
+        panel = lambda t, r: column + "=" + t[column].astype(str)  # noqa: E731
+        rows = count_once(evaluation_rows(ctx, runs, evaluation, panel, labels, (method,)))
+        points = rows.loc[rows["series"] != LLOYD, ["panel", "step"]].drop_duplicates()
+        lost = [
+            points.assign(series=labels[i], unit=run["run_id"], value=math.inf, **{SEED: run[SEED]})
+            for i, run in runs[runs[OUTCOME] == DIVERGED].iterrows()
+        ]
+        frames.append(pd.concat([rows, *lost], ignore_index=True).assign(method=method))
+    rows = pd.concat(frames, ignore_index=True)
+    rows.loc[rows["series"] == LLOYD, "method"] = LLOYD_METHOD
+    return rows[["panel", "series", "method", SEED, "step", "value"]]
+
+
+def _probe(ctx: Context) -> Callable[[pd.DataFrame, str], tuple[pd.DataFrame, str]]:
+    def rows(runs: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
+        try:
+            return probe_rows(ctx, runs, evaluation), ""
+        except (MissingInput, FileNotFoundError) as err:
+            return pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"]), str(err)
+
+    return rows
+
+
+def _history(ctx: Context) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def points(runs: pd.DataFrame) -> pd.DataFrame:
+        h = ctx.histories()
+        return h[(h["key"] == VAL_REL_LLOYD) & h["run_id"].isin(runs["run_id"])][["run_id", "step", "value"]]
+
+    return points
+
+
+def _speed_rows(path: Path | None) -> list[dict] | None:
+    return json.loads(path.read_text()).get("rows", []) if path is not None and path.exists() else None
+
+
+def evidence(ctx: Context, drawn: dict[str, Figure] | None = None) -> Evidence:
+    """The claims' inputs from ctx; `drawn` (figure name -> Figure) holds what the report already drew, which
+    is reused rather than computed again."""
+    drawn = drawn or {}
+    figure = drawn.get("task_dissimilarity")
+    blocks = figure.tables["family_blocks"] if figure is not None else dissimilarity(ctx)[4]
+    return Evidence(
+        ctx.runs,
+        paper_grid(),
+        ctx.settings.steps,
+        _probe(ctx),
+        _history(ctx),
+        _speed_rows(ctx.speed_json),
+        f"{ctx.speed_json} (`python -m bench speed_memory --out FILE`, then speed_json=FILE)",
+        blocks,
+    )
+
+
+def combined(found: list[Evidence]) -> Evidence:
+    """One Evidence from several stores' (sweep=lite's d 4 runs and sweep=lite32's d 32 runs, each in its own
+    experiment): their runs side by side; a probe or history read goes to the evidences holding the runs
+    read; the grid, benchmarks and dissimilarity table are the first's that has them. So every claim is
+    judged once, on the runs of its scope wherever they were trained (large_lr_worse: d 4 from one, d 32
+    from the other)."""
+
+    def own(scoped: pd.DataFrame, e: Evidence) -> pd.DataFrame:
+        return scoped[scoped["run_id"].isin(e.runs["run_id"])]
+
+    def probe(scoped: pd.DataFrame, evaluation: str) -> tuple[pd.DataFrame, str]:
+        rows, missing = [], []
+        for e in found:
+            if e.probe is not None and not own(scoped, e).empty:
+                part, why = e.probe(own(scoped, e), evaluation)
+                rows.append(part)
+                missing += [why] if why else []
+        empty = pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"])
+        return (pd.concat(rows, ignore_index=True) if rows else empty), "; ".join(missing)
+
+    def history(scoped: pd.DataFrame) -> pd.DataFrame:
+        parts = [e.history(own(scoped, e)) for e in found if e.history is not None]
+        return (
+            pd.concat(parts, ignore_index=True)
+            if parts
+            else pd.DataFrame(columns=["run_id", "step", "value"])
+        )
+
+    def first(attr: str):
+        return next((getattr(e, attr) for e in found if getattr(e, attr) is not None), None)
+
+    with_speed = next((e for e in found if e.speed is not None), found[0])
+    return Evidence(
+        pd.concat([e.runs for e in found], ignore_index=True),
+        first("grid"),
+        found[0].T,
+        probe,
+        history,
+        with_speed.speed,
+        with_speed.speed_source,
+        first("blocks"),
+    )
+
+
+def check(ctx: Context, drawn: dict[str, Figure] | None = None) -> list[Claim]:
+    """Every claim of docs/science.md section 7.1 against ctx's store, in order, then the ones beyond it;
+    `drawn`: the figures the report drew, whose data the claims reuse (see `evidence`)."""
+    found = evidence(ctx, drawn)
+    return [judge(record, found) for record in CLAIMS]

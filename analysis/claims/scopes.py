@@ -1,0 +1,37 @@
+"""What a claim is about: the config keys (axes) the claims name, and scopes, the runs a claim is judged on.
+
+A scope is (sub-grid, slice): the runs tagged with that sub-grid of the paper grid whose config keys take the
+slice's values (analysis.context.scope). A probe claim's scope is the models its figure draws
+(analysis.eval_figures.PROBES), narrowed.
+"""
+
+from __future__ import annotations
+
+from analysis.eval_figures import PROBES
+from tasks.sampler import FAMILIES
+
+TAU, REG, EMB, D, K, FAMILY, LR = (
+    "loss.tau",
+    "loss.regularizer",
+    "model.embedding",
+    "task.d",
+    "task.k",
+    "task.family",
+    "optim.lr",
+)
+AXES = (TAU, REG, EMB, D, K, FAMILY, LR)
+EMBEDDED = ("onehot", "binary")
+OTHER_FAMILIES = tuple(f for f in FAMILIES if f != "cauchy")
+
+Scope = tuple[str, dict]  # (sub-grid, slice): a slice maps a config key to a value or a tuple of values
+
+
+def within(probe: str, **narrower: object) -> Scope:
+    """A probe's models (the ones its figure draws), narrowed: the scope of a claim on that probe."""
+    subgrid, where = PROBES[probe]
+    return subgrid, {**where, **narrower}
+
+
+def transfer_from(family_setting: dict) -> Scope:
+    """The non-cauchy-trained OH/BN models the family-transfer probe draws, at that d and k."""
+    return within("family_transfer", **{EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}, **family_setting)
