@@ -8,7 +8,7 @@ except for a model trained in a pack (cluster.pack=seeds, tag `pack`): its
 batched matmuls sum in another order, so a solo rerun matches it to about
 1e-5 with model.dropout=0 and only in distribution with dropout (a pack draws
 its dropout masks in one piece). tracking.uri defaults to $MLFLOW_TRACKING_URI, else
-sqlite:///mlflow.db (conf/tracking/local.yaml). Exit codes: sweeper/exit_codes.py.
+sqlite:///mlflow.db (conf/tracking/local.yaml).
 """
 
 from __future__ import annotations

@@ -69,6 +69,12 @@ def test_help_lists_the_options_and_every_exit_code_and_no_internals(script, cap
     for row in exit_codes.TABLE:
         assert f"\n  {row.code}  {row.meaning}\n" in out + "\n", row.code
     assert not re.search(r"judge_\w+|Context|`check`", out), "names of the code are not the user's business"
+    # nor its modules (but in the `python -m` forms) or constants (but environment variables)
+    module = (
+        r"(?<!-m )(?<![/\w.])(analysis|sweeper|training|models|tasks|bench|config|tracking\.\w+)\.[a-z_]+"
+    )
+    constant = r"\b(?<!\$)(?!RUN_ID)[A-Z]{2,}_[A-Z_]+\b"  # RUN_ID: the argument's placeholder
+    assert not re.search(f"{module}|{constant}", out), out
 
 
 @pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))

@@ -1,6 +1,6 @@
 """`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 18 claims (docs/science.md 7.1).
 
-Each claim is one Record in CLAIMS: its name, the paper's words and where they
+Each claim has a name, the paper's words and where they
 stand, its scope (the sub-grid and slice it is about) and its judge. A claim is
 judged only on its scope, so other runs in a store never change a verdict.
 Per configuration, the median across seeds of the final value, where a
@@ -11,14 +11,14 @@ seeds is left out. A judge returns a few parts ("every OH/BN configuration
 makes the claim FAIL, else a part without cases makes it UNTESTED (never PASS
 on zero cases), else PASS. Probes compare the models' median (over seeds) mean
 log objective with Lloyd's after the same T steps, on the models the figures
-draw (analysis.eval_figures.PROBES).
+draw (the report's probe figures).
 
 A case compares a model with its reference seed by seed: its margin is the
 median over seeds of the paired difference (model minus reference), the case
 holds when that margin has the claimed sign, so a verdict never disagrees with
 the margin printed beside it; the seeds' IQR of the difference is printed too,
 and a case whose IQR straddles zero is marked *marginal*, which informs and
-never changes a verdict. Records with `beyond=True` are the platform's own findings, judged
+never changes a verdict. The claims beyond the paper are the platform's own findings, judged
 by the same rules, reported under their own heading and never counted among
 the paper's claims: among them the family claims at lite scale (d 4, k 6,
 `sweep=lite`), the same statements beyond the paper's setting (d 32, k 10,
