@@ -19,7 +19,7 @@ from analysis.checkpoint_eval import LLOYD_METHOD, EvalSettings, Evaluator
 from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.runs import config_keys, histories, outcome_of
 from analysis.style import LLOYD, color, label, linestyle, order
-from sweeper import console
+from cli import console
 from tracking.names import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
 
 # The trained models a probe uses when the store holds several: for each key that

@@ -35,11 +35,11 @@ from analysis.page import anchor, page
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
 from analysis.style import order
-from sweeper import console
-from sweeper.entry import command
-from sweeper.parent_run import attach_report, find_parent
+from cli import console
+from cli.entry import command
 from tracking import store, ui
 from tracking.names import CLAIM_COUNTS, FINISHED, MEDIAN_FINAL, REPORT_DIR, REPORT_HTML, SWEEP, VAL_REL_LLOYD
+from tracking.parent_run import attach_report, find_parent
 
 Block = tuple[str, object]  # (kind, content): the index's pieces, written as Markdown and as HTML
 

@@ -14,6 +14,7 @@ from typing import Iterable
 import pandas as pd
 from mlflow import MlflowClient
 
+from cli import exit_codes
 from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from tracking import store
 from tracking.names import (
@@ -32,8 +33,10 @@ TAGS = (CONFIG_HASH, SEED, OUTCOME, DIVERGED_AT, SUBGRIDS, SWEEP)
 RUN_COLUMNS = ["run_id", "run_name", "status", "start_time", "end_time", "experiment_id", *TAGS, *METRICS]
 
 
-class NoRuns(LookupError):
+class NoRuns(LookupError, exit_codes.CommandError):
     """Nothing to analyse; the message says what is missing and where it was looked for."""
+
+    exit_code = exit_codes.NO_RUNS
 
 
 def config_keys(columns: Iterable[str]) -> list[str]:

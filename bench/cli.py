@@ -13,9 +13,10 @@ from pathlib import Path
 
 from bench.common import configure, exit_codes_help, log, write
 from bench.pack import OP_PACKS, PACKS, SIZES, THREADS, bench_pack, parse_size, plan_from, table
+from cli.entry import ArgumentParser, command
 from config.compose import compose
+from config.help import composed_config
 from models.options import REGULARIZERS
-from sweeper.entry import ArgumentParser, command
 
 COMMANDS = {
     "step": "the real training step against the straightforward one, alternately (bench/step.py)",
@@ -172,7 +173,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict:
     return bench_speed_memory(cfg, args.repeats, args.quick)
 
 
-@command("leaner-bench", own_options=True)
+@command("leaner-bench", show_config=composed_config, own_options=True)
 def main(argv: list[str]) -> int:
     if argv and argv[0] in PROBES:
         from importlib import import_module

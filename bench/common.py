@@ -27,8 +27,8 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
+from cli.exit_codes import TABLE
 from models.embedding import embedding_dim
-from sweeper.exit_codes import TABLE
 
 MATMUL_SIZE = 1024  # the dense fp32 matmul whose FLOP rate is the machine's reference
 
@@ -168,10 +168,10 @@ def write(path: Path, text: str) -> None:
 
 
 def exit_codes_help() -> str:
-    """The exit codes for --help (sweeper/exit_codes.py's table); bench itself ends with 0, 1 or 2."""
+    """The exit codes for --help (cli/exit_codes.py's table); bench itself ends with 0, 1 or 2."""
     rows = [f"  {row.code:<4} {row.meaning}" for row in TABLE]
     return (
-        "exit codes (sweeper/exit_codes.py; bench: 0, 1 when a check of gpu or scale failed, 2):\n"
+        "exit codes (cli/exit_codes.py; bench: 0, 1 when a check of gpu or scale failed, 2):\n"
         + "\n".join(rows)
     )
 

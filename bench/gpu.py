@@ -38,10 +38,10 @@ from bench.common import exit_codes_help, free, log
 from bench.host_reads import pack_reads
 from bench.pack import OP_PACKS, PACKS, SIZES, Plan, bench_pack
 from bench.sweep import bench_sweep
+from cli.entry import ArgumentParser
 from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
-from sweeper.entry import ArgumentParser
 from tasks.sampler import TaskSpec, sample_tasks
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load

@@ -42,7 +42,7 @@ from typing import Iterator
 import psutil
 
 from bench.common import exit_codes_help
-from sweeper.entry import ArgumentParser
+from cli.entry import ArgumentParser
 from tracking.names import FINISHED, METRICS, OUTCOME, SYSTEM_METRICS, TRAIN_LOSS
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,6 +25,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from cli.entry import CONFIG_DIR_ENV
 from config.schema import (
     COMPILE_MODES,
     CONF_DIR,
@@ -40,9 +41,8 @@ from tasks.spec import TaskSpec
 # User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
 # replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (the form a sweep
 # hands its trials), then $LEANER_CONFIG_DIR (directories joined by os.pathsep), where `--config-dir DIR` on
-# a command line puts them for the command's life (sweeper.entry).
+# a command line puts them for the command's life (cli.entry).
 SEARCHPATH = "hydra.searchpath"
-CONFIG_DIR_ENV = "LEANER_CONFIG_DIR"
 
 
 def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictConfig:

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from cli import exit_codes
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
 COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.fused.compiled
@@ -35,8 +37,10 @@ RUN_GROUPS = ("task", "model", "loss", "optim", "train")
 EVAL_CHECKPOINTS = ("last", "best")  # eval.checkpoint: the checkpoints a run logs (analysis.checkpoint_eval)
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, exit_codes.CommandError):
     """A rejected configuration; the message names key, value and what is allowed."""
+
+    exit_code = exit_codes.CONFIG
 
 
 # The schema: one dataclass per config group, keys and types only. They look alike on purpose (the

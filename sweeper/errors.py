@@ -2,16 +2,22 @@
 
 `python -m sweeper.sweep` runs sweeper/sweep.py as the module `__main__`: a class defined there would be
 `__main__.ClusterError`, another class than the `sweeper.sweep.ClusterError` that anything importing
-sweeper.sweep sees. Defined here, one class serves both forms of a command, and sweeper.exit_codes
-matches it (tests/test_exit_codes.py checks that no error of the table lives in a module run as a script).
+sweeper.sweep sees (and catches). Defined here, one class serves both forms of a command
+(tests/test_exit_codes.py checks that no error of cli.exit_codes's table lives in a module run as a script).
 """
 
 from __future__ import annotations
 
+from cli import exit_codes
 
-class ClusterError(RuntimeError):
+
+class ClusterError(RuntimeError, exit_codes.CommandError):
     """The Ray cluster cannot be used; the message says which address or path and why."""
 
+    exit_code = exit_codes.CLUSTER
 
-class NoSuchRun(LookupError):
+
+class NoSuchRun(LookupError, exit_codes.CommandError):
     """The run id is not in a store that answers: a typo or another store, not a broken one."""
+
+    exit_code = exit_codes.NO_SUCH_RUN

@@ -4,7 +4,7 @@ Exactly-once rests on it: a job (config_hash, which includes the seed) whose
 run carries an outcome tag of tracking.names.ENDED is done, in whatever sweep
 or plain `sweeper.train` it ran, and is not scheduled again. This sweep's runs
 without an outcome are continued in place, from the Tune checkpoint they
-recorded. The parent run is found by one rule (sweeper.parent_run.is_parent).
+recorded. The parent run is found by one rule (tracking.parent_run.is_parent).
 """
 
 from __future__ import annotations
@@ -15,20 +15,16 @@ from dataclasses import dataclass, field
 from mlflow.entities import Run, RunTag
 from mlflow.tracking import MlflowClient
 
-from sweeper import parent_run
+from tracking import parent_run
 from tracking.names import (
     CONFIG_HASH,
-    DIVERGED,
     ENDED,
-    FINISHED,
     OUTCOME,
-    STOPPED,
+    STATUS,
     SUBGRIDS,
     SWEEP,
     TUNE_CHECKPOINT,
 )
-
-STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", STOPPED: "KILLED"}  # MLflow run status per outcome
 
 
 @dataclass

@@ -24,6 +24,7 @@ import time
 import psutil
 from mlflow.tracking import MlflowClient
 
+from cli import exit_codes
 from tracking.names import DRIVER
 
 SETTLE_S = 1.0  # longer than one tag write and read: the last of simultaneous locks is seen by all
@@ -31,8 +32,10 @@ BEAT_S = 60.0  # heartbeat period
 STALE_S = 600.0  # a lock from another host silent this long belongs to a dead driver
 
 
-class SweepLocked(RuntimeError):
+class SweepLocked(RuntimeError, exit_codes.CommandError):
     """Another driver runs this sweep; the message names it."""
+
+    exit_code = exit_codes.LOCKED
 
 
 def me() -> dict:

@@ -10,7 +10,7 @@
 - Reads the store once at its start: one search of the experiment (tracking.store.search) gives the
   ledger (sweeper.ledger): the jobs done anywhere in the experiment, this sweep's unfinished runs and their
   checkpoints, its parent run, and the outcomes the parent's counts start from.
-- Owns the parent run (sweeper.parent_run): found by one rule or created, locked against a second driver
+- Owns the parent run (tracking.parent_run): found by one rule or created, locked against a second driver
   (sweeper.lock), the plan and the command line recorded on it, its counts kept current, finished or
   killed at the end.
 - Is the Tune callback: each of Tune's events goes to one writing thread, always on, that applies them in
@@ -37,13 +37,13 @@ from omegaconf import DictConfig
 from ray import tune
 
 from config.grid import Job, Plan
-from sweeper import ledger, parent_run
+from sweeper import ledger
 from sweeper.driver_only import DriverOnly
 from sweeper.lock import DriverLock
 from sweeper.outage import PatientClient
 from sweeper.trial import PAYLOAD, pack_key
 from sweeper.writer import MlflowWriter
-from tracking import store
+from tracking import parent_run, store
 from tracking.names import SWEEP
 
 BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most

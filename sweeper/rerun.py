@@ -21,11 +21,12 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, ErrorCode
 
+from cli import console, exit_codes
+from cli.entry import ArgumentParser, about, command, exit_code_lines
 from config.compose import compose
+from config.help import composed_config
 from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
-from sweeper import console, exit_codes
-from sweeper.entry import ArgumentParser, about, command, exit_code_lines
 from sweeper.errors import NoSuchRun
 from tracking import ui
 from tracking.mlflow_recorder import MlflowRecorder
@@ -78,7 +79,7 @@ def progress_lines(steps: int) -> OnEval | None:
     )
 
 
-@command("leaner-rerun", own_options=True)
+@command("leaner-rerun", show_config=composed_config, own_options=True)
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(
         prog="leaner-rerun",

@@ -12,7 +12,7 @@ their last checkpoint in their own run. On a multi-node cluster
 `cluster.storage` must be shared storage (an NFS path mounted alike on every
 node, or s3://, gs://): trials resume from checkpoints written elsewhere.
 
-Exit codes: the table of sweeper/exit_codes.py (0 every trial ended, 1 some trials failed after their
+Exit codes: the table of cli/exit_codes.py (0 every trial ended, 1 some trials failed after their
 retries: start again to retry them, 2 rejected configuration, 4 tracking store unreachable at the start or
 for longer than tracking.outage_s mid-sweep, 8 another driver runs this sweep, 130/143 stopped by
 SIGINT/SIGTERM: running trials keep their last checkpoint and the same command resumes them, ...).
@@ -32,11 +32,12 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
+from cli import console, exit_codes
+from cli.entry import command
 from config import grid
 from config.compose import compose, group_options, searchpath_override, user_config_dirs, without_searchpath
+from config.help import composed_config, config_groups
 from config.schema import ConfigError
-from sweeper import console, exit_codes
-from sweeper.entry import command
 from sweeper.errors import ClusterError
 from tracking import ui
 
@@ -400,7 +401,7 @@ def where_to_look(uri: str, experiment: str, experiment_id: str) -> str:
     )
 
 
-@command("leaner-sweep")
+@command("leaner-sweep", show_config=composed_config, options=config_groups)
 def main(argv: list[str]) -> int:
     cfg, plan = load(argv)
     print(plan.table())

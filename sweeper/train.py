@@ -4,23 +4,24 @@ Composes the configuration (with sweep=NAME, at that sweep's `fixed` values,
 as its trials train), records the run to MLflow and resumes from the workdir's
 checkpoint when there is one.
 
-Exit codes: the table of sweeper/exit_codes.py (0 finished, 2 rejected configuration, 3 diverged, ...).
+Exit codes: the table of cli/exit_codes.py (0 finished, 2 rejected configuration, 3 diverged, ...).
 """
 
 from __future__ import annotations
 
 import sys
 
+from cli import exit_codes
+from cli.entry import command
 from config.grid import compose_one
-from sweeper import exit_codes
-from sweeper.entry import command
+from config.help import composed_config, config_groups
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
 from training.loop import blown_up, default_workdir, objective_bound, pick_device, train
 from training.system_metrics import SystemSampler
 
 
-@command("leaner-train")
+@command("leaner-train", show_config=composed_config, options=config_groups)
 def main(argv: list[str]) -> int:
     cfg = compose_one(argv)
     device = pick_device(cfg.train.device)  # a device this machine lacks: exit 2 before anything is written

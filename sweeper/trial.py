@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ray import tune
 
+from cli import console
 from config.compose import compose
 from config.identity import config_hash
-from sweeper import console
 from tracking.names import VAL_REL_LLOYD
 
 if TYPE_CHECKING:  # the driver imports this module too, and must not import torch

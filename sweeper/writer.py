@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
-from sweeper.ledger import STATUS, Ledger
+from sweeper.ledger import Ledger
 from sweeper.trial import Artifact, Recorded, RunStart
 from tracking import store
 from tracking.names import (
@@ -33,6 +33,7 @@ from tracking.names import (
     OUTCOME,
     PACK,
     SEED,
+    STATUS,
     STOPPED,
     SUBGRIDS,
     SWEEP,

@@ -17,8 +17,8 @@ from support.configs import ONE_TRIAL, PACKABLE
 from support.histories import check_histories, expected_counts
 from support.sweeps import children, sweep_jobs
 
+from cli import exit_codes
 from config.compose import compose
-from sweeper import exit_codes
 from sweeper.train import main
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT

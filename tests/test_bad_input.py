@@ -4,7 +4,7 @@ The input is generated (hypothesis): unknown and misspelt keys, values of the wr
 garbled override syntax, stores that are random bytes, truncated, a folder, in a missing folder, missing or
 read-only, and run ids that are in no store. Each command's entry function, what its console script calls,
 takes most of them in-process; a sample runs as real subprocesses in both forms, `python -m MODULE` and the
-console script. Each answer: one line on stderr (`error: ...`), the exit code of sweeper/exit_codes.py's
+console script. Each answer: one line on stderr (`error: ...`), the exit code of cli/exit_codes.py's
 table that the situation documents, no traceback, and nothing written: every file under the sandbox
 (stores included) is the same after the command as before, and nothing new is there. The bad values come
 from docs/configuration.md's "allowed" column, written out here as an independent oracle.
@@ -29,9 +29,10 @@ from support.repo import subprocess_env
 
 from analysis import claims, report
 from bench import cli as bench
+from cli import exit_codes
 from config.reference import schema_keys
 from config.schema import AnalysisConfig, Config
-from sweeper import exit_codes, rerun, sweep, train
+from sweeper import rerun, sweep, train
 from tracking import store
 
 MAINS = {

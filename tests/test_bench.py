@@ -18,13 +18,13 @@ from support.repo import REPO
 from bench.cli import COMMANDS, main, parse
 from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, pack_models, plan_from
 from bench.step_seconds import SHAPE_KEYS, bench_step_seconds
+from cli.exit_codes import TABLE
 from config.compose import compose
 from config.schema import ConfigError
 from models.flash_dropout import FlashDropout, dropped_positions
 from models.losses import smoothed_objective
 from models.reference import ReferenceTransformer, sample_tasks_loop, smoothed_objective_plain
 from models.transformer import ClusteringTransformer
-from sweeper.exit_codes import TABLE
 from tasks.sampler import TaskSpec
 
 

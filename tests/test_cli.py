@@ -1,4 +1,4 @@
-"""The command line every command shares (sweeper/entry.py) and the exit-code table (sweeper/exit_codes.py).
+"""The command line every command shares (cli/entry.py) and the exit-code table (cli/exit_codes.py).
 
 Each command's main is the console script's entry point (pyproject.toml's [project.scripts]), so calling
 `main(argv)` runs what `leaner-train ARGS` runs; two tests start real `python -m` subprocesses. Messages
@@ -21,9 +21,10 @@ from omegaconf import OmegaConf
 from support.repo import REPO
 
 from analysis import claims, report
+from cli import console, exit_codes
 from config.compose import compose
 from config.schema import ConfigError
-from sweeper import console, exit_codes, rerun, sweep, train
+from sweeper import rerun, sweep, train
 
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 HYDRA_COMMANDS = {
@@ -245,4 +246,4 @@ def test_every_console_script_is_a_command_of_that_name():
     for script, target in SCRIPTS.items():
         module, function = target.split(":")
         main = getattr(importlib.import_module(module), function)
-        assert main.script == script, f"{target} is not wrapped by @command({script!r}) of sweeper/entry.py"
+        assert main.script == script, f"{target} is not wrapped by @command({script!r}) of cli/entry.py"

@@ -8,6 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from cli import exit_codes
 from config.compose import compose
 from config.identity import (
     config_hash,
@@ -22,7 +23,6 @@ from config.identity import (
 from config.schema import ConfigError
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
-from sweeper import exit_codes
 from sweeper.train import main
 from tasks.sampler import FAMILIES
 from training.loop import Trainer, pick_device

@@ -24,9 +24,10 @@ from support.repo import REPO
 from support.sweeps import children
 
 from bench.pack import Plan, isolated_peaks, pack_models, pack_step
+from cli import exit_codes
 from config.compose import compose
 from config.grid import compose_one
-from sweeper import exit_codes, sweep, train
+from sweeper import sweep, train
 from tracking.names import (
     CPU_UTILIZATION,
     PROCESS_CPU,

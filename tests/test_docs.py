@@ -1,5 +1,5 @@
 """README.md and the docs/*.md pages: their commands exist with the flags they show, their runnable
-blocks run, their links lead somewhere, the exit code table is sweeper/exit_codes.py's and the
+blocks run, their links lead somewhere, the exit code table is cli/exit_codes.py's and the
 configuration reference the one config/reference.py generates. docs/architecture.md: the files,
 modules and make targets it names exist.
 
@@ -29,9 +29,9 @@ from support.configs import NO_DASHBOARD
 from support.readme import blocks, commands, page_holding, pages
 from support.repo import README, REPO
 
+from cli import exit_codes
 from config import reference as config_reference
 from config.compose import compose
-from sweeper import exit_codes
 from sweeper import sweep as sweep_cli
 
 ARCHITECTURE = REPO / "docs" / "architecture.md"
@@ -133,7 +133,7 @@ def test_docs_list_the_exit_code_table_and_every_command():
     text = page.read_text()
     body = text.split("<!-- exit-codes:start", 1)[1].split("-->", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
     assert body.strip() == exit_codes.markdown(), (
-        f"{page.name}'s exit codes differ from sweeper/exit_codes.py's table"
+        f"{page.name}'s exit codes differ from cli/exit_codes.py's table"
     )
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)

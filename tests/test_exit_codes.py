@@ -1,4 +1,4 @@
-"""The exit-code table (sweeper/exit_codes.py) and the error path every command shares (sweeper/entry.py).
+"""The exit-code table (cli/exit_codes.py) and the error path every command shares (cli/entry.py).
 
 An error of the table ends a command with one line and its code, whichever form started it: the console
 script or `python -m`. Errors whose chain of causes loops (`raise e from e`, as Ray raises a missing
@@ -8,6 +8,7 @@ sweep at 100% CPU.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import shutil
 import sqlite3
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 from support.repo import REPO, subprocess_env
 
+from cli import exit_codes
 from config.schema import ConfigError
-from sweeper import exit_codes
 from tracking.store import TrackingError
 
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
@@ -46,6 +47,21 @@ def test_every_error_of_the_table_exists_and_maps_to_its_code():
         subclass = type("Sub", (kind,), {})
         assert exit_codes.code_for(kind("x")) == exit_codes.code_for(subclass("x")) == row.code
     assert exit_codes.code_for(KeyError("x")) is None  # anything else is a bug: re-raised with its traceback
+
+
+def test_every_command_error_of_the_project_is_in_the_table():
+    """Each class declares its own exit code (cli.exit_codes.CommandError): the table names every one, so
+    docs/commands.md lists them all (the test above checks each named class answers its row's code)."""
+    packages = [p for p in REPO.iterdir() if (p / "__init__.py").exists() and p.name != "tests"]
+    declared = set()
+    for path in (source for package in packages for source in package.rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(b).endswith("CommandError") for b in node.bases
+            ):
+                declared.add(f"{module}.{node.name}")
+    assert declared == {row.raised_as for row in exit_codes.TABLE if row.raised_as}
 
 
 def test_a_class_of_the_same_name_is_not_the_tables():

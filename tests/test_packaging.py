@@ -265,7 +265,7 @@ def imports_of(folder: str) -> set[str]:
 
 
 # Packages depend one way: each imports only itself and the packages before it in this order.
-LAYERS = ("tasks", "models", "config", "tracking", "training", "sweeper", "bench", "analysis")
+LAYERS = ("cli", "tasks", "models", "config", "tracking", "training", "sweeper", "bench", "analysis")
 MAY_IMPORT = {package: set(LAYERS[: i + 1]) for i, package in enumerate(LAYERS)}
 
 

@@ -26,8 +26,9 @@ from mlflow.store.db.utils import _get_alembic_config
 from support.repo import REPO, subprocess_env
 
 from analysis import claims, report
+from cli import exit_codes
 from config.compose import compose
-from sweeper import exit_codes, rerun, sweep, train
+from sweeper import rerun, sweep, train
 from tracking.mlflow_recorder import MlflowRecorder
 from training.loop import train as train_loop
 

@@ -22,7 +22,7 @@ from support.sweeps import (
     wait_for,
 )
 
-from sweeper import exit_codes
+from cli import exit_codes
 from tracking.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
 
 pytestmark = pytest.mark.slow

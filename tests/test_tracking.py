@@ -14,9 +14,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from support.servers import free_port
 
+from cli import exit_codes
 from config.compose import compose
 from config.identity import config_hash, configuration_hash, configuration_name, flat_params
-from sweeper import exit_codes
 from sweeper.train import main
 from tracking import store, ui, view
 from tracking.mlflow_recorder import MlflowRecorder, TrackingError

@@ -15,11 +15,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 from support.repo import subprocess_env
 
+from cli import exit_codes
 from config import grid
 from config.compose import compose
 from config.identity import config_hash, run_config
 from models.transformer import ClusteringTransformer
-from sweeper import exit_codes
 from sweeper.sweep import load
 from sweeper.train import main
 from tasks.sampler import TaskSpec, validation_tasks

@@ -11,8 +11,9 @@ import sys
 import pytest
 from support.repo import REPO
 
+from cli.entry import CONFIG_DIR_ENV
 from config import grid
-from config.compose import CONFIG_DIR_ENV, compose, group_options, user_config_dirs
+from config.compose import compose, group_options, user_config_dirs
 from config.identity import config_hash
 from config.schema import ConfigError
 from sweeper.sweep import load, sweep_names, trial_overrides

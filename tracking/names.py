@@ -85,8 +85,9 @@ RESULT_ARTIFACT = "evaluation.csv"  # an evaluation run's result table (analysis
 # Outcome of a sweep's model the ASHA scheduler stopped early (MLflow status KILLED; not run again).
 STOPPED = "stopped"
 ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a model for good: a sweep never runs it again
+STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", STOPPED: "KILLED"}  # MLflow run status per outcome
 
-# The parent run of a sweep (sweeper.parent_run).
+# The parent run of a sweep (tracking.parent_run).
 COMMAND = "command"  # tag: the command line that (last) started the sweep
 PLAN_TAGS = ("plan.configurations", "plan.seeds", "plan.trials")  # tags: the plan's sizes
 PLAN_ARTIFACT = "plan.txt"  # the plan's table, as the dry run prints it

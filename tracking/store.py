@@ -47,6 +47,7 @@ from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.rest_utils import http_request
 from tqdm import tqdm
 
+from cli import exit_codes
 from tracking import view
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 
@@ -70,8 +71,10 @@ BULK_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 BULK_RUNS, BULK_POINTS = 100, 25000
 
 
-class TrackingError(RuntimeError):
+class TrackingError(RuntimeError, exit_codes.CommandError):
     """The tracking store cannot be used; the message names its URI."""
+
+    exit_code = exit_codes.TRACKING
 
 
 class _Passing(TrackingError):

@@ -24,14 +24,17 @@ from pathlib import Path
 
 import torch
 
+from cli import exit_codes
 from tracking.names import BEST_CHECKPOINT, LAST_CHECKPOINT
 
 RUN_ID_FILE = "run_id"
 log = logging.getLogger(__name__)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, exit_codes.CommandError):
     """A checkpoint that cannot be used; the message says how to proceed."""
+
+    exit_code = exit_codes.CHECKPOINT
 
 
 @dataclass

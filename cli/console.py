@@ -1,4 +1,4 @@
-"""How much the commands print: quiet by default, everything with `--verbose` (sweeper.entry reads the flag).
+"""How much the commands print: quiet by default, everything with `--verbose` (cli.entry reads the flag).
 
 Quiet leaves Tune's own trial table and one progress bar per command, and drops what a user cannot act on:
 a line per trial checkpoint from Ray Train's storage ("Checkpoint successfully created at"), Tune's

@@ -4,14 +4,14 @@
 
 - `--help` (or `-h`) anywhere on the line prints the usage and exits 0;
 - `--cfg job` prints the composed configuration, resolved, and exits 0;
-- `--verbose` prints everything Ray, Tune and MLflow print (sweeper.console; quiet by default);
+- `--verbose` prints everything Ray, Tune and MLflow print (cli.console; quiet by default);
 - `--config-dir DIR` (or `-cd DIR`, repeatable) adds a user config directory, searched before conf/: for
   the command's life it is put first in $LEANER_CONFIG_DIR (config.compose.user_config_dirs), which the
   workers of a local Ray instance inherit and a sweep's trials get as an override;
 - Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
   the commands compose conf/ themselves (config.compose.compose), so Hydra's own parser never sees them;
-- an error of sweeper.exit_codes.TABLE raised by main ends the command with `error: ...` on stderr
-  and the table's exit code; so does a SQLite error of a store the command opened (tracking.store.explain
+- a CommandError (cli.exit_codes) raised by main ends the command with `error: ...` on stderr and the
+  exit code of its class; so does a SQLite error of a store the command opened (tracking.store.explain
   makes it a TrackingError naming the store: exit code 4, not a traceback).
 
 Commands with options of their own (bench, rerun) parse them with argparse (`own_options=True`), through
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-from sweeper import console, exit_codes
+from cli import console, exit_codes
 
 Main = Callable[[list[str]], int]
 
@@ -78,15 +78,15 @@ class ArgumentParser(argparse.ArgumentParser):
 def command(
     script: str,
     *,
-    own_options: bool = False,
-    show_config: Callable[[list[str]], str] | None = None,
+    show_config: Callable[[list[str]], str],
     options: Callable[[], str] | None = None,
+    own_options: bool = False,
 ) -> Callable[[Main], Callable[[list[str] | None], int]]:
     """Decorate a command's main; `script` is its console-script name (pyproject.toml's [project.scripts]).
 
-    `show_config(words)` gives `--cfg job`'s text from the line's other words; by default, the training
-    config composed from the `key=value` words. `options()` gives --help's list of the command's keys; by
-    default, the training config's groups.
+    `show_config(words)` gives `--cfg job`'s text from the line's other words (the training config's:
+    config.help.composed_config). `options()` gives --help's list of the command's keys (the training
+    config's groups: config.help.config_groups); a command with own_options has argparse's --help instead.
     """
 
     def wrap(main: Main) -> Callable[[list[str] | None], int]:
@@ -109,7 +109,7 @@ def command(
                 if exit_.code is None or isinstance(exit_.code, int):
                     return exit_.code or 0
                 raise
-            except Exception as err:  # noqa: BLE001 - only the table's errors are answered, the rest re-raised
+            except Exception as err:  # noqa: BLE001 - only CommandErrors are answered, the rest re-raised
                 err = _store_error(err) or err
                 code = exit_codes.code_for(err)
                 if code is None:
@@ -137,6 +137,9 @@ def _store_error(err: Exception) -> Exception | None:
 
 
 CONFIG_DIR_FLAGS = ("-cd", "--config-dir")
+# Where --config-dir puts its directories, joined by os.pathsep, first searched first: config.compose reads
+# them (user_config_dirs), and so do the workers of a local Ray instance, which inherit it. A user may set it.
+CONFIG_DIR_ENV = "LEANER_CONFIG_DIR"
 
 
 def _config_dirs(words: list[str]) -> tuple[list[str], list[Path]]:
@@ -168,8 +171,6 @@ def _searched_first(dirs: list[Path]) -> Iterator[None]:
     if not dirs:
         yield
         return
-    from config.compose import CONFIG_DIR_ENV
-
     before = os.environ.get(CONFIG_DIR_ENV)
     os.environ[CONFIG_DIR_ENV] = os.pathsep.join([*map(str, dirs), *filter(None, [before])])
     try:
@@ -186,13 +187,12 @@ def _answer_flags(
     main: Main,
     script: str,
     own_options: bool,
-    show_config: Callable[[list[str]], str] | None,
+    show_config: Callable[[list[str]], str],
     options: Callable[[], str] | None,
 ) -> list[str]:
     """The words main gets; raises Answered for --help, --cfg job and unsupported flags."""
     if not own_options and any(w in HELP_FLAGS for w in words):
-        raise Answered(usage(main, script, options or config_groups), 0)
-    show_config = show_config or composed_config
+        raise Answered(usage(main, script, options), 0)
     rest, show, i = [], False, 0
     while i < len(words):
         word = words[i]
@@ -225,18 +225,6 @@ def _answer_flags(
     return rest
 
 
-def composed_config(words: list[str]) -> str:
-    """The training config composed from the `key=value` words of the line (others, like bench's, skipped),
-    at the chosen sweep's `fixed` values as `python -m sweeper.train` trains it."""
-    from omegaconf import OmegaConf
-
-    from config.grid import compose_one
-
-    return OmegaConf.to_yaml(
-        compose_one([w for w in words if "=" in w and not w.startswith("-")]), resolve=True
-    )
-
-
 def usage(main: Main, script: str, options: Callable[[], str]) -> str:
     """--help: how to call the command, what it does (its module's docstring), its options, the exit codes."""
     module = sys.modules[main.__module__]
@@ -260,19 +248,6 @@ def about(doc: str | None) -> str:
     """A module docstring for --help: its paragraphs but the one on exit codes (--help lists them all)."""
     paragraphs = (doc or "").strip().split("\n\n")
     return "\n\n".join(p for p in paragraphs if not p.startswith("Exit codes"))
-
-
-def config_groups() -> str:
-    from config.compose import group_options
-    from config.schema import RUN_GROUPS
-
-    lines = [
-        "Config groups (group=option picks a file of conf/<group>/, or of a --config-dir DIR searched first; "
-        "any key is set as group.key=value):"
-    ]
-    lines += [f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")]
-    lines.append("Every key, its default and allowed values: docs/configuration.md.")
-    return "\n".join(lines)
 
 
 def exit_code_lines() -> str:

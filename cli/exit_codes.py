@@ -1,30 +1,38 @@
 """The exit codes of every command (train, sweep, rerun, report, claims, bench): one table.
 
-An error a command reports as one line is raised as one of the exception classes named here, and
-`code_for` gives its code: the code of the first class the error is an instance of. The table names each
-class by its import path, so this module imports nothing heavy (MLflow, torch, Ray) and a dry run stays
-fast; `code_for` takes the class object from its module when that module is imported (when it is not,
-nothing can have raised the class) and matches with isinstance, never by comparing names. No class of the
-table lives in a module that runs as `__main__` (`python -m sweeper.sweep` would define a second class of
-the same name there): sweeper.errors holds those commands' errors. tests/test_exit_codes.py checks both.
-The "Exit codes" table of docs/commands.md is `markdown()`, checked by tests/test_docs.py.
+An error a command reports as one line is a `CommandError`, whose class carries its exit code
+(`exit_code`, one of the codes below): each package defines its own errors on this base
+(config.schema.ConfigError, tracking.store.TrackingError, ...), and `code_for` reads the code of the
+error's class, matched by what the class is, never by its name. The table's `raised_as` names each class
+for docs/commands.md; tests/test_exit_codes.py checks that every CommandError of the project is named
+there with its code, and that none lives in a module run as `__main__` (`python -m sweeper.sweep` would
+define a second class of the same name there, which no importer of sweeper.sweep sees: sweeper.errors
+holds those commands' errors). The "Exit codes" table of docs/commands.md is `markdown()`, checked by
+tests/test_docs.py.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
 class ExitCode:
     code: int
     meaning: str
-    raised_as: str = ""  # "module.Class" of the exception that ends a command with this code
+    raised_as: str = ""  # "module.Class" of the CommandError that ends a command with this code (docs)
 
 
 OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN = range(10)
 SIGINT_STOP, SIGTERM_STOP = 130, 143  # 128 + the signal's number, as shells report it
+
+
+class CommandError(Exception):
+    """An error that ends a command with one line on stderr and `exit_code`; a subclass sets the code."""
+
+    exit_code: ClassVar[int]
+
 
 TABLE = (
     ExitCode(
@@ -78,15 +86,8 @@ TABLE = (
 
 
 def code_for(err: BaseException) -> int | None:
-    """The exit code of an error of the table (or of a subclass), else None."""
-    return next((row.code for row in TABLE if isinstance(err, raised_class(row) or ())), None)
-
-
-def raised_class(row: ExitCode) -> type[BaseException] | None:
-    """The class `row.raised_as` names when its module is imported; None when it is not (or the row has
-    none)."""
-    module, _, name = row.raised_as.rpartition(".")
-    return getattr(sys.modules.get(module), name, None) if module else None
+    """The exit code of a CommandError (its class's), else None: any other error is a bug, re-raised."""
+    return err.exit_code if isinstance(err, CommandError) else None
 
 
 def markdown() -> str:
