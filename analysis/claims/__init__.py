@@ -37,7 +37,7 @@ from __future__ import annotations
 from analysis.claims.from_context import check
 from analysis.claims.table import write_csv, write_markdown
 from analysis.cli import job_config, open_context, options_help
-from sweeper.entry import command
+from cli.entry import command
 
 
 @command("leaner-claims", show_config=job_config, options=options_help)
