@@ -92,6 +92,15 @@ def command(
     def wrap(main: Main) -> Callable[[list[str] | None], int]:
         @functools.wraps(main)
         def run(argv: list[str] | None = None) -> int:
+            try:
+                code = answer(argv)
+                sys.stdout.flush()  # a reader that left (`| head`) shows here, not in Python's exit
+                return code
+            except BrokenPipeError:  # quiet, as a shell's SIGPIPE: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is too
+                return exit_codes.SIGPIPE_STOP
+
+        def answer(argv: list[str] | None) -> int:
             words = list(sys.argv[1:] if argv is None else argv)
             console.configure(console.FLAG in words)
             words = [w for w in words if w != console.FLAG]

@@ -25,7 +25,7 @@ class ExitCode:
 
 
 OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN = range(10)
-SIGINT_STOP, SIGTERM_STOP = 130, 143  # 128 + the signal's number, as shells report it
+SIGINT_STOP, SIGPIPE_STOP, SIGTERM_STOP = 130, 141, 143  # 128 + the signal's number, as shells report it
 
 
 class CommandError(Exception):
@@ -80,6 +80,10 @@ TABLE = (
         SIGINT_STOP,
         "stopped by SIGINT (Ctrl-C): running trials keep their last checkpoint; the same command "
         "resumes them (sweep)",
+    ),
+    ExitCode(
+        SIGPIPE_STOP,
+        "the reader of the output left before its end (piped into head, say): nothing more is printed",
     ),
     ExitCode(SIGTERM_STOP, "stopped by SIGTERM (e.g. a pod eviction), as for SIGINT (sweep)"),
 )

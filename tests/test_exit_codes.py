@@ -180,3 +180,19 @@ def test_documented_errors_answer_alike_from_both_forms(command, args, code, mes
         assert done.returncode == code, done.stderr[-3000:]
         assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr[-3000:]
         assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow  # an interpreter importing the sweep's command line: about 3 s
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    """`leaner-sweep --cfg job | head -1`: the pipe closes before the command writes; it was a 60-line
+    BrokenPipeError traceback, exit 1."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "sweeper.sweep", "--cfg", "job"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=subprocess_env(),
+    )
+    command.stdout.close()  # the reader leaves before the interpreter has started
+    _, err = command.communicate(timeout=120)
+    assert (command.returncode, err.decode()) == (exit_codes.SIGPIPE_STOP, "")
