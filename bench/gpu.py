@@ -240,7 +240,7 @@ def measure_compile(device: torch.device, tiny: bool) -> dict:
         toy = ["train.batch=4", "model.dropout=0.0"] if tiny else []
         cfg = compose([f"train.device={device}", f"train.compile={setting}"] + toy)
         (size_row,) = bench_pack(cfg, plan)["sizes"]
-        # Its solo entry times Trainer.step, compiled as configured.
+        # Its solo entry times a pack of one, compiled as configured.
         out[name] = size_row["threads"][0]["solo"]["seconds_per_step"]
     out["speedup"] = out["off"] / out[mode]
     return out

@@ -72,17 +72,12 @@ class Plan:
     regularizers: tuple[str, ...] = ()  # loss.regularizer of model i: regularizers[i % len]; () as configured
 
 
-def pack_step(cfgs: list[DictConfig], device: torch.device, packed: bool = True) -> Callable[[], object]:
-    """One training step of the models of cfgs, as training takes it: packed, or one model alone (solo).
+def pack_step(cfgs: list[DictConfig], device: torch.device) -> Callable[[], object]:
+    """One training step of the models of cfgs, as training takes it: their pack (of one: solo).
 
-    The one place that knows training's step entry points (Trainer.step, training.fused.Pack): adapt it when
-    they change.
+    The one place that knows training's step entry point (training.fused.Pack): adapt it when it changes.
     """
-    trainers = [Trainer(cfg, device) for cfg in cfgs]
-    if not packed:
-        (trainer,) = trainers
-        return trainer.step
-    return Pack(trainers).step  # freed with the returned step
+    return Pack([Trainer(cfg, device) for cfg in cfgs]).step  # freed with the returned step
 
 
 def sized(cfg: DictConfig, size: tuple[int, int, int]) -> DictConfig:
@@ -132,7 +127,7 @@ def isolated_peaks(cfgs: list[DictConfig], plan: Plan, device: torch.device) -> 
         return {}
     peaks = {}
     for name, count in [("solo", 1), *((f"pack{P}", P) for P in plan.packs)]:
-        step = pack_step(cfgs[:count], device, packed=name != "solo")
+        step = pack_step(cfgs[:count], device)
         step()  # warm: the first step allocates the optimizer state and the task chunk
         peaks[name] = peak_memory_bytes(step, device)
         del step
@@ -182,7 +177,7 @@ def measure_size(cfg: DictConfig, name: str, plan: Plan, device: torch.device) -
     flops = step_flops(cfg)
     cfgs = pack_models(cfg, plan, max((1, *plan.packs, *plan.op_packs)))
     peaks = isolated_peaks(cfgs, plan, device)  # first, while no other variant is alive
-    steps = {"solo": pack_step(cfgs[:1], device, packed=False)}
+    steps = {"solo": pack_step(cfgs[:1], device)}
     steps.update({f"pack{P}": pack_step(cfgs[:P], device) for P in plan.packs})
     log(f"pack: {name} {describe(cfg)} on {device}, packs {plan.packs}, threads {plan.threads}")
     rows = []

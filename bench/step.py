@@ -1,4 +1,4 @@
-"""`python -m bench step`: the real training step (training.loop.Trainer.step) against the
+"""`python -m bench step`: the real training step (training.fused.Pack, of one model) against the
 straightforward one (models.reference), alternately, in one run."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from bench.common import (
     step_flops,
 )
 from models.reference import ReferenceTransformer, reference_step
+from training.fused import Pack
 from training.loop import Trainer, pick_device, task_spec
 
 
@@ -29,6 +30,7 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
     device = pick_device(cfg.train.device)
     trainer = Trainer(cfg, device)
     base = ReferenceTransformer.like(trainer.model).train()
+    step = Pack([trainer]).step
     base_opt = torch.optim.Adam(base.parameters(), lr=cfg.optim.lr)
     spec, generator = task_spec(cfg), torch.Generator().manual_seed(cfg.seed)
     loss = cfg.loss
@@ -38,7 +40,7 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
 
     matmul = matmul_flop_rate(device)
     log(f"step: {describe(cfg)} on {device}, {torch.get_num_threads()} threads, {repeats} rounds")
-    times = alternate({"fused": trainer.step, "reference": reference, "matmul": matmul}, repeats, device)
+    times = alternate({"fused": step, "reference": reference, "matmul": matmul}, repeats, device)
     rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times["matmul"])
     flops = step_flops(cfg)
     out = {
@@ -51,7 +53,7 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
         "matmul_flop_rate": rate,
         "memory_measure": memory_measure(device),
     }
-    out.update(figures(times["fused"], flops, 1, peak_memory_bytes(trainer.step, device), rate))
+    out.update(figures(times["fused"], flops, 1, peak_memory_bytes(step, device), rate))
     out["reference"] = figures(times["reference"], flops, 1, peak_memory_bytes(reference, device), rate)
     out["speedup"] = paired_ratio(times["reference"], times["fused"])
     return out

@@ -1,5 +1,5 @@
-"""`python -m bench step_seconds sweep=NAME`: seconds per training step (training.loop.Trainer.step) of each
-shape of a sweep's onehot and binary models, the x axis of the report's time_to_quality figure.
+"""`python -m bench step_seconds sweep=NAME`: seconds per training step (a pack of one, bench.pack.pack_step)
+of each shape of a sweep's onehot and binary models, the x axis of the report's time_to_quality figure.
 
 The models of its `compute` sub-grid (all its configurations when it has none, as the figure picks runs),
 one per training shape (SHAPE_KEYS: the step time depends on those, not on seeds, tau or the
@@ -15,10 +15,11 @@ import torch
 from omegaconf import DictConfig
 
 from bench.common import alternate, log
+from bench.pack import pack_step
 from config.compose import compose
 from config.grid import expand
 from config.schema import ConfigError
-from training.loop import Trainer, pick_device
+from training.loop import pick_device
 
 SHAPE_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.qkv_mult", "train.batch")
 EMBEDDINGS = ("onehot", "binary")  # the two the figure compares
@@ -48,14 +49,14 @@ def _value(cfg: DictConfig, key: str) -> object:
 
 
 def bench_step_seconds(overrides: list[str], repeats: int, threads: int | None) -> dict:
-    """Median seconds per Trainer.step of each shape (after one warm-up step), timed alternately."""
+    """Median seconds per training step of each shape (after one warm-up step), timed alternately."""
     configs = [compose(o) for o in shapes(overrides)]
     device = pick_device(configs[0].train.device)
     torch.set_num_threads(threads or configs[0].train.threads)
     steps = {}
     for cfg in configs:
         name = " ".join(f"{k.split('.')[1]}={_value(cfg, k)}" for k in SHAPE_KEYS)
-        steps[name] = (cfg, Trainer(cfg, device).step)
+        steps[name] = (cfg, pack_step([cfg], device))
     log(f"step_seconds: {len(steps)} shapes on {device}, {torch.get_num_threads()} threads, {repeats} rounds")
     times = alternate({name: step for name, (_, step) in steps.items()}, repeats, device)
     rows = [

@@ -54,7 +54,7 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
         cfg = compose(overrides + [f"{key}={value}" for key, value in zip(GRID_SHAPE_KEYS, shape)])
         d, k, embedding = shape
         log(f"sweep: shape {i + 1}/{len(shapes)} d={d} k={k} {embedding} ({count} configurations)")
-        variants = {"solo": pack_step([cfg], device, packed=False)}
+        variants = {"solo": pack_step([cfg], device)}
         if pack > 1:  # the pack's own step (bench/pack.py), so the projection follows training.packed
             variants["packed"] = pack_step([seeded(cfg, cfg.seed + j) for j in range(pack)], device)
         times = alternate(variants, repeats, device)

@@ -27,7 +27,7 @@ from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_L
 from tracking.recorder import MemoryRecorder
 from training.adam import AdamState, PackedAdam
 from training.checkpoint import last_path, load
-from training.faults import NAN_AT_STEP
+from training.faults import Fault, Faults
 from training.fused import Pack
 from training.loop import Trainer, Validation, train
 from training.packed import check_packable, train_pack
@@ -51,15 +51,15 @@ def assert_weights_close(actual: dict, expected: dict) -> None:
 
 
 @pytest.mark.parametrize("embedding", ["onehot", "binary", "none"])
-def test_packed_models_equal_solo_models(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedding: str
-) -> None:
+def test_packed_models_equal_solo_models(tmp_path: Path, embedding: str) -> None:
     cfgs = [compose(TINY + extra + [f"model.embedding={embedding}"]) for extra in MEMBERS]
-    monkeypatch.setenv(NAN_AT_STEP, f"5@{config_hash(cfgs[3])}")
+    faults = Faults(nan=Fault(5, frozenset({config_hash(cfgs[3])})))
     solo = [MemoryRecorder() for _ in cfgs]
-    solo_results = [train(cfg, rec, tmp_path / f"solo{i}") for i, (cfg, rec) in enumerate(zip(cfgs, solo))]
+    solo_results = [
+        train(cfg, rec, tmp_path / f"solo{i}", hook=faults) for i, (cfg, rec) in enumerate(zip(cfgs, solo))
+    ]
     packed = [MemoryRecorder() for _ in cfgs]
-    packed_results = train_pack(cfgs, packed, [tmp_path / f"pack{i}" for i in range(len(cfgs))])
+    packed_results = train_pack(cfgs, packed, [tmp_path / f"pack{i}" for i in range(len(cfgs))], hook=faults)
 
     assert [r.outcome for r in packed_results] == [FINISHED, FINISHED, FINISHED, DIVERGED]
     for i, (s, p, rs, rp) in enumerate(zip(solo, packed, solo_results, packed_results)):

@@ -38,7 +38,7 @@ from tracking.names import (
 from tracking.recorder import MemoryRecorder
 from training import checkpoint
 from training.checkpoint import CheckpointError
-from training.faults import NAN_AT_STEP, STEP_PAUSE, nan_at_step, step_pause
+from training.faults import NAN_AT_STEP, STEP_PAUSE, Fault, Faults, from_environment
 from training.loop import blown_up, default_workdir, objective_bound, train
 from training.packed import train_pack
 
@@ -113,9 +113,9 @@ def test_validation_metrics_match_an_independent_computation(tiny, tmp_path):
     assert recorder.metrics[LR][0] == (0, cfg.optim.lr)
 
 
-def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv(NAN_AT_STEP, "13")
-    recorder, result = run(tiny, tmp_path)
+def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path):
+    recorder = MemoryRecorder()
+    result = train(compose(tiny), recorder, tmp_path, hook=Faults(nan=Fault(13)))
     assert (result.outcome, result.diverged_at) == (DIVERGED, 13)
     assert recorder.status == "FAILED"
     assert recorder.tags[OUTCOME] == DIVERGED and recorder.tags[DIVERGED_AT] == "13"
@@ -153,29 +153,32 @@ def test_a_blown_up_model_leaves_its_pack_and_the_others_train_as_alone(tiny, tm
 
 
 def test_nan_fault_is_a_test_only_variable_not_configuration(tiny, monkeypatch):
+    """LEANER_TEST_NAN_AT_STEP (the faults of tests whose training runs in another process)."""
     cfg = compose(tiny)
     key, other = config_hash(cfg), config_hash(compose(tiny + ["seed=1"]))
     assert "inject_nan_at_step" not in cfg.train
     monkeypatch.delenv(NAN_AT_STEP, raising=False)
-    assert nan_at_step(key) is None
+    assert from_environment() is None
     monkeypatch.setenv(NAN_AT_STEP, "7")
-    assert nan_at_step(key) == nan_at_step(other) == 7
+    nan = from_environment().nan
+    assert nan.at(key) == nan.at(other) == 7
     monkeypatch.setenv(NAN_AT_STEP, f"5@{other},{key}")
-    assert nan_at_step(key) == 5 and nan_at_step(config_hash(compose(tiny + ["seed=2"]))) is None
+    nan = from_environment().nan
+    assert nan.at(key) == 5 and nan.at(config_hash(compose(tiny + ["seed=2"]))) is None
     assert config_hash(compose(tiny)) == key  # the variable is not part of what a run computes
     monkeypatch.setenv(NAN_AT_STEP, "0")
     with pytest.raises(ValueError, match=NAN_AT_STEP):
-        nan_at_step(key)
+        from_environment()
 
 
 def test_step_pause_is_a_test_only_variable_that_changes_no_number(tiny, tmp_path, monkeypatch):
     """LEANER_TEST_STEP_PAUSE_S (the fault tests' slow trials): the same histories, the same config hash."""
     monkeypatch.delenv(STEP_PAUSE, raising=False)
-    assert step_pause() == 0.0
+    assert from_environment() is None
     key = config_hash(compose(tiny))
     plain, _ = run(tiny, tmp_path / "plain")
     monkeypatch.setenv(STEP_PAUSE, "0.05")
-    assert step_pause() == 0.05
+    assert from_environment().pause_s == 0.05
     start = time.monotonic()
     paced, result = run(tiny, tmp_path / "paced")
     assert time.monotonic() - start >= result.step * 0.05  # each step slept first (a sleep is never shorter)
@@ -184,7 +187,7 @@ def test_step_pause_is_a_test_only_variable_that_changes_no_number(tiny, tmp_pat
     for bad in ("-1", "slow", "11"):
         monkeypatch.setenv(STEP_PAUSE, bad)
         with pytest.raises(ValueError, match=STEP_PAUSE):
-            step_pause()
+            from_environment()
 
 
 def test_corrupt_checkpoint_is_an_error_when_resuming_strictly(tiny, tmp_path):

@@ -21,8 +21,6 @@ boundaries and a resumed run draws what the uninterrupted one drew.
 
 from __future__ import annotations
 
-import math
-import time
 import warnings
 from typing import TYPE_CHECKING, Callable
 
@@ -34,7 +32,6 @@ from models.stacked import StackedTransformer, stacked_forward
 from tasks.sampler import OK, draw_tasks, raise_if_bad
 from tracking.names import VAL_KMEANS, VAL_REL_LLOYD
 from training.adam import PackedAdam
-from training.faults import InjectedCrash, step_pause
 from training.host_memory import keep_freed_memory
 
 if TYPE_CHECKING:
@@ -80,6 +77,10 @@ def compiled(forward: Callable, mode: str) -> Callable:
     return torch.compile(forward, mode="reduce-overhead" if mode == "cudagraphs" else None)
 
 
+# A step hook sees each step's losses (P,) before the update, with the models' config hashes and the step
+# each takes, and returns the losses to train on: the test-only faults (training.faults.Faults).
+StepHook = Callable[[list[str], list[int], torch.Tensor], torch.Tensor]
+
 _COMPILED: dict[
     str, Callable
 ] = {}  # train.compile mode -> stacked_forward through it, compiled once per process
@@ -90,10 +91,16 @@ class Pack:
 
     Built from the trainers' current state (fresh or restored); Pack.store writes
     a model's state back into its trainer, for its checkpoint. `validations`
-    (training.loop.Validation, one per trainer) are needed only by validate.
+    (training.loop.Validation, one per trainer) are needed only by validate;
+    `hook` (tests only: training.faults) sees every step's losses.
     """
 
-    def __init__(self, trainers: list[Trainer], validations: list[Validation] | None = None) -> None:
+    def __init__(
+        self,
+        trainers: list[Trainer],
+        validations: list[Validation] | None = None,
+        hook: StepHook | None = None,
+    ) -> None:
         keep_freed_memory()  # a step's host memory is reused, not faulted in again (training.host_memory)
         self.trainers = list(trainers)
         cfg, device = trainers[0].cfg, trainers[0].device
@@ -120,11 +127,7 @@ class Pack:
         self._group_by_regularizer()
         self.diverged_at = column([0] * len(trainers), torch.int64)  # 0: has not diverged
         self.drawn = column([OK] * len(trainers), torch.int64)  # the first bad draw's code (tasks.sampler)
-        # Test-only faults (training.faults); None outside tests, so real packs skip their ops.
-        self.nan_at = column([tr.nan_at_step or -1 for tr in trainers], torch.int64)
-        self.faulty = any(tr.nan_at_step for tr in trainers)
-        self.crashes = [(s, tr.crash_at_step) for s, tr in zip(self.starts, trainers) if tr.crash_at_step]
-        self.pause = step_pause()
+        self.hook = hook
         self.pending: list[torch.Tensor] = []  # each step's (P,) losses since the last read-back
         self.tasks: list[torch.Tensor] = []  # the chunk's X (chunk, P, B, n, d) and C0 (chunk, P, B, k, d)
         self.validation = None if validations is None else self._stack_validation(validations)
@@ -142,9 +145,6 @@ class Pack:
 
     def step(self) -> None:
         """One optimizer step of every model, without reading anything back to the host."""
-        self._crash_if_due()
-        if self.pause:  # test-only: a slow step that costs no CPU
-            time.sleep(self.pause)
         at = self.taken % self.chunk
         if at == 0:
             self._draw()
@@ -152,8 +152,8 @@ class Pack:
         self.taken += 1
         self.step_of += 1
         loss = self._loss(X, self.stacked.forward(X, C0))
-        if self.faulty:  # test-only: this model's loss is NaN at this step (added: the gradients stay finite)
-            loss = loss + torch.where(self.step_of == self.nan_at, math.nan, 0.0)
+        if self.hook:  # tests only
+            loss = self.hook([tr.key for tr in self.trainers], self.now(), loss)
         self.stacked.grad.zero_()
         # The models are independent, so the gradient of the sum is each model's own gradient.
         loss.sum().backward()
@@ -203,19 +203,17 @@ class Pack:
         self.rows = {name: torch.tensor(rows, device=device) for name, rows in groups.items()}
         self.order = torch.tensor(sorted(range(len(grouped)), key=grouped.__getitem__), device=device)
 
-    def _crash_if_due(self) -> None:
-        """Test-only: InjectedCrash before a model's crash_at_step (training.faults)."""
-        for start, crash in self.crashes:
-            if start + self.taken + 1 == crash:
-                raise InjectedCrash(f"test-only crash before step {crash}")
-
     def due(self) -> bool:
-        """Whether the loop reads back after this step: a train_loss point, an evaluation, a crash next."""
+        """Whether the loop reads back after this step: a train_loss point or an evaluation."""
         for start in self.offsets:
             s = start + self.taken
             if s % self.log_every == 0 or s % self.eval_every == 0 or s == self.steps:
                 return True
-        return any(start + self.taken + 1 == crash for start, crash in self.crashes)
+        return False
+
+    def now(self) -> list[int]:
+        """The step each model is at (known on the host: no read-back)."""
+        return [start + self.taken for start in self.starts]
 
     def read(self) -> tuple[list[list[float]], list[int], list[int]]:
         """Per model: its losses since the last read-back, the step it diverged at (0: none), its step now.
@@ -227,7 +225,7 @@ class Pack:
         diverged_at, drawn = torch.stack([self.diverged_at, self.drawn]).tolist()
         for tr, code in zip(self.trainers, drawn):
             raise_if_bad(code, tr.spec)
-        return losses, diverged_at, [start + self.taken for start in self.starts]
+        return losses, diverged_at, self.now()
 
     @torch.no_grad()
     def validate(self) -> list[dict[str, float]]:
@@ -260,13 +258,9 @@ class Pack:
         self.trainers = [self.trainers[r] for r in rows]
         self.starts = [self.starts[r] for r in rows]
         self.offsets = sorted(set(self.starts))
-        for name in ("tau", "step_of", "alive", "diverged_at", "drawn", "nan_at"):
+        for name in ("tau", "step_of", "alive", "diverged_at", "drawn"):
             setattr(self, name, getattr(self, name)[index])
         self._group_by_regularizer()
-        self.faulty = any(tr.nan_at_step for tr in self.trainers)
-        self.crashes = [
-            (s, tr.crash_at_step) for s, tr in zip(self.starts, self.trainers) if tr.crash_at_step
-        ]
         self.tasks = [part[:, index] for part in self.tasks]
         if self.validation is not None:
             self.validation = [tuple(part[index] for part in batch) for batch in self.validation]

@@ -53,8 +53,8 @@ from training import checkpoint
 from training.adam import AdamState
 from training.checkpoint import CheckpointError
 from training.determinism import set_deterministic
-from training.faults import crash_at_step, nan_at_step
-from training.fused import Pack
+from training.faults import from_environment
+from training.fused import Pack, StepHook
 from training.plateau import Plateau
 
 OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
@@ -135,12 +135,12 @@ class Validation:
 
 
 class Trainer:
-    """One model's weights, Adam state, learning-rate schedule, task stream and progress.
+    """One model's state: weights, Adam state, learning-rate schedule, task stream and progress.
 
-    Training steps it in a pack (training.fused.Pack, of one when alone),
-    which holds its weights and Adam moments while it trains and writes them
-    back here for each checkpoint; `adam` holds the learning rate its
-    `plateau` schedule sets.
+    It takes no step: a training.fused.Pack steps it (a pack of one when
+    alone), holding its weights and Adam moments while it trains and writing
+    them back here for each checkpoint (state, restore); `adam` holds the
+    learning rate its `plateau` schedule sets.
     """
 
     def __init__(self, cfg: DictConfig, device: torch.device) -> None:
@@ -162,10 +162,8 @@ class Trainer:
         # (so a CUDA run draws other tasks than a CPU run of the same seed; the validation set is the same).
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
         self.spec = task_spec(cfg)
+        self.key = config_hash(cfg)  # the run's identity (config.identity)
         self.progress = Progress()
-        key = config_hash(cfg)  # the faults are None but in tests (training.faults)
-        self.nan_at_step, self.crash_at_step = nan_at_step(key), crash_at_step(key)
-        self.alone: Pack | None = None  # the pack of one that step() takes
 
     def state(self, run_id: str) -> dict:
         """The checkpoint: everything needed to continue bit-for-bit (loads with weights_only=True)."""
@@ -216,15 +214,6 @@ class Trainer:
             return None
         return self.device.index if self.device.index is not None else torch.cuda.current_device()
 
-    def step(self) -> None:
-        """One optimizer step of this model alone, on training's path (a pack of one); for benchmarks.
-
-        The pack keeps the weights: self.model stays as it was (Pack.store writes them back).
-        """
-        if self.alone is None:
-            self.alone = Pack([self])
-        self.alone.step()
-
     @property
     def lr(self) -> float:
         return self.adam.lr
@@ -254,7 +243,7 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     if resume.state:
         trainer.restore(resume.state)
     tags = {
-        CONFIG_HASH: config_hash(cfg),
+        CONFIG_HASH: trainer.key,
         SEED: str(cfg.seed),
         GIT_COMMIT: git_commit(),
         **training_tags(cfg),
@@ -269,18 +258,29 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     return Run(trainer, recorder, workdir, run_id)
 
 
-def train(cfg: DictConfig, recorder: Recorder, workdir: Path, on_eval: OnEval | None = None) -> TrainResult:
-    """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run."""
+def train(
+    cfg: DictConfig,
+    recorder: Recorder,
+    workdir: Path,
+    on_eval: OnEval | None = None,
+    hook: StepHook | None = None,
+) -> TrainResult:
+    """Train one configuration, resuming from workdir/last.pt when it holds an unfinished run; `hook` as
+    train_models'."""
 
     def each(step: int, evaluated: dict[Path, dict]) -> None:
         for path, metrics in evaluated.items():
             on_eval(step, metrics, path)
 
-    return train_models([cfg], [recorder], [Path(workdir)], each if on_eval else None)[0]
+    return train_models([cfg], [recorder], [Path(workdir)], each if on_eval else None, hook)[0]
 
 
 def train_models(
-    cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path], on_eval: OnRound | None = None
+    cfgs: list[DictConfig],
+    recorders: list[Recorder],
+    workdirs: list[Path],
+    on_eval: OnRound | None = None,
+    hook: StepHook | None = None,
 ) -> list[TrainResult]:
     """The training loop: result i is what model i trained alone would give (training.packed: to 1e-5).
 
@@ -291,6 +291,7 @@ def train_models(
     objective_bound, and leaves; the others go on. on_eval(step, {workdir: metrics})
     is called after each round of evaluations (the models step together, so
     they evaluate together), when every evaluated model's checkpoint is written.
+    hook: the test-only faults of training.faults, given or set in the environment; None in real training.
     """
     runs: list[Run] = []
     try:
@@ -301,7 +302,9 @@ def train_models(
             return [run.result for run in runs]
         # The pack holds the validation sets stacked: each model's own is dropped once copied in.
         pack = Pack(
-            [run.trainer for run in active], [Validation(r.trainer.cfg, r.trainer.device) for r in active]
+            [run.trainer for run in active],
+            [Validation(r.trainer.cfg, r.trainer.device) for r in active],
+            hook if hook is not None else from_environment(),
         )
         fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
         tell(on_eval, evaluate(pack, fresh, active))

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from config.identity import config_hash
 from tracking.recorder import Recorder
+from training.fused import StepHook
 from training.loop import OnRound, TrainResult, train_models
 
 # Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
@@ -64,12 +65,16 @@ def check_packable(cfgs: list[DictConfig]) -> None:
 
 
 def train_pack(
-    cfgs: list[DictConfig], recorders: list[Recorder], workdirs: list[Path], on_eval: OnRound | None = None
+    cfgs: list[DictConfig],
+    recorders: list[Recorder],
+    workdirs: list[Path],
+    on_eval: OnRound | None = None,
+    hook: StepHook | None = None,
 ) -> list[TrainResult]:
     """Train the models of a pack together; result i is train(cfgs[i], recorders[i], workdirs[i])'s (to 1e-5).
 
-    A pack of one is a solo run (exactly train()'s numbers). The loop and
-    on_eval(step, {workdir: metrics}) as training.loop.train_models.
+    A pack of one is a solo run (exactly train()'s numbers). The loop,
+    on_eval(step, {workdir: metrics}) and hook as training.loop.train_models.
     """
     if not len(cfgs) == len(recorders) == len(workdirs):
         raise ValueError(
@@ -77,4 +82,4 @@ def train_pack(
             f"configurations, {len(recorders)} recorders, {len(workdirs)} workdirs"
         )
     check_packable(cfgs)
-    return train_models(cfgs, recorders, [Path(w) for w in workdirs], on_eval)
+    return train_models(cfgs, recorders, [Path(w) for w in workdirs], on_eval, hook)
