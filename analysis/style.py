@@ -6,7 +6,7 @@ figure (OH, BN, NA; L2, NE); Lloyd's algorithm is always black.
 
 from __future__ import annotations
 
-from config.identity import EMBEDDINGS, REGULARIZERS
+from models.options import EMBEDDINGS, REGULARIZERS
 from tracking.view import EMBEDDING_COLORS  # the MLflow UI's run colours too
 
 LLOYD = "Lloyd"

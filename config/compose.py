@@ -13,7 +13,7 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from hydra import compose as hydra_compose
 from hydra import version
@@ -240,7 +240,7 @@ def _require(ok: bool, key: str, value: object, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
-def _one_of(key: str, value: object, choices: tuple[str, ...]) -> None:
+def _one_of(key: str, value: object, choices: Collection[str]) -> None:
     _require(value in choices, key, value, f"choose one of {', '.join(choices)}")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
+from models.options import EMBEDDINGS, REGULARIZERS
 
 
 def run_config(cfg: DictConfig) -> dict:
@@ -45,9 +46,6 @@ def _digest(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# Short labels of the embeddings and regularizers, as in the figures (OH, BN, NA; L2, NE).
-EMBEDDINGS = {"onehot": "OH", "binary": "BN", "none": "NA"}
-REGULARIZERS = {"l2": "L2", "ne": "NE"}
 # Axis values a name leaves out (the paper's grid varies them in one sub-grid each): any other value is spelt.
 UNSPELT = {"family": "normal", "lr": 0.01}
 

@@ -1,5 +1,12 @@
 """The names the models accept, without torch: configuration (config.compose) checks a choice against
-them before any process pays for importing torch."""
+them before any process pays for importing torch.
 
-EMBEDDINGS = ("onehot", "binary", "none")  # models.embedding: the scratch dimensions of the tokens
-REGULARIZERS = ("l2", "ne")  # models.losses: sparsemax (l2) or softmax (negative entropy) weights
+Each name maps to its short label, the one run names (config.identity) and figures (analysis.style) spell.
+"""
+
+EMBEDDINGS = {
+    "onehot": "OH",
+    "binary": "BN",
+    "none": "NA",
+}  # models.embedding: the tokens' scratch dimensions
+REGULARIZERS = {"l2": "L2", "ne": "NE"}  # models.losses: sparsemax (l2) or softmax (negative entropy) weights

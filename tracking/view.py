@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the sweep's dry run imports this module and must not load MLflow
     from mlflow.tracking import MlflowClient
 
-from config.identity import EMBEDDINGS
+from models.options import EMBEDDINGS
 from tracking.names import (
     BEST_VAL_REL_LLOYD,
     CLAIM_COUNTS,
