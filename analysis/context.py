@@ -20,25 +20,29 @@ from analysis.plot import CURVE_COLUMNS, MissingInput
 from analysis.runs import config_keys, histories, outcome_of
 from analysis.style import LLOYD, color, label, linestyle, order
 from cli import console
+from config.defaults import default
 from tracking.names import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
 
-# The trained models a probe uses when the store holds several: for each key that
-# varies among the runs, the value here if present, else the nearest one. tau 0.1 and
-# l2 because those are the models the paper probes (they beat one Lloyd step).
+# The trained models a probe uses when the store holds several: for each key that varies among the runs, in
+# this order, the value here if present, else the nearest one. conf/'s defaults but tau 0.1: the paper probes
+# tau 0.1 models with l2 (they beat one Lloyd step).
 REFERENCE = {
-    "task.family": "normal",
-    "task.equal_weights": True,
-    "task.equal_scales": True,
-    "task.init": "random",
-    "loss.regularizer": "l2",
-    "loss.tau": 0.1,
-    "task.d": 4,
-    "task.k": 6,
-    "task.n": 512,
-    "task.scale": 0.1,
-    "optim.lr": 0.01,
-    "model.embedding": "onehot",
-}
+    key: default(key)
+    for key in (
+        "task.family",
+        "task.equal_weights",
+        "task.equal_scales",
+        "task.init",
+        "loss.regularizer",
+        "loss.tau",
+        "task.d",
+        "task.k",
+        "task.n",
+        "task.scale",
+        "optim.lr",
+        "model.embedding",
+    )
+} | {"loss.tau": 0.1}
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from config.defaults import default
 from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from models.options import EMBEDDINGS, REGULARIZERS
 
@@ -46,14 +47,14 @@ def _digest(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# Axis values a name leaves out (the paper's grid varies them in one sub-grid each): any other value is spelt.
-UNSPELT = {"family": "normal", "lr": 0.01}
+# The axes a name spells only away from their defaults (conf/'s), each varied in one sub-grid of the paper's.
+UNSPELT = {key: default(key) for key in ("task.family", "optim.lr")}
 
 
 def readable(cfg: DictConfig) -> str:
     """The paper's axes of a configuration in a few characters, e.g. 'BN-L2 tau0.1 d32 k10 n512'.
 
-    The family and the learning rate appear when they are not normal and 0.01 ('... cauchy lr0.1').
+    The family and the learning rate appear only away from their defaults (normal, 0.01: '... cauchy lr0.1').
     """
     t, loss = cfg.task, cfg.loss
     words = [
@@ -64,9 +65,9 @@ def readable(cfg: DictConfig) -> str:
         f"k{t.k}",
         f"n{t.n}",
     ]
-    if t.family != UNSPELT["family"]:
+    if t.family != UNSPELT["task.family"]:
         words.append(str(t.family))
-    if cfg.optim.lr != UNSPELT["lr"]:
+    if cfg.optim.lr != UNSPELT["optim.lr"]:
         words.append(f"lr{cfg.optim.lr:g}")
     return " ".join(words)
 

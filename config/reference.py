@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from config.compose import compose
+from config.defaults import chosen_options, group_file
 from config.identity import format_value
 from config.schema import CONF_DIR, AnalysisConfig, Config, ConfigError
 
@@ -73,12 +74,6 @@ def allowed_values(key: str, kind: type, optional: bool, config_name: str = "con
     return ("null or " if optional else "") + _ANY.get(kind, "a list, [a,b,...]")
 
 
-def _defaults_list() -> dict[str, str]:
-    """Config group -> its default option, from conf/config.yaml."""
-    entries = OmegaConf.load(CONF_DIR / "config.yaml").defaults
-    return {k: str(v) for e in entries if OmegaConf.is_dict(e) for k, v in e.items()}
-
-
 def yaml_comments(path: Path) -> dict[str, str]:
     """Key (dotted below the top level) -> the comment on its line, else the comment lines right above it
     (the file's leading comment describes the file, not its first key)."""
@@ -127,11 +122,10 @@ def key_table() -> list[str]:
     defaults = OmegaConf.to_container(
         compose([]), resolve=False
     )  # unresolved: $MLFLOW_* of this shell left out
-    chosen = _defaults_list()
     lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     for key, kind, optional in schema_keys():
         group, _, name = key.rpartition(".")
-        source = CONF_DIR / group / f"{chosen[group]}.yaml" if group else CONF_DIR / "config.yaml"
+        source = group_file(group) if group else CONF_DIR / "config.yaml"
         meaning = yaml_comments(source).get(name or key, "")
         value = defaults[group][name] if group else defaults[key]
         lines.append(
@@ -163,17 +157,14 @@ def _first_comment(path: Path) -> str:
 
 
 def group_table() -> list[str]:
-    chosen = _defaults_list()
     lines = ["| group | options (default first) | what the default is |", "|---|---|---|"]
-    for group, default in chosen.items():
+    for group, default in chosen_options().items():
         if group == "schema":
             continue
         names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
         names.sort(key=lambda n: n != default)
         options = ", ".join(f"`{group}={n}`" for n in names)
-        lines.append(
-            f"| `{group}` | {options} | {_cell(_first_comment(CONF_DIR / group / f'{default}.yaml'))} |"
-        )
+        lines.append(f"| `{group}` | {options} | {_cell(_first_comment(group_file(group)))} |")
     return lines
 
 

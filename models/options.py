@@ -4,9 +4,7 @@ them before any process pays for importing torch.
 Each name maps to its short label, the one run names (config.identity) and figures (analysis.style) spell.
 """
 
-EMBEDDINGS = {
-    "onehot": "OH",
-    "binary": "BN",
-    "none": "NA",
-}  # models.embedding: the tokens' scratch dimensions
-REGULARIZERS = {"l2": "L2", "ne": "NE"}  # models.losses: sparsemax (l2) or softmax (negative entropy) weights
+# models.embedding: the tokens' scratch dimensions.
+EMBEDDINGS = {"onehot": "OH", "binary": "BN", "none": "NA"}
+# models.losses: sparsemax (l2) or softmax (negative entropy) weights.
+REGULARIZERS = {"l2": "L2", "ne": "NE"}

@@ -9,7 +9,9 @@ import torch
 from omegaconf import OmegaConf
 
 from cli import exit_codes
+from cli.entry import CONFIG_DIR_ENV
 from config.compose import compose
+from config.defaults import default
 from config.identity import (
     config_hash,
     configuration_hash,
@@ -20,7 +22,7 @@ from config.identity import (
     run_name,
     run_overrides,
 )
-from config.schema import ConfigError
+from config.schema import RUN_GROUPS, ConfigError
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper.train import main
@@ -44,6 +46,16 @@ def test_defaults_are_the_papers():
     assert (cfg.model.gamma, cfg.model.dropout, cfg.seed) == (1.0, 0.01, 153476998)
     assert cfg.tracking.uri == "sqlite:///mlflow.db"
     assert cfg.cluster.address is None
+
+
+def test_default_reads_what_compose_gives(monkeypatch):
+    """config.defaults reads conf/'s files without Hydra: the value of every key of the run groups is the one
+    a composition with no overrides has (and no user config directory)."""
+    monkeypatch.delenv(CONFIG_DIR_ENV, raising=False)
+    cfg = compose()
+    for group in RUN_GROUPS:
+        for name, value in cfg[group].items():
+            assert default(f"{group}.{name}") == value, f"{group}.{name}"
 
 
 @pytest.mark.parametrize(
