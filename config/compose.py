@@ -45,10 +45,11 @@ from tasks.spec import TaskSpec
 SEARCHPATH = "hydra.searchpath"
 
 
-def compose(overrides: Iterable[str] = (), config_name: str = "config") -> DictConfig:
-    """Compose conf/<config_name>.yaml with Hydra overrides, then validate it."""
+def compose(overrides: Iterable[str] = (), config_name: str = "config", user_dirs: bool = True) -> DictConfig:
+    """Compose conf/<config_name>.yaml with Hydra overrides, then validate it; user_dirs=False: conf/ alone,
+    without the user config directories (what conf/ itself says, e.g. of a sweep)."""
     overrides = list(overrides)
-    dirs = user_config_dirs(overrides)
+    dirs = user_config_dirs(overrides) if user_dirs else []
     _check_overrides(overrides, SCHEMAS[config_name])
     try:
         _initialize(dirs)

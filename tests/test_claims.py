@@ -200,7 +200,7 @@ def test_slice_poison_would_flip_an_unscoped_judgment() -> None:
     """The slice changes above matter: tau01 judged on every tau of the `tau` sub-grid would FAIL."""
     runs = pd.concat([holding("tau01_beats_lloyd"), poison("tau01_beats_lloyd", "slice")])
     wide = Record("wide", "", "", ("tau", {}), RECORDS["tau01_beats_lloyd"].judge)
-    assert judge(wide, Evidence(runs)).status == FAIL
+    assert judge(wide, Evidence(runs, None, T)).status == FAIL
     assert judged("tau01_beats_lloyd", runs).status == PASS
 
 
@@ -214,7 +214,7 @@ def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
 
 
 def test_ne_val_rises_needs_the_histories() -> None:
-    claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(holding("ne_val_rises_tau1"), GRID))
+    claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(holding("ne_val_rises_tau1"), GRID, T))
     assert claim.status == FAIL  # no history: nan first and lowest compare false, never a PASS
     claim = judged("ne_val_rises_tau1", holding("ne_val_rises_tau1"))
     assert (
@@ -439,6 +439,8 @@ def test_probe_claims_judge_models_the_figures_draw(name: str) -> None:
         record,
         Evidence(
             everything,
+            None,
+            T,
             probe=lambda runs, ev: (evaluations.append((ev, runs)), (pd.DataFrame(columns=ROWS), ""))[1],
         ),
     )
@@ -508,7 +510,7 @@ def speed_rows(ks=(8, 64, 256), slow_at: int | None = None) -> list[dict]:
 def speed(rows, source: str = "") -> Claim:
     return judge(
         RECORDS["binary_faster_leaner"],
-        Evidence(pd.DataFrame(), speed=rows, speed_source=source),
+        Evidence(pd.DataFrame(), None, T, speed=rows, speed_source=source),
     )
 
 
@@ -538,7 +540,7 @@ def blocks(cauchy_to_others: float = 5.0, normal_lognormal: float = 1.0, familie
 
 
 def dissimilar(table: pd.DataFrame) -> Claim:
-    return judge(RECORDS["cauchy_dissimilar"], Evidence(pd.DataFrame(), blocks=table))
+    return judge(RECORDS["cauchy_dissimilar"], Evidence(pd.DataFrame(), None, T, blocks=table))
 
 
 def test_cauchy_dissimilar() -> None:
@@ -737,7 +739,7 @@ def test_lite_gives_every_claim_on_runs_its_cases_but_the_d32_ones() -> None:
     for record in CLAIMS:
         if record.scope is None:
             continue
-        view = View(Evidence(lite, history=flat_history), record.scope)
+        view = View(Evidence(lite, None, T, history=flat_history), record.scope)
         for i, part in enumerate(record.judge(view)):
             if not view.probed:
                 assert bool(part.cases) != ((record.name, i) in left_out), (record.name, part.what)
@@ -766,9 +768,9 @@ def test_lite32_gives_the_d32_claims_cases() -> None:
         "ne_fails_gumbel_laplace_tau1": [False, False],
     }
     for name, has_cases in expected.items():
-        view = View(Evidence(runs, history=flat_history), RECORDS[name].scope)
+        view = View(Evidence(runs, None, T, history=flat_history), RECORDS[name].scope)
         assert [bool(part.cases) for part in RECORDS[name].judge(view)] == has_cases, name
-    view = View(Evidence(runs), RECORDS["cauchy_fails"].scope)
+    view = View(Evidence(runs, None, T), RECORDS["cauchy_fails"].scope)
     assert len(RECORDS["cauchy_fails"].judge(view)[0].cases) == 1  # the cauchy configuration
 
 

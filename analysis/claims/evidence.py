@@ -27,13 +27,13 @@ from tracking.names import SEED, VAL_REL_LLOYD
 @dataclass
 class Evidence:
     """What the judges read. runs: training runs (an `outcome` column); grid: paper_grid() to count the cases
-    the paper grid has; probe(runs, evaluation) -> (per-seed rows, why missing); history(runs) ->
-    val_rel_lloyd points (run_id, step, value); speed: speed_memory rows; blocks: task_dissimilarity's
-    family_blocks."""
+    the paper grid has (None: no counts); T: the probes' re-applications (the report's eval.steps);
+    probe(runs, evaluation) -> (per-seed rows, why missing); history(runs) -> val_rel_lloyd points (run_id,
+    step, value); speed: speed_memory rows; blocks: task_dissimilarity's family_blocks."""
 
     runs: pd.DataFrame
-    grid: pd.DataFrame | None = None
-    T: int = 20
+    grid: pd.DataFrame | None
+    T: int
     probe: Callable[[pd.DataFrame, str], tuple[pd.DataFrame, str]] | None = None
     history: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     speed: list[dict] | None = None
@@ -123,7 +123,7 @@ def judge(record: Record, evidence: Evidence) -> Claim:
     view = View(evidence, record.scope)
     parts = record.judge(view)
     if evidence.grid is not None and record.scope is not None and not record.beyond:
-        full = View(Evidence(grid_runs(evidence.grid), history=flat_history), record.scope)
+        full = View(Evidence(grid_runs(evidence.grid), None, evidence.T, history=flat_history), record.scope)
         for part, counted in zip(parts, record.judge(full)):
             part.expected = None if full.probed else len(counted.cases)
     numbers = "; ".join([*view.notes, *(part.describe() for part in parts)])

@@ -2,8 +2,8 @@
 of runs a claim is judged on and its judge (analysis.claims.judges).
 
 Records with `beyond=True` are the platform's own findings, judged by the same rules, reported under their own
-heading and never counted among the paper's claims: among them the family claims at lite scale (d 4, k 6,
-`sweep=lite`), the same statements beyond the paper's setting (d 32, k 10, where the paper's claims are
+heading and never counted among the paper's claims: among them the family claims at lite scale (LITE_FAMILY,
+`sweep=lite`), the same statements beyond the paper's setting (PAPER_FAMILY, where the paper's claims are
 judged, on `sweep=lite32`'s runs).
 """
 
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from analysis.claims import judges
 from analysis.claims.evidence import Record
+from analysis.claims.grid import setting
 from analysis.claims.scopes import EMB, EMBEDDED, FAMILY, OTHER_FAMILIES, TAU, D, K, transfer_from, within
 
-# The family claims' setting: the paper's family sub-grid is d 32, k 10 (sweep=lite32 trains it); sweep=lite
-# trains it at d 4, k 6, where the same statements are judged beyond the paper's setting (at_lite_scale).
-PAPER_FAMILY = {D: 32, K: 10}
-LITE_FAMILY = {D: 4, K: 6}
+# The family claims' setting: the d and k of the paper's family sub-grid (sweep=lite32 trains it there);
+# sweep=lite trains it at its own d and k, where the same statements are judged beyond the paper's setting
+# (at_lite_scale).
+PAPER_FAMILY = setting("paper", "family", (D, K))
+LITE_FAMILY = setting("lite", "family", (D, K))
 TRANSFER_FROM = transfer_from(PAPER_FAMILY)
 PROBED_OH_BN = within("multistep", **{EMB: EMBEDDED})
 
@@ -178,13 +180,14 @@ FAMILY_CLAIMS = (
 
 
 def at_lite_scale(record: Record) -> Record:
-    """A family claim's statement judged on sweep=lite's family runs (d 4, k 6): beyond the paper's setting,
-    so `make reproduce` alone still shows it, under its own name and heading."""
+    """A family claim's statement judged on sweep=lite's family runs (LITE_FAMILY): beyond the paper's
+    setting, so `make reproduce` alone still shows it, under its own name and heading."""
     subgrid, where = record.scope
     return Record(
         f"{record.name}_lite",
         f"(the same statement at lite scale, beyond the paper's setting) {record.paper}",
-        f"{record.source}; here at d 4, k 6 (sweep=lite), not the paper's d 32, k 10",
+        f"{record.source}; here at d {LITE_FAMILY[D]}, k {LITE_FAMILY[K]} (sweep=lite), not the paper's "
+        f"d {PAPER_FAMILY[D]}, k {PAPER_FAMILY[K]}",
         (subgrid, {**where, **LITE_FAMILY}),
         record.judge,
         beyond=True,
