@@ -405,7 +405,7 @@ class Evaluator:
         return self._logged
 
     def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
-        exp_id = store.experiment_id(self.client, self.experiment)
+        exp_id = store.ensure_experiment(self.client, self.experiment)
         tags = {
             EVAL_OF: run["run_id"],
             EVALUATION: name,

@@ -59,7 +59,9 @@ def typed(text: str | None) -> object:
     return text
 
 
-def experiment_id(client: MlflowClient, experiment: str) -> str:
+def existing_experiment(client: MlflowClient, experiment: str) -> str:
+    """The id of `experiment`; NoRuns, naming the experiments the store has, when there is none (the analysis
+    creates nothing: tracking.store.ensure_experiment is the writers')."""
     found = store.find_experiment(client, experiment)
     if found is None:
         raise NoRuns(
@@ -87,7 +89,7 @@ def load_runs(
     )  # a list (runs adopted by sweeps): exact below
     if subgrid:
         filters.append(f"tags.{SUBGRIDS} LIKE '%{subgrid}%'")  # exact match below
-    found = store.search(client, [experiment_id(client, experiment)], " and ".join(filters))
+    found = store.search(client, [existing_experiment(client, experiment)], " and ".join(filters))
     rows = [
         _row(run) for run in found if CONFIG_HASH in run.data.tags
     ]  # a sweep's parent run has no configuration

@@ -63,7 +63,7 @@ class SweepRecord(DriverOnly, tune.Callback):
     ) -> None:
         self.uri, self.sweep, self.jobs, self.outage_s = uri, sweep, jobs, outage_s
         self.client = client or store.connect(uri)  # probes the store first: unreachable fails here, fast
-        self.experiment = store.experiment_id(self.client, experiment)
+        self.experiment = store.ensure_experiment(self.client, experiment)
         self.ledger = self._read()
         self.parent_id: str | None = None  # the parent run this driver locked
         self.writer: MlflowWriter | None = None

@@ -55,8 +55,8 @@ KEYS = [VAL_REL_LLOYD, TRAIN_LOSS]
 
 def test_experiment_is_created_once_tagged_and_beside_the_store(sqlite_uri: str) -> None:
     client = store.connect(sqlite_uri)
-    made = store.experiment_id(client, "kinds")
-    assert store.experiment_id(client, "kinds") == made
+    made = store.ensure_experiment(client, "kinds")
+    assert store.ensure_experiment(client, "kinds") == made
     assert store.experiment_names(client).count("kinds") == 1
     experiment = client.get_experiment(made)
     assert experiment.tags[EXPERIMENT_KIND] == MODEL_TRAINING
@@ -72,7 +72,7 @@ def test_existing_experiments_are_tagged_as_model_training(sqlite_uri: str) -> N
     genai = client.create_experiment("genai", tags={EXPERIMENT_KIND: "genai_development"})
     assert EXPERIMENT_KIND not in client.get_experiment(plain).tags
     for name, made in (("plain", plain), ("genai", genai)):
-        assert store.experiment_id(client, name) == made
+        assert store.ensure_experiment(client, name) == made
         assert client.get_experiment(made).tags[EXPERIMENT_KIND] == MODEL_TRAINING, name
 
 
@@ -81,7 +81,7 @@ import sys
 from tracking import store
 print("ready", flush=True)
 sys.stdin.readline()  # both processes open the store at the same moment
-print(store.experiment_id(store.connect(sys.argv[1]), "e"))
+print(store.ensure_experiment(store.connect(sys.argv[1]), "e"))
 """
 
 
@@ -282,7 +282,7 @@ def test_an_older_store_last_written_long_ago_is_refused_without_watching(tmp_pa
 
 def test_search_reads_every_page(sqlite_uri: str) -> None:
     client = store.connect(sqlite_uri)
-    experiment = store.experiment_id(client, "pages")
+    experiment = store.ensure_experiment(client, "pages")
     made = [client.create_run(experiment, tags={"parity": str(i % 2)}).info.run_id for i in range(7)]
     assert len(client.search_runs([experiment], max_results=3)) == 3  # so a page of 3 needs three pages
     assert sorted(r.info.run_id for r in store.search(client, [experiment], page=3)) == sorted(made)
@@ -292,13 +292,13 @@ def test_search_reads_every_page(sqlite_uri: str) -> None:
 
 def test_last_steps_per_metric(sqlite_uri: str) -> None:
     client = store.connect(sqlite_uri)
-    run_id = client.create_run(store.experiment_id(client, "steps")).info.run_id
+    run_id = client.create_run(store.ensure_experiment(client, "steps")).info.run_id
     points = [("a", 0), ("a", 10), ("a", 5), ("b", 3), ("b", 3)]  # out of order, and a step logged twice
     client.log_batch(
         run_id, metrics=[Metric(key, 1.0, 1000 + i, step) for i, (key, step) in enumerate(points)]
     )
     assert store.last_steps(client, client.get_run(run_id)) == {"a": 10, "b": 3}
-    fresh = client.create_run(store.experiment_id(client, "steps")).info.run_id
+    fresh = client.create_run(store.ensure_experiment(client, "steps")).info.run_id
     assert store.last_steps(client, client.get_run(fresh)) == {}
 
 

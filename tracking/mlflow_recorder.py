@@ -29,7 +29,7 @@ class MlflowRecorder:
         tags = {**tags, **self.extra_tags}
         if run_id is None:
             run = self.client.create_run(
-                store.experiment_id(self.client, self.experiment), run_name=name, tags=tags
+                store.ensure_experiment(self.client, self.experiment), run_name=name, tags=tags
             )
             self.run_id = run.info.run_id
             self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])

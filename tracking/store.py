@@ -5,8 +5,8 @@ read runs through MlflowClient; what they share about the store is written here 
   connect        fail fast, naming the URI, when the store cannot be reached or used; else a client (a
                  store another process is creating is waited for; the analysis and reruns create none)
   explain        a SQLite error met later, as one line naming the store
-  experiment_id  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows runs)
-                 and with the runs view of tracking.view
+  ensure_experiment  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows
+                 runs) and with the runs view of tracking.view; find_experiment only finds one
   search         every page of a run search
   last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
   histories      the metric points of many runs at once
@@ -384,7 +384,7 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         err = err.__cause__ or err.__context__
 
 
-def experiment_id(client: MlflowClient, name: str) -> str:
+def ensure_experiment(client: MlflowClient, name: str) -> str:
     """The id of experiment `name`, created when missing; either way tagged as a model-training experiment
     and with the runs view that tracking.ui.runs_table opens (tracking.view)."""
     found = client.get_experiment_by_name(name)
