@@ -3,7 +3,7 @@
 `load_runs` returns one row per run of a search (tracking.store.search): its
 id, status, times, the tags the analysis needs and every config value under
 its dotted key, typed (numbers as numbers). `histories` returns the metric
-points of many runs at once (tracking.store.histories: a fast path where the
+points of many runs at once (tracking.metric_points: a fast path where the
 store has one, else MLflow's public API), one point per run, key and step.
 """
 
@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from cli import exit_codes
 from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
-from tracking import store
+from tracking import metric_points, store
 from tracking.names import (
     CONFIG_HASH,
     DIVERGED,
@@ -139,9 +139,10 @@ def histories(uri: str, runs: pd.DataFrame, keys: Iterable[str], fast: bool = Tr
     """Metric points of all `runs` for `keys`: columns run_id, key, step, timestamp (ms), value.
 
     A point logged twice at one step (a resumed run re-logging) keeps its latest value.
-    fast=False reads through MLflow's public API only (tracking.store.histories).
+    fast=False reads through MLflow's public API only (tracking.metric_points).
     """
-    points = store.histories(store.connect(uri, write=False), list(runs.get("run_id", [])), list(keys), fast)
+    client = store.connect(uri, write=False)
+    points = metric_points.read(client, list(runs.get("run_id", [])), list(keys), fast)
     points = points.sort_values(
         ["run_id", "key", "step", "timestamp", "value"]
     )  # ties: whatever the read path

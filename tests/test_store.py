@@ -36,7 +36,7 @@ from analysis import report
 from analysis.runs import histories, load_runs
 from config.compose import compose
 from sweeper.sweep import main as sweep_main
-from tracking import store
+from tracking import metric_points, store
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import (
     CONFIG_HASH,
@@ -355,7 +355,7 @@ def logged(sqlite_uri: str) -> tuple[str, pd.DataFrame]:
 
 def test_sqlite_fast_path_and_public_api_give_the_same_frame(logged, caplog) -> None:
     uri, runs = logged
-    with caplog.at_level(logging.WARNING, logger=store.__name__):
+    with caplog.at_level(logging.WARNING, logger=metric_points.__name__):
         fast = histories(uri, runs, KEYS)
     assert not caplog.records  # the fast path answered
     pd.testing.assert_frame_equal(fast, histories(uri, runs, KEYS, fast=False))
@@ -370,7 +370,7 @@ def test_a_sqlite_schema_the_fast_path_was_not_written_for_falls_back(logged, ca
     before = histories(uri, runs, KEYS)
     with sqlite3.connect(uri.removeprefix("sqlite:///")) as db:
         db.execute("ALTER TABLE metrics ADD COLUMN origin TEXT")
-    with caplog.at_level(logging.WARNING, logger=store.__name__):
+    with caplog.at_level(logging.WARNING, logger=metric_points.__name__):
         after = histories(uri, runs, KEYS)
     pd.testing.assert_frame_equal(after, before)
     (record,) = caplog.records
@@ -383,7 +383,7 @@ def test_server_bulk_endpoint_and_public_api_give_the_same_frame(mlflow_server: 
     name = f"store-bulk-{uuid.uuid4().hex[:8]}"
     _log_runs(client, client.create_experiment(name), 3)
     runs = load_runs(mlflow_server, name)
-    with caplog.at_level(logging.WARNING, logger=store.__name__):
+    with caplog.at_level(logging.WARNING, logger=metric_points.__name__):
         fast = histories(mlflow_server, runs, KEYS)
     assert not caplog.records  # the bulk endpoint answered
     pd.testing.assert_frame_equal(fast, histories(mlflow_server, runs, KEYS, fast=False))
