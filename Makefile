@@ -30,19 +30,18 @@ demo: $(STAMP)
 LITE := tracking.experiment=leaner-clustering-lite
 LITE_OUT := reports/leaner-clustering-lite
 # How lite's trials are packed (cluster.pack): shapes, the models that share n, d, k, embedding and steps,
-# up to cluster.pack_size in one trial, one trial per core. Measured (bench pack, 1 thread, n 128 d 4 k 6):
-# a pack of 10 trains 1.7x the model-steps per second of one model alone (docs/cluster.md, "The arithmetic").
-# LITE_PACK=none: one model a trial. Up to 12 models a pack, not the default 30: lite's two largest packs
-# (21 and 24 models) then train as 12 + 9 and 12 + 12, 11 trials that share the two cores more evenly than 9
-# (the pack of 21 alone took 2,296 of the 3,617 s of the 2026-12-01 run), and a pack of 12 trains a little more
-# per model than one of 21 (bench pack --packs 9,12,21 --regularizers l2,l2,l2,l2,l2,l2,ne loss.tau=0.1, two
-# such runs at once, each timing both in turn: 108.8 vs 101.0 and 113.8 vs 114.9 model-steps/s).
+# up to cluster.pack_size in one trial, one trial per core: at lite's size a pack trains more model-steps per
+# second than one model alone (`python -m bench pack --sizes laptop --threads 1`; docs/cluster.md, "The
+# arithmetic"). LITE_PACK=none: one model a trial. Up to 12 models a pack, not the default 30: lite's two
+# largest packs (21 and 24 models) then train as 12 + 9 and 12 + 12, 11 trials that share the two cores more
+# evenly than 9 (the pack of 21 had taken most of a run on one core: docs/reproduce.md), and a pack of 12
+# trains about as much per model as one of 21 (`python -m bench pack --sizes laptop --packs 9,12,21
+# --regularizers l2,l2,l2,l2,l2,l2,ne loss.tau=0.1` times both).
 LITE_PACK ?= shapes
 # The sweep's own bookkeeping, off the two cores the trials need: a trial reports one evaluation round in
-# five (250 steps, under a minute of a pack of 12; the driver writes each report into one MLflow run per
-# model, some 15 ms each), and no Ray dashboard (3-4% of a core while it runs). Measured in a 1,000-step
-# probe of lite: driver and Ray's processes took 8% of a core each at cluster.report_every=1 with the
-# dashboard.
+# five (250 steps; the driver writes each report into one MLflow run per model), and no Ray dashboard, which
+# takes a share of a core while it runs. Together with the packs they brought `make reproduce` within its
+# hour (docs/reproduce.md, the run before and after).
 LITE_CLUSTER := cluster.pack=$(LITE_PACK) cluster.pack_size=12 cluster.report_every=5 cluster.dashboard_host=null
 # The probes' default of 4 batches of 32 fresh tasks per condition and seed (128, as the report); both cores.
 LITE_EVAL := speed_json=$(LITE_OUT)/speed_memory.json step_json=$(LITE_OUT)/step_seconds.json eval.threads=2
@@ -56,7 +55,8 @@ reproduce: $(STAMP)
 # The paper's d 32 claims (conf/sweep/lite32.yaml: clusters, lr and family at d 32, 10,000 steps, 3 seeds,
 # trained at n 128 for k 10 and n 256 for k 25): its own experiment and reports/leaner-clustering-lite32/;
 # budget: about 4 hours on 2 cores. Packs of 9 (cluster.pack=shapes): its 54 models train as 6 packs of
-# 9, two k 25 packs of about 136 minutes beside four k 10 packs of about 35, so both cores end together.
+# 9, two long k 25 packs beside four short k 10 ones, so both cores end together (conf/sweep/lite32.yaml's
+# "Cost").
 # Stopped midway, the same command resumes it (checkpoints: Ray's storage; store: tracking.uri).
 LITE32 := tracking.experiment=leaner-clustering-lite32
 LITE32_OUT := reports/leaner-clustering-lite32

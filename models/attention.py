@@ -30,10 +30,9 @@ def distance_attention(
         return hardmax_attention(q, k, v)
     # Zero columns add exact zeros to every dot product. Fused kernels (CPU flash; CUDA flash and
     # memory-efficient) need values as wide as queries (else SDPA silently takes its slow math path), and the
-    # CPU flash kernel runs up to 2x faster at widths that fill whole vector registers (torch 2.13, AVX-512:
-    # forward plus backward of 960 tasks' 128 x 128 self-attention took 168 ms at width 11, 83 ms at 16; at
-    # 43 vs 48 the paper size gains 15%): so q, k and v are padded to a multiple of PAD_TO, the output cut
-    # back to v's width.
+    # CPU flash kernel runs faster at widths that fill whole vector registers (torch 2.13, AVX-512; at the
+    # laptop size far more than at the paper's; `python -m bench step` times the step it is part of): so q, k
+    # and v are padded to a multiple of PAD_TO, the output cut back to v's width.
     pad = -(q.shape[-1] + 1) % PAD_TO
     q_aug = torch.cat([q, torch.ones_like(q[..., :1]), q.new_zeros(*q.shape[:-1], pad)], -1)
     k_aug = torch.cat([k, -0.5 * k.pow(2).sum(-1, keepdim=True), k.new_zeros(*k.shape[:-1], pad)], -1)

@@ -2,7 +2,7 @@
 
 PyTorch's CPU flash-attention kernel has no dropout, so SDPA with
 dropout_p > 0 falls back to the unfused math path (score matrix, softmax,
-a dense Bernoulli mask: about 2-4x slower at n = 512). At the paper's
+a dense Bernoulli mask: several times slower at n = 512). At the paper's
 dropout (0.01) only 1% of the weights are dropped, so this computes
 
     Y = (A V - sum over dropped (i, j) of a_ij v_j) / (1 - p)
@@ -104,7 +104,7 @@ class FlashDropout(torch.autograd.Function):
         qf, kf, vf = q.reshape(N * L, E), k.reshape(N * S, E), v.reshape(N * S, E)
         pattern = _csr(rows_q, rows_k, torch.zeros_like(rows_q, dtype=q.dtype), (N * L, N * S))
         a = torch.exp(scale * _sampled_dots(pattern, qf, kf) - lse.reshape(N * L)[rows_q])  # dropped weights
-        # In place (addmm_) on fresh kernel outputs: 3x faster than a product and a subtraction, same bits.
+        # In place (addmm_) on fresh kernel outputs: faster than a product and a subtraction, same bits.
         kept = (
             out.reshape(N * L, E).addmm_(_csr(rows_q, rows_k, a, (N * L, N * S)), vf, alpha=-1).view_as(out)
         )
@@ -204,10 +204,10 @@ def keep_eager_under_compile() -> None:
     flash_dropout_usable (a Python-side decision) as they are, not trace them.
 
     Done when a compile is asked for (training.fused.compiled), not with a decorator at import:
-    torch.compiler.disable imports torch._dynamo, 1.5 s of CPU in every process that imports the models:
-    each sweep trial, the report and the claims, none of which compiles (training keeps no torch
-    Optimizer for the same reason: training.adam). Callers reach both through this module's attributes,
-    so the marked versions are the ones they call.
+    torch.compiler.disable imports torch._dynamo (seconds of CPU: `python -X importtime -c 'import
+    torch._dynamo'`) in every process that imports the models: each sweep trial, the report and the
+    claims, none of which compiles (training keeps no torch Optimizer for the same reason: training.adam).
+    Callers reach both through this module's attributes, so the marked versions are the ones they call.
     """
     global dropped_positions, flash_dropout_usable
     dropped_positions = torch.compiler.disable(dropped_positions)

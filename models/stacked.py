@@ -72,8 +72,8 @@ class StackedTransformer:
     def forward(self, X: torch.Tensor, C: torch.Tensor, training: bool = True) -> torch.Tensor:
         """X (P, B, n, d), C (P, B, k, d) -> each model's new centers (P, B, k, d), model p on X[p], C[p]."""
         # Evaluation runs eagerly: under train.compile its no-grad pass would be a graph of its own (a
-        # second compile per pack size, 20-30 s each on CPU at the laptop size) for a sixth of the forward
-        # passes, with no backward.
+        # second compile per pack size, as long as the first) for a sixth of the forward passes, with no
+        # backward.
         forward = self.forward_fn if training else stacked_forward
         return forward(
             self.weights, X, C, self.embedding, self.gamma, self.d_emb, self.dropout if training else 0.0
@@ -99,7 +99,7 @@ def _attend(
     """Attention module `name` of every model: queries (P, B, Lq, e), keys (P, B, Lk, e)."""
 
     def project(x: torch.Tensor, *which: str) -> list[torch.Tensor]:
-        """The projections `which` of x as one batched matmul (q, k, v at P 30: 25% less time than three)."""
+        """The projections `which` of x as one batched matmul: less time than one each in a large pack."""
         names = [f"layer.{name}.{w}" for w in which]
         weight = torch.cat([weights[f"{n}.weight"] for n in names], 1)
         bias = torch.cat([weights[f"{n}.bias"] for n in names], 2)

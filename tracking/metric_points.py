@@ -66,7 +66,8 @@ def read(client: MlflowClient, run_ids: list[str], keys: list[str], fast: bool =
 
 def _sqlite_points(client: MlflowClient, run_ids: list[str], keys: list[str]) -> pd.DataFrame:
     """One read-only query on the store's metrics table (NaN is stored as value 0 with is_nan set)."""
-    from sqlalchemy.engine import make_url  # MLflow's parser of database URIs; 0.4 s to import, so only here
+    # MLflow's parser of database URIs, slow to import (python -X importtime -c 'import sqlalchemy.engine')
+    from sqlalchemy.engine import make_url
 
     path = make_url(client.tracking_uri).database
     with closing(sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)) as db:

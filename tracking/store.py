@@ -45,8 +45,8 @@ _opened: list[str] = []  # the SQLite stores this process opened (explain names 
 _checked: set[str] = set()  # the SQLite stores check_sqlite found sound
 PROBE_TIMEOUT_S = 5.0
 # Another process creating or migrating a SQLite store is waited for (check_sqlite): at most MIGRATION_WAIT_S;
-# a store that stood still for QUIET_S is judged as it stands (the steps of MLflow's migration of a new store
-# land under 0.3 s apart on an idle machine, and a few times that apart on a busy one); WATCH_S between looks.
+# a store that stood still for QUIET_S is judged as it stands (many times the pauses between the steps of
+# MLflow's migration of a new store, a busy machine's included); WATCH_S between looks.
 MIGRATION_WAIT_S = 60.0
 QUIET_S = 5.0
 WATCH_S = 0.1
