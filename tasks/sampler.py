@@ -3,43 +3,55 @@
 A task is n points X (n x d) drawn from a mixture of k components and k
 initial centers C0 (k x d) chosen among those points. Everything here is
 vectorised over the batch and driven by an explicit torch.Generator, so a
-seed fixes the whole stream of tasks.
+seed fixes the whole stream of tasks; draw_each draws for several models at
+once, each from its own generator, with their tasks in one batch
+(tasks.streams).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 
-from tasks.init import choose_centers
+from tasks.init import choose_centers_each
 from tasks.spec import FAMILIES, TaskSpec, is_int
+from tasks.streams import fill_each
 
 
-def _open_uniform(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Uniform draws in the open interval (0, 1), so inverse CDFs stay finite."""
-    u = torch.rand(shape, generator=generator, device=generator.device)
-    tiny = torch.finfo(u.dtype).eps
-    return u.clamp_(tiny, 1.0 - tiny)
+def _uniform(rows: torch.Tensor, generator: torch.Generator) -> None:
+    """U(0, 1) draws into rows: what torch.rand draws into a fresh tensor."""
+    rows.uniform_(generator=generator)
 
 
 def standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions.
+    """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions."""
+    return _standard_noise(family, shape, [generator])
 
-    In-place ops: this runs on B * n * d values every training step.
+
+def _standard_noise(
+    family: str, shape: tuple[int, ...], generators: Sequence[torch.Generator]
+) -> torch.Tensor:
+    """standard_noise of each generator, stacked along dim 0 (tasks.streams).
+
+    In-place ops: this runs on P * B * n * d values every chunk of training steps.
     """
+    out = torch.empty((len(generators) * shape[0], *shape[1:]), device=generators[0].device)
     if family in ("normal", "lognormal"):
-        return torch.randn(shape, generator=generator, device=generator.device)
-    u = _open_uniform(shape, generator)
+        return fill_each(out, generators, lambda rows, g: rows.normal_(generator=g))  # torch.randn's draws
+    if family not in FAMILIES:
+        raise ValueError(f"task.family={family!r} is not allowed: choose one of {', '.join(FAMILIES)}")
+    # Uniform draws in the open interval (0, 1), so inverse CDFs stay finite.
+    tiny = torch.finfo(out.dtype).eps
+    u = fill_each(out, generators, _uniform).clamp_(tiny, 1.0 - tiny)
     if family == "cauchy":
         return u.sub_(0.5).mul_(math.pi).tan_()
     if family == "gumbel":
         return u.log_().neg_().log_().neg_()
-    if family == "laplace":
-        c = u.sub_(0.5)
-        sign = c.sign()
-        return c.abs_().mul_(-2.0).log1p_().mul_(sign).neg_()
-    raise ValueError(f"task.family={family!r} is not allowed: choose one of {', '.join(FAMILIES)}")
+    c = u.sub_(0.5)  # laplace
+    sign = c.sign()
+    return c.abs_().mul_(-2.0).log1p_().mul_(sign).neg_()
 
 
 def sample_points(
@@ -49,39 +61,41 @@ def sample_points(
 
     FloatingPointError if a draw is not finite (which reads the draws' check back to the host).
     """
-    X, means = _mixture(spec, batch, generator)
-    raise_if_bad(torch.where(_finite(X), OK, NON_FINITE), spec)
+    X, means = _mixture(spec, batch, [generator])
+    raise_if_bad(torch.where(_finite(X, 1), OK, NON_FINITE), spec)
     return X, means
 
 
-def _mixture(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """sample_points without the check: drawn on the generator's device, where a CUDA generator keeps
-    sampling off the host (a training step on a GPU would otherwise wait on it)."""
+def _mixture(
+    spec: TaskSpec, batch: int, generators: Sequence[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_points of each generator without the check, stacked along dim 0 (tasks.streams): drawn on
+    the generators' device, where a CUDA generator keeps sampling off the host (a training step on a GPU
+    would otherwise wait on it)."""
     if not is_int(batch) or batch < 1:
         raise ValueError(f"batch={batch!r} is not allowed: an integer >= 1")
     B, n, d, k = batch, spec.n, spec.d, spec.k
-    device = generator.device
-    means = torch.rand((B, k, d), generator=generator, device=device)
-    scales = (
-        None if spec.equal_scales else spec.scale * torch.rand((B, k, d), generator=generator, device=device)
-    )
-    weights = (
-        torch.ones(B, k, device=device)
-        if spec.equal_weights
-        else torch.rand((B, k), generator=generator, device=device)
-    )
-    comp = torch.multinomial(
-        weights, n, replacement=True, generator=generator
-    )  # (B, n); rows need not sum to 1
-    # Row of each point's component in the flattened (B * k, d) parameters:
+    R, device = len(generators) * B, generators[0].device  # R tasks in all
+    means = fill_each(torch.empty((R, k, d), device=device), generators, _uniform)
+    scales = None
+    if not spec.equal_scales:
+        scales = spec.scale * fill_each(torch.empty((R, k, d), device=device), generators, _uniform)
+    ones = torch.ones(B, k, device=device) if spec.equal_weights else None
+
+    def components(rows: torch.Tensor, g: torch.Generator) -> None:  # (B, n); weights need not sum to 1
+        weights = torch.rand((B, k), generator=g, device=device) if ones is None else ones
+        torch.multinomial(weights, n, replacement=True, generator=g, out=rows)
+
+    comp = fill_each(torch.empty((R, n), dtype=torch.int64, device=device), generators, components)
+    # Row of each point's component in the flattened (R * k, d) parameters:
     # one index_select is much cheaper than a gather with an expanded index.
-    rows = (comp + k * torch.arange(B, device=device).unsqueeze(-1)).reshape(-1)
-    loc = means.reshape(B * k, d).index_select(0, rows).view(B, n, d)
-    noise = standard_noise(spec.family, (B, n, d), generator)
+    rows = (comp + k * torch.arange(R, device=device).unsqueeze(-1)).reshape(-1)
+    loc = means.reshape(R * k, d).index_select(0, rows).view(R, n, d)
+    noise = _standard_noise(spec.family, (B, n, d), generators)
     if scales is None:
         X = loc.add_(noise, alpha=float(spec.scale))
     else:
-        X = loc.addcmul_(scales.reshape(B * k, d).index_select(0, rows).view(B, n, d), noise)
+        X = loc.addcmul_(scales.reshape(R * k, d).index_select(0, rows).view(R, n, d), noise)
     if spec.family == "lognormal":
         X = X.exp_()
     return X, means
@@ -92,11 +106,12 @@ def _mixture(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[to
 OK, NON_FINITE, OVERFLOW = 0, 1, 2
 
 
-def _finite(X: torch.Tensor) -> torch.Tensor:
-    """Whether every value of X is finite, as a device bool: min and max carry any inf or nan, and cost far
-    less than isfinite(X).all()."""
-    lo, hi = X.aminmax()
-    return torch.isfinite(lo) & torch.isfinite(hi)
+def _finite(X: torch.Tensor, models: int) -> torch.Tensor:
+    """Whether every value of each model's tasks (X's rows, stacked model by model) is finite, as a device
+    bool (models,): min and max carry any inf or nan, and cost far less than isfinite(X).all() (amin and
+    amax: aminmax along a dimension took 16 times as long on CPU)."""
+    rows = X.reshape(models, -1)
+    return torch.isfinite(rows.amin(dim=1)) & torch.isfinite(rows.amax(dim=1))
 
 
 def raise_if_bad(code: torch.Tensor | int, spec: TaskSpec) -> None:
@@ -138,12 +153,70 @@ def draw_tasks(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sample_tasks without reading anything back: X, C0 and a 0-d int64 code on the device (OK,
     NON_FINITE, OVERFLOW) for raise_if_bad. Tasks drawn with a code other than OK are not valid tasks."""
-    X, _ = _mixture(spec, batch, generator)
-    raw_ok = _finite(X)
+    X, C0, codes = _draw(spec, batch, [generator])
+    return X[0], C0[0], codes[0]
+
+
+def draw_each(
+    specs: Sequence[TaskSpec],
+    steps: int,
+    batch: int,
+    generators: Sequence[torch.Generator],
+    max_values: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`steps` batches of tasks of every model i (specs of one n, d and k; a generator each), by step:
+    X (steps, P, batch, n, d), C0 (steps, P, batch, k, d) and codes (P,), model i's being
+    draw_tasks(specs[i], steps * batch, generators[i])'s.
+
+    The work on the draws runs once for all models of a spec (tasks.streams) rather than once per model;
+    with max_values, once per as many of them as hold at most max_values task coordinates (at least one).
+    """
+    groups: dict[TaskSpec, list[int]] = {}
+    for model, spec in enumerate(specs):
+        groups.setdefault(spec, []).append(model)
+    P, tasks = len(specs), steps * batch
+    size = P if max_values is None else max(1, max_values // (tasks * specs[0].n * specs[0].d))
+    # X, C0 and codes by step, made once the first models are drawn (not beside _draw's peak memory).
+    out: tuple[torch.Tensor, ...] = ()
+    for spec, models in groups.items():
+        for start in range(0, len(models), size):
+            some = models[start : start + size]
+            X, C0, codes = _draw(spec, tasks, [generators[m] for m in some])
+            # By step: (models, steps * batch, ...) -> (steps, models, batch, ...).
+            X, C0 = (x.view(len(some), steps, batch, *x.shape[2:]).transpose(0, 1) for x in (X, C0))
+            if not out:
+                out = (
+                    X.new_empty((steps, P, *X.shape[2:])),
+                    C0.new_empty((steps, P, *C0.shape[2:])),
+                    codes.new_empty(P),
+                )
+            for a, b in _runs(some):  # into the pack's order, a slice per run of consecutive models
+                at = slice(some[a], some[a] + b - a)
+                out[0][:, at] = X[:, a:b]
+                out[1][:, at] = C0[:, a:b]
+                out[2][at] = codes[a:b]
+    return out
+
+
+def _runs(models: list[int]) -> list[tuple[int, int]]:
+    """The runs of consecutive models, as (start, stop) positions in models: [3, 4, 7] -> [(0, 2), (2, 3)]."""
+    starts = [i for i in range(len(models)) if i == 0 or models[i] != models[i - 1] + 1]
+    return list(zip(starts, [*starts[1:], len(models)]))
+
+
+def _draw(
+    spec: TaskSpec, batch: int, generators: Sequence[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each model's draw_tasks(spec, batch, its generator), stacked: X (P, B, n, d), C0 (P, B, k, d),
+    codes (P,)."""
+    P = len(generators)
+    X, _ = _mixture(spec, batch, generators)
+    raw_ok = _finite(X, P)
     X = to_unit_cube(X)
     # Finite draws can still span more than the float32 range (extreme scale).
-    code = torch.where(raw_ok, torch.where(_finite(X), OK, OVERFLOW), NON_FINITE)
-    return X, choose_centers(X, spec.k, spec.init, generator), code
+    codes = torch.where(raw_ok, torch.where(_finite(X, P), OK, OVERFLOW), NON_FINITE)
+    C0 = choose_centers_each(X, spec.k, spec.init, generators)
+    return X.view(P, batch, *X.shape[1:]), C0.view(P, batch, *C0.shape[1:]), codes
 
 
 def validation_tasks(
