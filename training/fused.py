@@ -29,7 +29,7 @@ import torch
 from models import flash_dropout
 from models.losses import kmeans_objective, regularized_weights, sq_distances
 from models.stacked import StackedTransformer, stacked_forward
-from tasks.sampler import OK, draw_tasks, raise_if_bad
+from tasks.sampler import OK, draw_each, raise_if_bad
 from tracking.names import VAL_KMEANS, VAL_REL_LLOYD
 from training.adam import PackedAdam
 from training.host_memory import keep_freed_memory
@@ -167,16 +167,15 @@ class Pack:
 
     def _draw(self) -> None:
         """The next chunk steps of tasks of every model, each from its own stream: (chunk, P, B, ...)."""
-        n = self.chunk * self.batch
-        *draws, codes = zip(*[draw_tasks(tr.spec, n, tr.generator) for tr in self.trainers])
-        self.tasks = [
-            torch.stack([x.view(self.chunk, self.batch, *x.shape[1:]) for x in parts], 1).to(
-                self.alive.device
-            )
-            for parts in draws
-        ]
+        specs, generators = [tr.spec for tr in self.trainers], [tr.generator for tr in self.trainers]
+        # What is computed from the draws runs for the pack at once on a GPU (its kernel launches are what
+        # it pays); on a CPU for a cache's worth of models at a time (CHUNK_VALUES), which draws as fast
+        # as one model at a time where a model's chunk fills it, and faster where it does not.
+        values = None if self.alive.device.type == "cuda" else CHUNK_VALUES["cpu"]
+        *tasks, codes = draw_each(specs, self.chunk, self.batch, generators, values)
+        self.tasks = [part.to(self.alive.device) for part in tasks]
         # Checked on the device; read back with the losses (read), so a draw never waits on the host.
-        self.drawn = torch.where(self.drawn == OK, torch.stack(codes).to(self.drawn.device), self.drawn)
+        self.drawn = torch.where(self.drawn == OK, codes.to(self.drawn.device), self.drawn)
 
     def _loss(self, X: torch.Tensor, C1: torch.Tensor) -> torch.Tensor:
         """Each model's batch mean of its smoothed k-means surrogate (its own tau and regularizer): (P,)."""
