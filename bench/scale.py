@@ -5,10 +5,10 @@
     python -m bench scale --trials '' --packs 3000 # the 300 packs of ten only
 
 Each size runs in a fresh process through the sweep's production wiring
-(sweeper.sweep.open_record and drive, as `python -m sweeper.sweep` runs them:
-the sweep's record read once, its parent run locked, the Tuner with its
-resources, the record as Tune callback with its writing thread and patient
-client, the stopper), against one MLflow tracking server (`mlflow server`, a
+(sweeper.sweep.drive, as `python -m sweeper.sweep` runs it: the sweep's
+ledger read once, its parent run locked, the Tuner with its resources, the
+session as Tune callback with its writing thread and patient client, the
+stopper), against one MLflow tracking server (`mlflow server`, a
 subprocess) on PostgreSQL when the `pgserver` wheel is importable, else on
 SQLite. Trials train nothing: each reports what a paper trial reports over
 REPORTS evaluation intervals (its start, every metric point of the interval,
@@ -37,13 +37,16 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import psutil
 
 from bench.common import exit_codes_help
 from cli.entry import ArgumentParser
 from tracking.names import FINISHED, METRICS, OUTCOME, SYSTEM_METRICS, TRAIN_LOSS
+
+if TYPE_CHECKING:
+    from sweeper.work import Work
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = 2  # evaluation intervals each trial reports before its outcome
@@ -66,25 +69,27 @@ def interval_points(step: int) -> list:
     return points + [Point(key, 1.0, step, now) for key in SYSTEM_METRICS]  # the trial's sample (a CPU's)
 
 
-def noop_trial(config: dict, *, jobs: dict, packs: dict, base: list) -> None:
+def noop_trial(config: dict, *, work: Work) -> None:
     """Reports like a trial of the paper grid (every job of its pack) and trains nothing."""
     from ray import tune
 
-    from sweeper.trial import PAYLOAD, STEP, Recorded, RunStart, pack_key
+    from sweeper.trial import PAYLOAD, STEP, Recorded, RunStart
 
-    members = packs[pack_key(config)]
-    work = Path(tune.get_context().get_trial_dir()) / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    members = work.trial_of(config).members
+    folder = Path(tune.get_context().get_trial_dir()) / "work"
+    folder.mkdir(parents=True, exist_ok=True)
     for i in range(1, REPORTS + 1):
-        recorded = {key: Recorded(points=interval_points(i * EVAL_EVERY)) for key in members}
+        recorded = {m.key: Recorded(points=interval_points(i * EVAL_EVERY)) for m in members}
         if i == 1:
-            for key in members:
-                recorded[key].start = RunStart(jobs[key]["name"], {"probe": "1"}, {})
-        (work / "state").write_text(str(i))  # a checkpoint per report, as training writes one per evaluation
+            for m in members:
+                recorded[m.key].start = RunStart(m.name, {"probe": "1"}, {})
+        (folder / "state").write_text(
+            str(i)
+        )  # a checkpoint per report, as training writes one per evaluation
         tune.report(
-            {STEP: i * EVAL_EVERY, PAYLOAD: recorded}, checkpoint=tune.Checkpoint.from_directory(str(work))
+            {STEP: i * EVAL_EVERY, PAYLOAD: recorded}, checkpoint=tune.Checkpoint.from_directory(str(folder))
         )
-    outcome = {key: Recorded(tags={OUTCOME: FINISHED}, status="FINISHED") for key in members}
+    outcome = {m.key: Recorded(tags={OUTCOME: FINISHED}, status="FINISHED") for m in members}
     tune.report({STEP: REPORTS * EVAL_EVERY, PAYLOAD: outcome})
 
 
@@ -105,8 +110,9 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
     """Run `models` jobs of the paper grid (packed by `pack`) on the server at `uri`; the driver's figures."""
     import ray
 
+    from config import grid
     from sweeper import ledger
-    from sweeper.sweep import drive, load, open_record
+    from sweeper.sweep import drive, load
     from tracking import store
 
     tmp = tempfile.mkdtemp(prefix="scale-probe-")
@@ -131,21 +137,20 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
     rss = PeakRss()
     rss.start()
     start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    record = open_record(cfg, plan)
-    code = drive(cfg, plan, [], record, trainable=noop_trial)
+    summary = drive(cfg, plan, [], trainable=noop_trial)
     wall, end_cpu = time.perf_counter() - start, me.cpu_times()
     rss.stop.set()
     ray.shutdown()
     cpu = (end_cpu.user - start_cpu.user) + (end_cpu.system - start_cpu.system)
-    runs = store.search(store.connect(uri), [record.experiment])
-    jobs = {j.key for j in record.jobs}
+    runs = store.search(store.connect(uri), [summary.experiment])
+    jobs = {j.key for j in grid.jobs(cfg, plan)}
     stored = len(ledger.read(runs, plan.name).done & jobs)
-    trials = len(record.writer.packs)
+    trials = summary.trials
     return {
         "models": len(jobs),
         "trials": trials,
         "pack": pack,
-        "exit_code": code,  # the sweep's: 0 when every trial ended
+        "exit_code": summary.exit_code,  # the sweep's: 0 when every trial ended
         "runs_stored": stored,
         "lost": len(jobs) - stored,
         "wall_s": round(wall, 1),
@@ -153,8 +158,8 @@ def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
         "cpu_s_per_trial": round(cpu / trials, 4),
         "driver_rss_start_mib": round(start_rss / 2**20),
         "driver_rss_peak_mib": round(rss.peak / 2**20),
-        "points_written": record.writer.points_written,
-        "points_per_s": round(record.writer.points_written / wall, 1),
+        "points_written": summary.points_written,
+        "points_per_s": round(summary.points_written / wall, 1),
         "cpus_per_trial": cfg.cluster.cpus_per_trial,
     }
 

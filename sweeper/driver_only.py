@@ -6,7 +6,7 @@ as trials change) and deep-copies its experiment spec. The sweep never
 restores a Tune experiment from that state (a restart reads MLflow: sweeper.ledger),
 so an object that lives in the driver (a live queue, a thread, a client, the
 jobs of the whole sweep) pickles as nothing and copies as itself. A Tune
-trial carries what it needs in its config (sweeper.trial.TRIAL); the trial's
+trial carries its identity in its config (sweeper.work.TrialId); the trial's
 name and folder creators are module functions, pickled by reference.
 """
 

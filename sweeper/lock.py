@@ -9,8 +9,8 @@ wins and the others refuse. A second driver refuses, naming the running one.
 The tag is deleted when the driver exits; a driver killed outright leaves it
 behind, and it is stale, not blocking a restart, when its process is gone
 from this host (or, on another host, when its heartbeat, renewed every BEAT_S,
-is older than STALE_S). sweeper.record decides when to lock: after its one
-read of the store, checking that no other driver wrote in between.
+is older than STALE_S). The driver's claim on the sweep (sweeper.ledger) decides when to lock: after
+its one read of the store, checking that no other driver wrote in between.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ outcome and their last recorded checkpoint (one per report, at most
 train.eval_every x cluster.report_every steps back). The driver then writes what the trials reported
 (for at most STOP_DRAIN_S), marks those runs KILLED and prints the command that
 resumes them: the same one. A second signal kills the driver at once. Halt
-also ends the run when the sweep's record failed to write (sweeper.record).
+also ends the run when the sweep's session failed to write (sweeper.session).
 """
 
 from __future__ import annotations
@@ -20,22 +20,21 @@ import threading
 from ray.tune.stopper import Stopper
 
 from sweeper.driver_only import DriverOnly
-from sweeper.record import SweepRecord
 
 STOP_DRAIN_S = 60.0  # after a signal, how long the driver still writes what the trials reported
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Halt(DriverOnly, Stopper):
-    def __init__(self, record: SweepRecord) -> None:
-        self.record = record  # its writing thread's error stops the sweep too
+    def __init__(self, write_failed: threading.Event) -> None:
+        self.write_failed = write_failed  # set when the session's writing thread failed: that stops it too
         self.signal: int | None = None
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False  # trials end when their training does
 
     def stop_all(self) -> bool:
-        return self.signal is not None or self.record.failed()
+        return self.signal is not None or self.write_failed.is_set()
 
     def _caught(self, signum: int, frame) -> None:
         self.signal = signum
@@ -62,17 +61,15 @@ class Halt(DriverOnly, Stopper):
                 signal.signal(s, handler)
 
 
-def stopped(sweep: str, overrides: list[str], record: SweepRecord, applied: bool, signum: int) -> int:
-    """After a signal: the runs still training are KILLED, without an outcome; returns the exit code
-    128 + signum."""
-    interrupted = record.kill() if applied else record.writer.interrupted()
-    command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *overrides])
+def stopped(sweep: str, argv: list[str], ended: int, interrupted: int, applied: bool, signum: int) -> None:
+    """After a signal: what ended here, what was interrupted (its runs KILLED when every write was applied),
+    and the command that resumes the sweep (the exit code is 128 + signum)."""
+    command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *argv])
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
     print(
-        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {len(record.writer.outcomes)} trials "
-        f"ended here, {len(interrupted)} interrupted at their last checkpoint{late}. Resume with the same "
+        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {ended} trials "
+        f"ended here, {interrupted} interrupted at their last checkpoint{late}. Resume with the same "
         "command:\n"
         f"  {command}",
         flush=True,
     )
-    return 128 + signum

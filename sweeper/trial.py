@@ -2,7 +2,7 @@
 
 A trial trains one job (config.grid.Job: a configuration at a seed) or, with
 cluster.pack=seeds, the seeds of one configuration together
-(training.packed.train_pack); each job is a member with its own MLflow run.
+(training.packed.train_pack); each job is a member (sweeper.work.Member) with its own MLflow run.
 A trial never touches MLflow (a SQLite store must have one writer). Each
 member's recorder collects what training records (a Recorded), and one
 tune.report hands all of them to Tune together with the checkpoint they lead
@@ -33,22 +33,11 @@ from config.identity import config_hash
 from tracking.names import VAL_REL_LLOYD
 
 if TYPE_CHECKING:  # the driver imports this module too, and must not import torch
+    from sweeper.work import Work
     from training.system_metrics import SystemSampler
 
 PAYLOAD = "mlflow"  # result key the driver pops: job key -> its Recorded since the trial's last report
 STEP = "step"  # result key: the training step reported (ASHA's time axis)
-TRIAL = "trial"  # a Tune trial's config: {TRIAL: trial_entry(key, name)}
-
-
-def trial_entry(key: str, name: str) -> str:
-    """A Tune trial's config value (sweeper.sweep.param_space): its key in `packs`, a space, its display name.
-
-    One string, not a pair: Tune deep-copies its whole grid for every trial it creates, so the grid's cost
-    grows with the square of its size (3,000 strings: 5 s of the driver's CPU; 3,000 dicts: 66 s), and it
-    replaces any other object by a placeholder its name creator sees. A key (config_hash, pack-HASH) has
-    no space.
-    """
-    return f"{key} {name}"
 
 
 class Point(NamedTuple):
@@ -196,23 +185,8 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
                 shutil.rmtree(work / key, ignore_errors=True)
 
 
-def pack_key(trial_config: dict) -> str:
-    """A Tune trial's key in `packs`, from its config (sweeper.sweep.param_space)."""
-    return trial_config[TRIAL].split(" ", 1)[0]
-
-
-def trial_name(trial) -> str:
-    """Tune's trial_name_creator: the name the param space gave the trial (pickled by reference: nothing)."""
-    return trial.config[TRIAL].split(" ", 1)[1]
-
-
-def trial_dirname(trial) -> str:
-    """Tune's trial_dirname_creator: the pack's key and Tune's trial id."""
-    return f"{pack_key(trial.config)}-{trial.trial_id}"
-
-
-def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]], base: list[str]) -> None:
-    """Tune's function trainable; pack_key(config) names the trial in `packs`, its members keys of `jobs`."""
+def run_trial(config: dict, *, work: Work) -> None:
+    """Tune's function trainable: trains the members of the trial of `work` that `config` names."""
     # Imported here, in the Ray worker: the driver imports this module for Tune, and training would make it
     # import torch (1.4 s of CPU) for nothing.
     from training.gpu_share import cap_memory
@@ -221,27 +195,28 @@ def run_trial(config: dict, *, jobs: dict[str, dict], packs: dict[str, list[str]
     from training.system_metrics import SystemSampler
 
     console.quiet()  # this worker's Ray Train logs a line per checkpoint otherwise
-    members = packs[pack_key(config)]
+    trial = work.trial_of(config)
+    keys = [m.key for m in trial.members]
     cfgs = []
-    for key in members:
-        job = jobs[key]
-        cfgs.append(compose([*base, *job["overrides"], f"seed={job['seed']}"]))
-        if config_hash(cfgs[-1]) != key:  # the driver's view and the trial's must be one configuration
+    for member in trial.members:
+        cfgs.append(compose([*work.base, *member.overrides, f"seed={member.seed}"]))
+        if config_hash(cfgs[-1]) != member.key:  # the driver's view and the trial's must be one configuration
             raise RuntimeError(
-                f"trial member {key} composed to {config_hash(cfgs[-1])}: base overrides {base}"
+                f"trial member {member.key} composed to {config_hash(cfgs[-1])}: "
+                f"base overrides {list(work.base)}"
             )
     device = pick_device(cfgs[0].train.device)
     cap_memory(device, cfgs[0].cluster.gpus_per_trial)  # trials sharing a GPU keep to their shares
     reporter = Reporter(
-        members,
+        keys,
         Path(tune.get_context().get_trial_dir()) / "work",
         cfgs[0].cluster.report_every,
         SystemSampler(device),
     )
-    restore(reporter.work, {key: jobs[key].get("resume_from") for key in members})
-    recorders = [reporter.recorders[key] for key in members]
-    workdirs = [reporter.workdir(key) for key in members]
-    by_dir = dict(zip(workdirs, members))
+    restore(reporter.work, {m.key: m.resume_from for m in trial.members})
+    recorders = [reporter.recorders[key] for key in keys]
+    workdirs = [reporter.workdir(key) for key in keys]
+    by_dir = dict(zip(workdirs, keys))
     # A pack of one trains alone: exactly the numbers of `python -m sweeper.train`.
     results = train_pack(
         cfgs,

@@ -1,7 +1,7 @@
 """The sweep driver as the single MLflow writer of its jobs' runs.
 
 Trials report what they record through Ray Tune (sweeper.trial.Recorded);
-MlflowWriter, called by the sweep's record (sweeper.record) on its writing
+MlflowWriter, called by the sweep's session (sweeper.session) on its writing
 thread, writes it: one child run per job under one parent run per sweep (a
 Tune trial trains one job, or a pack of them), one log_batch per job and
 report. So a SQLite store sees one writer and an HTTP server one client,
@@ -24,8 +24,8 @@ from mlflow.tracking import MlflowClient
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
-from sweeper.ledger import Ledger
 from sweeper.trial import Artifact, Recorded, RunStart
+from sweeper.work import Member, Work
 from tracking import store
 from tracking.names import (
     CONFIG_HASH,
@@ -59,9 +59,9 @@ def _delete(checkpoint: tune.Checkpoint) -> None:
 
 
 class MlflowWriter:
-    """Writes every job's report into its child run; runs in the driver only, on the record's thread.
+    """Writes every job's report into its child run; runs in the driver only, on the session's thread.
 
-    Keys: a Tune trial's key (sweeper.trial.pack_key) names its jobs in `packs`;
+    Keys: a Tune trial's key (sweeper.work.TrialId) names its members in the work;
     everything else is keyed by job (config_hash), as the ledger is.
     """
 
@@ -71,15 +71,16 @@ class MlflowWriter:
         experiment: str,
         sweep: str,
         parent_id: str,
-        jobs: dict[str, dict],
-        packs: dict[str, list[str]],
-        ledger: Ledger,
+        work: Work,
+        unfinished: dict[str, str],
     ) -> None:
+        """unfinished: job -> the run without an outcome it continues (sweeper.ledger)."""
         self.client = client
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
-        self.jobs, self.packs, self.unfinished = jobs, packs, dict(ledger.unfinished)
+        self.trials, self.unfinished = work.trials, dict(unfinished)
+        self.members: dict[str, Member] = {m.key: m for t in work.trials.values() for m in t.members}
         # job -> the checkpoint it would resume from; a checkpoint is deleted once no job holds it
-        self.held = {k: tune.Checkpoint(p) for k, p in ledger.resume_from.items() if k in jobs}
+        self.held = {k: tune.Checkpoint(m.resume_from) for k, m in self.members.items() if m.resume_from}
         self.runs: dict[str, str] = {}  # job -> run id, opened in this session
         self.logged: dict[str, dict[str, int]] = {}  # run id -> metric -> last stored step
         self.outcomes: dict[str, str] = {}  # job -> outcome, once it ended
@@ -90,23 +91,23 @@ class MlflowWriter:
         """The job's run: opened once per session, continuing an unfinished one when there is one."""
         if key in self.runs:
             return self.runs[key]
-        job = self.jobs[key]
+        member = self.members[key]
         tags = {
             SWEEP: self.sweep,
-            SUBGRIDS: ",".join(job["subgrids"]),
+            SUBGRIDS: ",".join(member.subgrids),
             CONFIG_HASH: key,
-            SEED: str(job["seed"]),
+            SEED: str(member.seed),
             MLFLOW_PARENT_RUN_ID: self.parent_id,
             **(start.tags if start else {}),
             **source_tags(),
         }
-        if job.get("pack"):
-            tags[PACK] = job["pack"]
+        if member.pack:
+            tags[PACK] = member.pack
         tags = {k: str(v) for k, v in tags.items()}
         params = dict(start.params if start else {})
         run_id = self.unfinished.get(key)
         if run_id is None:  # created with its tags in one call: the ledger finds every run it left
-            run_id = self.client.create_run(self.experiment, run_name=job["name"], tags=tags).info.run_id
+            run_id = self.client.create_run(self.experiment, run_name=member.name, tags=tags).info.run_id
             self.logged[run_id] = {}
         else:  # continued: its stored points are skipped, its params kept (MLflow forbids changing one)
             self.client.update_run(run_id, status="RUNNING")
@@ -168,7 +169,11 @@ class MlflowWriter:
                 (where / name).write_bytes(data)
             self.client.log_artifacts(run_id, tmp)
 
-    def checkpoint(self, pack: str, checkpoint: tune.Checkpoint) -> None:
+    def _keys(self, trial: str) -> list[str]:
+        """The jobs Tune trial `trial` (its key) trains."""
+        return [m.key for m in self.trials[trial].members]
+
+    def checkpoint(self, trial: str, checkpoint: tune.Checkpoint) -> None:
         """A trial's checkpoint, recorded after the points of the same report.
 
         A restart then resumes from here and replays no unstored point; only then is the previous checkpoint
@@ -176,7 +181,7 @@ class MlflowWriter:
         is not what a restart relies on).
         """
         previous = []
-        for key in self.packs[pack]:
+        for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
                 self.client.set_tag(self.runs[key], TUNE_CHECKPOINT, checkpoint_uri(checkpoint))
                 previous.append(self.held.get(key))
@@ -184,21 +189,21 @@ class MlflowWriter:
         for old in [*previous, checkpoint]:  # the new one too: it may come after the trial's jobs ended
             self._collect(old)
 
-    def complete(self, pack: str) -> None:
+    def complete(self, trial: str) -> None:
         """A trial ended; its jobs still without an outcome were stopped by the scheduler."""
-        for key in self.packs[pack]:
+        for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
                 self.client.log_batch(self.runs[key], tags=[RunTag(OUTCOME, STOPPED)])
                 self.client.set_terminated(self.runs[key], STATUS[STOPPED])
                 self.outcomes[key] = STOPPED
                 self._release(key)
 
-    def recovered(self, pack: str) -> None:
+    def recovered(self, trial: str) -> None:
         self.retries += 1  # Tune restarts it from its last checkpoint; the writer drops replayed points
 
-    def failed(self, pack: str) -> None:
+    def failed(self, trial: str) -> None:
         """Out of retries: the runs stay without an outcome, so the next start of the sweep tries again."""
-        for key in self.packs[pack]:
+        for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
                 self.client.set_terminated(self.runs[key], "FAILED")
 

@@ -1,5 +1,5 @@
 """cluster.pack=shapes: the sweep packs every model of one shape (training.packed.SHARED_KEYS), up to
-cluster.pack_size, into one trial (sweeper.sweep.packs_of); bad values are refused before anything runs."""
+cluster.pack_size, into one trial (sweeper.work.packs_of); bad values are refused before anything runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from config import grid
 from config.compose import compose
 from config.identity import config_hash
 from config.schema import ConfigError
-from sweeper.sweep import load, packs_of
+from sweeper.sweep import load
+from sweeper.work import packs_of
 from training.packed import SHARED_KEYS, check_packable
 
 

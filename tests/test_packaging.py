@@ -282,7 +282,10 @@ TRAIN_TINY = (
     "train(compose(['task.n=16', 'train.steps=4', 'train.eval_every=2', 'train.val_batches=1', "
     "'train.batch=2']), MemoryRecorder(), tempfile.mkdtemp())"
 )
-DRIVER = "import sweeper.sweep, sweeper.record, sweeper.writer, sweeper.trial"
+DRIVER = (
+    "import sweeper.sweep, sweeper.ledger, sweeper.work, sweeper.cluster, sweeper.session, sweeper.tune, "
+    "sweeper.writer, sweeper.trial"
+)
 DRY_RUN = (
     "import runpy; sys.argv = ['sweeper.sweep', 'sweep=paper', 'sweep.dry_run=true']; "
     'exec(\'try: runpy.run_module("sweeper.sweep", run_name="__main__")\\nexcept SystemExit: pass\')'

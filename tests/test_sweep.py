@@ -1,6 +1,6 @@
 """Sweeps on a real local Ray instance into real MLflow stores (SQLite file, `mlflow server`).
 
-One Ray instance serves the whole module (sweeper.sweep.connect reuses an
+One Ray instance serves the whole module (sweeper.cluster.connect reuses an
 initialised one). Trials are tiny (the smoke grid): what is tested is the
 plumbing — one writer, exactly-once, equality with a local run.
 """
@@ -262,7 +262,7 @@ def test_asha_stops_packs_and_every_model_ends_once(tmp_path, sqlite_uri, capfd)
     """sweep.scheduler=asha with packs, one trial at a time (so its decisions are deterministic): a pack ASHA
     stops marks each of its models stopped (MLflow KILLED), the others finish; started again, nothing runs."""
     uri = sqlite_uri
-    # Rungs at step 50 (ten evaluations, sweeper.sweep.scheduler_of) of 60; three configurations x 2 seeds.
+    # Rungs at step 50 (ten evaluations, sweeper.tune.scheduler_of) of 60; three configurations x 2 seeds.
     overrides = [
         "sweep=smoke",
         "sweep.seeds=[1, 2]",

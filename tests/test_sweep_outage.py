@@ -2,7 +2,7 @@
 
 The sweep driver runs as a subprocess whose MLflow client gives up after one retry (MLflow's own
 environment variables): its window is a few seconds, so a server restart outlasts it and only the
-driver's own buffering (sweeper.record, sweeper.outage) carries the sweep through;
+driver's own buffering (sweeper.session, sweeper.outage) carries the sweep through;
 tracking.outage_s bounds that.
 """
 

@@ -1,6 +1,6 @@
-"""The sweep's record (sweeper.record.SweepRecord) on a real SQLite store: a sweep's start reads the store
-once, whatever it finds there; the lock reads it again only when another driver ran the sweep since; and
-Tune keeps nothing of the sweep's objects."""
+"""The sweep's claim on its ledger (sweeper.ledger.Claim) and its session (sweeper.session.Session) on a
+real SQLite store: a sweep's start reads the store once, whatever it finds there; the lock reads it again
+only when another driver ran the sweep since; and Tune keeps nothing of the sweep's objects."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from mlflow.tracking import MlflowClient
 from ray import cloudpickle  # what Tune pickles its state with
 from support.sweeps import sweep_jobs
 
-from sweeper.record import SweepRecord
-from sweeper.stop import Halt
-from sweeper.trial import TRIAL, trial_dirname, trial_entry, trial_name
+from sweeper.ledger import Claim
+from sweeper.session import Session
+from sweeper.tune import trial_dirname, trial_name
+from sweeper.work import TRIAL, TrialId, Work
 from tracking.names import CONFIG_HASH, FINISHED, MLFLOW_PARENT_RUN_ID, OUTCOME, SWEEP, TUNE_CHECKPOINT
 
 SWEEP_NAME = "smoke"
@@ -39,15 +40,15 @@ def jobs_of(uri: str):
     )
 
 
-def open_record(uri: str) -> tuple[SweepRecord, CountingClient]:
+def open_claim(uri: str) -> tuple[Claim, CountingClient]:
     client = CountingClient(uri)
-    return SweepRecord(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri), outage_s=5, client=client), client
+    return Claim(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri), client=client), client
 
 
 def test_a_sweep_start_reads_the_store_once(sqlite_uri):
     jobs = jobs_of(sqlite_uri)
     assert len(jobs) == 2
-    record, client = open_record(sqlite_uri)  # a new sweep: nothing stored yet
+    record, client = open_claim(sqlite_uri)  # a new sweep: nothing stored yet
     assert client.searches == [""]  # one search of the whole experiment
     assert record.pending() == jobs and record.ledger.parent is None
     with record.locked():
@@ -68,7 +69,7 @@ def test_a_sweep_start_reads_the_store_once(sqlite_uri):
             unfinished = run.info.run_id
     store.set_terminated(parent, "KILLED")
 
-    record, client = open_record(sqlite_uri)  # the restart
+    record, client = open_claim(sqlite_uri)  # the restart
     assert client.searches == [""]
     assert record.ledger.parent.info.run_id == parent
     assert record.ledger.done == {done.key} and record.pending() == [resumed]
@@ -81,10 +82,10 @@ def test_a_sweep_start_reads_the_store_once(sqlite_uri):
 
 
 def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(sqlite_uri):
-    first, _ = open_record(sqlite_uri)
+    first, _ = open_claim(sqlite_uri)
     with first.locked():
         parent = first.parent_id
-    record, client = open_record(sqlite_uri)
+    record, client = open_claim(sqlite_uri)
     # Another driver, between this one's read and its lock, ran the last job and finished the sweep.
     job = record.jobs[0]
     tags = {SWEEP: SWEEP_NAME, CONFIG_HASH: job.key, OUTCOME: FINISHED, MLFLOW_PARENT_RUN_ID: parent}
@@ -98,17 +99,18 @@ def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(s
 
 
 def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
-    record, _ = open_record(sqlite_uri)
-    halt = Halt(record)
-    for obj in (record, halt):
+    claim, _ = open_claim(sqlite_uri)
+    session = Session(claim, Work({}, ()), outage_s=5)
+    halt = session.halt
+    for obj in (session, halt):
         assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue
         assert copy.deepcopy(obj) is obj  # Tune's copy of its experiment spec: the same live object
     # The name creators are functions of an importable module: pickled by reference, a few bytes.
     for creator in (trial_name, trial_dirname):
         assert pickle.loads(cloudpickle.dumps(creator)) is creator
 
-    class Trial:  # what the creators read of Tune's trial: its config (sweeper.sweep.param_space), its id
-        config = {TRIAL: trial_entry("pack-1", "smoke/x/2seeds")}
+    class Trial:  # what the creators read of Tune's trial: its config (sweeper.tune.param_space), its id
+        config = {TRIAL: TrialId("pack-1", "smoke/x/2seeds").encode()}
         trial_id = "abc"
 
     assert (trial_name(Trial), trial_dirname(Trial)) == ("smoke/x/2seeds", "pack-1-abc")

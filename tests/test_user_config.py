@@ -16,9 +16,10 @@ from config import grid
 from config.compose import compose, group_options, user_config_dirs
 from config.identity import config_hash
 from config.schema import ConfigError
-from sweeper.sweep import load, sweep_names, trial_overrides
+from sweeper.sweep import load, sweep_names
 from sweeper.sweep import main as sweep_main
 from sweeper.train import main as train_main
+from sweeper.work import trial_overrides
 
 MINE = """# @package sweep
 defaults: [smoke, _self_]

@@ -1,0 +1,136 @@
+"""The Ray cluster a sweep runs on: a new local instance, or one joined at cluster.address; its storage.
+
+A local instance is this machine: a trial reserving more than it has is refused before any trial starts.
+A cluster is checked before the sweep relies on it: its address answers, and on several nodes
+cluster.storage is one file system every node sees (trials resume from checkpoints written elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from omegaconf import DictConfig
+
+from config.schema import ConfigError
+from sweeper.errors import ClusterError
+
+
+def join(cluster: DictConfig) -> str | None:
+    """Start or join Ray (cluster.address) and check its storage; the storage path Tune writes to."""
+    connect(cluster)
+    storage = storage_path(cluster)
+    check_shared(storage)
+    return storage
+
+
+def reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast, naming the address, when nothing listens there (ray.init would retry for a minute)."""
+    if address == "auto":
+        return  # ray.init finds the local cluster's address file or says there is none
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    port = parts.port or (10001 if address.startswith("ray://") else 6379)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as err:
+        raise ClusterError(
+            f"Ray cluster cluster.address={address} is unreachable ({err}); start one with "
+            "`ray start --head`, fix the address, or leave cluster.address unset for a local "
+            "instance"
+        ) from None
+
+
+def dashboard_installed(host: str | None) -> bool:
+    """Whether a local Ray can serve its dashboard at `host` (cluster.dashboard_host; null: none wanted).
+
+    `pip install leaner-clustering` brings ray[tune] without the dashboard's packages (the `cluster` extra,
+    ray[default], has them), and Ray refuses to start a dashboard it cannot run: the sweep then starts
+    without one and says so once, rather than failing on the default configuration.
+    """
+    if host is None:
+        return False
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401 - what Ray itself imports to decide the same
+    except ImportError as err:
+        print(
+            f"Ray's dashboard is off: its packages are missing ({err.name or err}); "
+            "pip install 'ray[default]' brings them; cluster.dashboard_host=null silences this"
+        )
+        return False
+    return True
+
+
+def connect(cluster: DictConfig) -> None:
+    import ray
+
+    if ray.is_initialized():  # a caller (a notebook, the tests) already chose the Ray instance
+        return
+    if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
+        host = cluster.dashboard_host if dashboard_installed(cluster.dashboard_host) else None  # null: none
+        ray.init(address="local", include_dashboard=host is not None, dashboard_host=host)
+        fits_this_machine(cluster, ray.cluster_resources())
+        return
+    reachable(cluster.address)
+    try:
+        ray.init(address=cluster.address)
+    except ConnectionError as err:
+        raise ClusterError(
+            f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"
+        ) from None
+
+
+def fits_this_machine(cluster: DictConfig, resources: dict[str, float]) -> None:
+    """A local Ray instance is this machine and grows no nodes: a trial reserving more CPUs or GPUs than it
+    has would wait forever (Tune only warns), so the sweep is refused before any trial starts. A cluster's
+    nodes may join later (an autoscaler): not checked there."""
+    for resource, key in (("CPU", "cpus_per_trial"), ("GPU", "gpus_per_trial")):
+        have, want = resources.get(resource, 0), cluster[key]
+        if want > have:
+            raise ConfigError(
+                f"cluster.{key}={want:g} is not allowed with a local Ray instance (cluster.address=null): "
+                f"this machine has {have:g} {resource}s; reserve at most that, or join a cluster that has "
+                "more (cluster.address)"
+            )
+
+
+def storage_path(cluster: DictConfig) -> str | None:
+    if cluster.storage is None or "://" in cluster.storage:
+        return cluster.storage
+    return str(Path(cluster.storage).expanduser().resolve())
+
+
+def check_shared(storage: str | None) -> None:
+    """On several nodes, a local storage path must be one shared file system: try it from every node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    if len(nodes) < 2 or (storage and "://" in storage):
+        return
+    if storage is None:
+        raise ClusterError(
+            f"the Ray cluster has {len(nodes)} nodes: set cluster.storage to shared storage "
+            "(a path mounted alike on every node, or s3://, gs://) so trials resume anywhere"
+        )
+    marker = Path(storage) / f".shared-{uuid.uuid4().hex}"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("")
+    sees = ray.remote(num_cpus=0)(os.path.exists)
+    try:
+        refs = [
+            sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                str(marker)
+            )
+            for n in nodes
+        ]
+        blind = [n["NodeManagerAddress"] for n, ok in zip(nodes, ray.get(refs, timeout=120)) if not ok]
+    finally:
+        marker.unlink()
+    if blind:
+        raise ClusterError(
+            f"cluster.storage={storage} is not shared storage: nodes {', '.join(blind)} do not "
+            "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs://"
+        )

@@ -1,0 +1,193 @@
+"""A sweep's session in MLflow: the parent run opened, every trial's report written, the parent run ended.
+
+    with recording(claim, cfg, plan, argv, work) as session:  # the parent run open, the writing thread on
+        sweeper.tune.fit(cfg, plan, work, storage, session)     # Tune's callback; session.halt its stopper
+    session.summary                                              # what the session did, and the exit code
+
+- Opens the sweep's parent run that the driver's claim found or made and locked (sweeper.ledger): the plan,
+  the command line (tracking.parent_run), its counts kept current.
+- Is the Tune callback: each of Tune's events goes to one writing thread, always on, that applies them in
+  order through the MlflowWriter (sweeper.writer) with a client that waits out a server outage
+  (sweeper.outage), so the Tune loop never waits on the store and trials keep training. The queue holds
+  at most BUFFER events (bounded memory); when it is full the Tune loop waits, which pauses the trials.
+  Tune keeps nothing of it (sweeper.driver_only).
+- Stops the sweep on SIGINT/SIGTERM or when a write failed (sweeper.stop.Halt). At its end it writes what is
+  left (for at most STOP_DRAIN_S after a signal), raises a write's error, and finishes the parent run, or,
+  after a signal, marks the runs still training KILLED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from omegaconf import DictConfig
+from ray import tune
+from ray.tune.experiment import Trial
+
+from cli import exit_codes
+from config.grid import Plan
+from sweeper.driver_only import DriverOnly
+from sweeper.ledger import Claim
+from sweeper.outage import PatientClient
+from sweeper.stop import STOP_DRAIN_S, Halt, stopped
+from sweeper.trial import PAYLOAD
+from sweeper.work import TrialId, Work
+from sweeper.writer import MlflowWriter
+from tracking import parent_run
+
+BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a sweep driver did: its last line, its exit code, the figures `python -m bench scale` reads."""
+
+    sweep: str
+    experiment: str  # the experiment's id
+    jobs: int = 0  # the jobs it had to run
+    trials: int = 0  # the Tune trials they were packed into
+    outcomes: Counter = field(default_factory=Counter)  # outcome -> jobs that ended here with it
+    retries: int = 0  # trials Tune restarted after a failure
+    failed: int = 0  # trials that failed after their retries
+    points_written: int = 0
+    stopped_by: int | None = None  # the signal that stopped the sweep
+
+    @property
+    def complete(self) -> bool:
+        return self.failed == 0 and self.outcomes.total() == self.jobs
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped_by is not None:
+            return 128 + self.stopped_by
+        return 0 if self.complete else exit_codes.FAILED
+
+    def __str__(self) -> str:
+        again = " (start the same command again to retry them)" if self.failed else ""
+        return (
+            f"sweep {self.sweep}: {self.outcomes.total()} of {self.jobs} trials ended "
+            f"{dict(sorted(self.outcomes.items()))}; {self.retries} retries; {self.failed} failed after "
+            f"retries{again}; {self.points_written} metric points written"
+        )
+
+
+class Session(DriverOnly, tune.Callback):
+    """A sweep's session in MLflow (see the module docstring): Tune's callback, writing through one thread."""
+
+    def __init__(self, claim: Claim, work: Work, outage_s: float) -> None:
+        self.sweep, self.experiment, self.parent_id = claim.sweep, claim.experiment, claim.parent_id
+        self.jobs, self.trials = len(claim.jobs), len(work.trials)
+        self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
+        self.error: Exception | None = None
+        self.broken = threading.Event()  # set with `error`: the stopper reads it from the Tune loop
+        self.thread: threading.Thread | None = None
+        patient = PatientClient(claim.client, claim.uri, outage_s, waiting=self.events.qsize)
+        self.writer = MlflowWriter(
+            patient, claim.experiment, claim.sweep, claim.parent_id, work, claim.ledger.unfinished
+        )
+        self.halt = Halt(self.broken)  # Tune's stopper
+        self.earlier = claim.ledger.earlier({j.key for j in claim.jobs})  # the parent's counts start there
+        self.shown: Counter | None = None  # the parent's counts as last written
+        self.failed = 0  # trials that ended in error, once Tune ended
+        self.summary: Summary | None = None  # once the session ended
+
+    def start(self) -> None:
+        self._count()
+        self.thread = threading.Thread(target=self._apply, name="mlflow-writer", daemon=True)
+        self.thread.start()
+
+    def _apply(self) -> None:
+        while (event := self.events.get()) is not None:
+            if self.error is None:
+                try:
+                    event()
+                    self._count()
+                except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
+                    self.error = err
+                    self.broken.set()
+
+    def _count(self) -> None:
+        """The parent's trial counts, written when a job has ended since they were last written."""
+        ended = self.earlier + Counter(self.writer.outcomes.values())
+        if ended != self.shown:
+            parent_run.log_counts(self.writer.client, self.parent_id, ended, self.jobs)
+            self.shown = ended
+
+    def _put(self, event: Callable[[], None]) -> None:
+        self.events.put(event)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Apply every waiting event (for at most `timeout` s); True when all were applied."""
+        self.events.put(None)
+        self.thread.join(timeout)
+        return not self.thread.is_alive() and self.error is None
+
+    def end(self, applied: bool, argv: list[str]) -> None:
+        """After the events were applied (`applied`: all of them): the parent run finished, or after a signal
+        the runs still training and the parent KILLED, without an outcome; the summary."""
+        if self.error is not None:
+            raise self.error
+        writer, signum = self.writer, self.halt.signal
+        self.summary = Summary(
+            self.sweep,
+            self.experiment,
+            len(writer.members),
+            self.trials,
+            Counter(writer.outcomes.values()),
+            writer.retries,
+            self.failed,
+            writer.points_written,
+            signum,
+        )
+        if signum is None:
+            writer.client.set_terminated(self.parent_id, "FINISHED" if self.summary.complete else "FAILED")
+            return
+        interrupted = writer.interrupted()
+        if applied:
+            for run_id in [*interrupted, self.parent_id]:
+                writer.client.set_terminated(run_id, "KILLED")
+        stopped(self.sweep, argv, len(writer.outcomes), len(interrupted), applied, signum)
+
+    # Tune's events, in the order Tune sends them: a report's points before the checkpoint they lead up to.
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        recorded = result.pop(PAYLOAD, None) or {}  # popped: Tune need not keep points and bytes in its state
+        self._put(lambda: self.writer.result(recorded))
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info) -> None:
+        key = TrialId.decode(trial.config).key
+        self._put(lambda: self.writer.checkpoint(key, checkpoint))
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        key = TrialId.decode(trial.config).key
+        self._put(lambda: self.writer.complete(key))
+
+    def on_trial_recover(self, iteration, trials, trial, **info) -> None:
+        key = TrialId.decode(trial.config).key
+        self._put(lambda: self.writer.recovered(key))
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        key = TrialId.decode(trial.config).key
+        self._put(lambda: self.writer.failed(key))
+
+    def on_experiment_end(self, trials: list[Trial], **info) -> None:
+        """Tune ended: every trial ended, each in error (after its retries) or not (ResultGrid.errors)."""
+        self.failed = sum(t.status == Trial.ERROR for t in trials)
+
+
+@contextlib.contextmanager
+def recording(claim: Claim, cfg: DictConfig, plan: Plan, argv: list[str], work: Work) -> Iterator[Session]:
+    """A session on the claimed sweep for `work`: the parent run opened, the writing thread on, SIGINT and
+    SIGTERM caught while Tune runs; at the end the session's summary (Session.end)."""
+    parent_run.open_parent(claim.client, claim.parent_id, cfg, plan, claim.jobs, argv)
+    session = Session(claim, work, cfg.tracking.outage_s)
+    session.start()
+    with session.halt.on_signals():
+        yield session
+        applied = session.close(STOP_DRAIN_S if session.halt.signal else None)
+    session.end(applied, argv)
