@@ -17,7 +17,6 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -86,15 +85,17 @@ CASES = {
 }
 
 
+# An older store is watched for QUIET_S before it is refused (a migration may be under way): 5 s each, slow.
+BAD_STORES = [pytest.param(c, marks=pytest.mark.slow) if c == "older-schema" else c for c in sorted(CASES)]
+
+
 @pytest.mark.parametrize("command", ["train", "sweep", "rerun", "report", "claims"])
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", BAD_STORES)
 def test_a_bad_store_is_one_line_and_exit_code_4(case, command, tmp_path, _empty_store, capsys):
     db = tmp_path / "mlflow.db"
     shutil.copyfile(_empty_store, db)
     spoil, says = CASES[case]
     spoil(db)
-    hour_ago = time.time() - 3600
-    os.utime(db, (hour_ago, hour_ago))  # as a user finds a store: judged at once, not watched for QUIET_S
     before, uri = digest(db), f"sqlite:///{db}"
     main, argv = commands(uri, tmp_path / "reports")[command]
     code = main(argv)

@@ -1,6 +1,6 @@
 """The MLflow tracking store: the one module that opens it, finds experiments and searches runs.
 
-Training (tracking.recorder), the sweep driver (sweeper.record), reruns and the analysis write and
+Training (tracking.recorder), the sweep driver (sweeper.session), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
   connect        fail fast, naming the URI, when the store cannot be reached or used; else a client (a
                  store another process is creating is waited for; the analysis and reruns create none)
@@ -185,8 +185,7 @@ def check_sqlite(uri: str) -> None:
     migration under way; an abandoned store can be as young as a new one), so such a state (_Passing) is
     watched, not refused at once: while the store changes (its state, the size or time of its files) a
     process is at work on it, and it is waited for, up to MIGRATION_WAIT_S; once it has stood still for
-    QUIET_S (counted from its files' last modification), it is judged as it stands. A truly older store is
-    thus refused at once when it was last written QUIET_S ago or more, and after QUIET_S when just written.
+    QUIET_S, it is judged as it stands. A truly older store is thus refused after QUIET_S.
     """
     path = Path(uri.removeprefix("sqlite:///"))
     deadline, seen, still_since, told = time.monotonic() + MIGRATION_WAIT_S, None, 0.0, False
@@ -196,12 +195,8 @@ def check_sqlite(uri: str) -> None:
             return
         except _Passing as state:
             now, mark = time.monotonic(), (str(state), _files(path))
-            if (
-                seen is None
-            ):  # standing still since its files were last written: an old store is judged at once
-                seen, still_since = mark, now - _age(mark[1])
             if mark != seen:
-                if not told:
+                if seen is not None and not told:
                     log.warning(
                         "tracking store %s: another process is creating or migrating it; waiting for it "
                         "(at most %.0f s)",
@@ -218,12 +213,6 @@ def check_sqlite(uri: str) -> None:
                     f"{MIGRATION_WAIT_S:.0f} s and it is not done: try again when it is"
                 ) from None
             time.sleep(WATCH_S)
-
-
-def _age(files: tuple) -> float:
-    """Seconds since the newest of _files' modification times was written."""
-    written = [mtime for _, mtime in filter(None, files)]
-    return max(0.0, time.time() - max(written) / 1e9) if written else 0.0
 
 
 def _files(path: Path) -> tuple:
