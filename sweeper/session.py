@@ -184,8 +184,8 @@ class Session(DriverOnly, tune.Callback):
 def recording(claim: Claim, cfg: DictConfig, plan: Plan, argv: list[str], work: Work) -> Iterator[Session]:
     """A session on the claimed sweep for `work`: the parent run opened, the writing thread on, SIGINT and
     SIGTERM caught while Tune runs; at the end the session's summary (Session.end)."""
-    parent_run.open_parent(claim.client, claim.parent_id, cfg, plan, claim.jobs, argv)
     session = Session(claim, work, cfg.tracking.outage_s)
+    parent_run.open_parent(claim.client, claim.parent_id, cfg, plan, claim.jobs, argv)
     session.start()
     with session.halt.on_signals():
         yield session

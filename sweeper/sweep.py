@@ -82,7 +82,7 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     summary = session.summary
     if summary.stopped_by is None:  # a stopped sweep printed the command that resumes it
         print(summary)
-        print(where_to_look(cfg.tracking.uri, cfg.tracking.experiment, summary.experiment))
+        print(ui.where_to_look(cfg.tracking.uri, cfg.tracking.experiment, summary.experiment))
     return summary
 
 
@@ -94,12 +94,6 @@ def check_store_reachable(cfg: DictConfig) -> None:
             f"cluster.address={address} runs the sweep driver, the MLflow writer, on the "
             f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)"
         )
-
-
-def where_to_look(uri: str, experiment: str, experiment_id: str) -> str:
-    return (
-        f"MLflow: experiment {experiment} in {uri}; {ui.how_to_open(uri, ui.runs_table(uri, experiment_id))}"
-    )
 
 
 @command("leaner-sweep", show_config=composed_config, options=config_groups)

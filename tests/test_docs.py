@@ -13,7 +13,9 @@ in a directory holding what the Makefile's demo sweep writes (its command, at a 
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import os
 import re
 import shlex
@@ -195,6 +197,20 @@ def test_architecture_names_files_modules_and_targets_that_exist():
     assert targets >= {"test", "test-fast"}
     makefile = (REPO / "Makefile").read_text()
     assert all(re.search(rf"^{re.escape(t)}:", makefile, flags=re.M) for t in targets), targets
+
+
+def test_architecture_lists_the_sweeps_timeline_as_drive_calls_it():
+    """Section 4's numbered steps name, in order, the calls `drive` makes: its timeline as the code runs."""
+    steps = re.findall(r"^   \d+\. \*[^*]+\*: `(\w+)`", ARCHITECTURE.read_text(), flags=re.M)
+    assert len(steps) >= 5, steps
+    calls = sorted(
+        (node.lineno, node.col_offset, getattr(node.func, "attr", getattr(node.func, "id", "")))
+        for node in ast.walk(ast.parse(inspect.getsource(sweep_cli.drive)))
+        if isinstance(node, ast.Call)
+    )
+    assert [name for _, _, name in calls if name in steps] == steps, (
+        f"docs/architecture.md lists the steps {steps}; drive calls them otherwise"
+    )
 
 
 # The demo sweep at smoke scale: the store `make demo` leaves, in a fraction of its time. One CPU a trial (the

@@ -16,12 +16,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from mlflow.entities import Metric, Run, RunTag
+from mlflow.entities import Metric, Run, RunTag, ViewType
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from config.grid import Job, Plan
-from tracking import store
 from tracking.names import (
     COMMAND,
     CONFIG_HASH,
@@ -53,7 +52,10 @@ def is_parent(run: Run, sweep: str) -> bool:
 def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | None:
     """The id of the parent run of `sweep` in the experiment (the oldest, if two drivers made one each)."""
     query = f"tags.{SWEEP} = '{sweep}' and attributes.run_name = '{name_of(sweep)}'"
-    parents = [r for r in store.search(client, [experiment_id], query) if is_parent(r, sweep)]
+    # One page (MLflow's 1,000 runs) holds them: a sweep has one parent run, or one per driver that raced.
+    parents = [
+        r for r in client.search_runs([experiment_id], query, ViewType.ACTIVE_ONLY) if is_parent(r, sweep)
+    ]
     return min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if parents else None
 
 

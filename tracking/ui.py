@@ -44,3 +44,8 @@ def how_to_open(uri: str, address: str) -> str:
         serve = f"mlflow ui --backend-store-uri sqlite:///{db}"
         return f"browse it with:\n  {serve}\n  then open {address}\n  {ASSISTANT}"
     return f"open {address}\n  {ASSISTANT}"
+
+
+def where_to_look(uri: str, experiment: str, experiment_id: str) -> str:
+    """A sweep's last line: its experiment's runs table, and how to open it."""
+    return f"MLflow: experiment {experiment} in {uri}; {how_to_open(uri, runs_table(uri, experiment_id))}"
