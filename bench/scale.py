@@ -24,7 +24,6 @@ size's. Exit code 1 when a run is missing or the sweep did not end every trial.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
@@ -32,136 +31,19 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
-
-import psutil
+from typing import Iterator
 
 from bench.common import exit_codes_help
 from cli.entry import ArgumentParser
-from tracking.names import FINISHED, METRICS, OUTCOME, SYSTEM_METRICS, TRAIN_LOSS
-
-if TYPE_CHECKING:
-    from sweeper.work import Work
 
 REPO = Path(__file__).resolve().parent.parent
-REPORTS = 2  # evaluation intervals each trial reports before its outcome
-EVAL_EVERY = 50  # the paper's train.eval_every and train.log_every: 5 train_loss points and
-LOG_EVERY = 10  # one point of each evaluation metric per interval, as a real trial sends
-CONFIGURATIONS = 300  # the paper grid: 300 configurations x 10 seeds
-PACK = 10
-
-
-def interval_points(step: int) -> list:
-    """The metric points (sweeper.trial.Point) a paper trial reports for the interval ending at `step`, its
-    system metrics included (training.system_metrics)."""
-    from sweeper.trial import Point
-
-    now = int(time.time() * 1000)
-    points = [
-        Point(TRAIN_LOSS, 1.0, s, now) for s in range(step - EVAL_EVERY + LOG_EVERY, step + 1, LOG_EVERY)
-    ]
-    points += [Point(key, 1.0, step, now) for key in METRICS if key != TRAIN_LOSS]
-    return points + [Point(key, 1.0, step, now) for key in SYSTEM_METRICS]  # the trial's sample (a CPU's)
-
-
-def noop_trial(config: dict, *, work: Work) -> None:
-    """Reports like a trial of the paper grid (every job of its pack) and trains nothing."""
-    from ray import tune
-
-    from sweeper.trial import PAYLOAD, STEP, Recorded, RunStart
-
-    members = work.trial_of(config).members
-    folder = Path(tune.get_context().get_trial_dir()) / "work"
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(1, REPORTS + 1):
-        recorded = {m.key: Recorded(points=interval_points(i * EVAL_EVERY)) for m in members}
-        if i == 1:
-            for m in members:
-                recorded[m.key].start = RunStart(m.name, {"probe": "1"}, {})
-        (folder / "state").write_text(
-            str(i)
-        )  # a checkpoint per report, as training writes one per evaluation
-        tune.report(
-            {STEP: i * EVAL_EVERY, PAYLOAD: recorded}, checkpoint=tune.Checkpoint.from_directory(str(folder))
-        )
-    outcome = {m.key: Recorded(tags={OUTCOME: FINISHED}, status="FINISHED") for m in members}
-    tune.report({STEP: REPORTS * EVAL_EVERY, PAYLOAD: outcome})
-
-
-class PeakRss(threading.Thread):
-    """The process' peak resident memory, sampled every 0.2 s."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.peak, self.stop = 0, threading.Event()
-
-    def run(self) -> None:
-        me = psutil.Process()
-        while not self.stop.wait(0.2):
-            self.peak = max(self.peak, me.memory_info().rss)
-
-
-def measure(models: int, pack: str, uri: str, overrides: list[str]) -> dict:
-    """Run `models` jobs of the paper grid (packed by `pack`) on the server at `uri`; the driver's figures."""
-    import ray
-
-    from config import grid
-    from sweeper import ledger
-    from sweeper.sweep import drive, load
-    from tracking import store
-
-    tmp = tempfile.mkdtemp(prefix="scale-probe-")
-    # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds. Then the first configurations,
-    # enough for `models` jobs (rounded up to whole configurations).
-    seeds = range(PACK) if pack == "seeds" else range(-(-models // CONFIGURATIONS))
-    name = f"scale-{models}-{pack}-{os.getpid()}"
-    cfg, plan = load(
-        [
-            "sweep=paper",
-            f"sweep.seeds=[{', '.join(map(str, seeds))}]",
-            f"tracking.uri={uri}",
-            f"tracking.experiment={name}",
-            f"cluster.storage={tmp}/ray",
-            f"cluster.pack={pack}",
-            *overrides,
-        ]
-    )
-    plan = dataclasses.replace(plan, configurations=plan.configurations[: -(-models // len(seeds))])
-    ray.init(address="local", dashboard_host=cfg.cluster.dashboard_host, include_dashboard=False)
-    me = psutil.Process()
-    rss = PeakRss()
-    rss.start()
-    start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    summary = drive(cfg, plan, [], trainable=noop_trial)
-    wall, end_cpu = time.perf_counter() - start, me.cpu_times()
-    rss.stop.set()
-    ray.shutdown()
-    cpu = (end_cpu.user - start_cpu.user) + (end_cpu.system - start_cpu.system)
-    runs = store.search(store.connect(uri), [summary.experiment])
-    jobs = {j.key for j in grid.jobs(cfg, plan)}
-    stored = len(ledger.read(runs, plan.name).done & jobs)
-    trials = summary.trials
-    return {
-        "models": len(jobs),
-        "trials": trials,
-        "pack": pack,
-        "exit_code": summary.exit_code,  # the sweep's: 0 when every trial ended
-        "runs_stored": stored,
-        "lost": len(jobs) - stored,
-        "wall_s": round(wall, 1),
-        "s_per_trial": round(wall / trials, 4),
-        "cpu_s_per_trial": round(cpu / trials, 4),
-        "driver_rss_start_mib": round(start_rss / 2**20),
-        "driver_rss_peak_mib": round(rss.peak / 2**20),
-        "points_written": summary.points_written,
-        "points_per_s": round(summary.points_written / wall, 1),
-        "cpus_per_trial": cfg.cluster.cpus_per_trial,
-    }
+# The child that measures one size: it calls the driver's internals, so it lives in sweeper/ and runs as a
+# process (bench/ imports nothing of sweeper/). Its last line is JSON: the figures and the trial's shape.
+PROBE = "sweeper.scale_probe"
 
 
 def postgres_uri(root: Path) -> str | None:
@@ -241,15 +123,14 @@ def wait_healthy(uri: str, proc: subprocess.Popen, log: Path, seconds: float = 1
     )
 
 
-def table(rows: list[dict], store: str) -> str:
+def table(rows: list[dict], store: str, reports: int, points_per_report: int) -> str:
     """One line per size; ratios to the first size of the same packing."""
     head = (
         f"{'models':>6} {'trials':>6} {'pack':>5} {'s/trial':>8} {'cpu s/trial':>11} {'peak MiB':>8} "
         f"{'points/s':>8} {'runs':>5} {'lost':>4} | ratios to the smallest: s/trial, cpu, MiB, points/s"
     )
     lines = [
-        f"scale probe, MLflow server on {store}, {REPORTS} reports of {len(interval_points(EVAL_EVERY))} "
-        f"points per model",
+        f"scale probe, MLflow server on {store}, {reports} reports of {points_per_report} points per model",
         head,
     ]
     first: dict[str, dict] = {}
@@ -295,7 +176,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=4,
         help="the tracking server's worker processes (MLflow's default; a small probe needs one)",
     )
-    parser.add_argument("--one", nargs=3, metavar=("MODELS", "PACK", "URI"), help=argparse.SUPPRESS)
     args, overrides = parser.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]
     if unknown:
@@ -311,12 +191,22 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
+def probe(models: int, pack: str, uri: str, overrides: list[str]) -> dict | None:
+    """One size measured by its own process (PROBE); None when it failed, its stderr printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", PROBE, str(models), pack, uri, *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
-    if args.one:  # a child: one measurement in a fresh process, its JSON the last line
-        models, pack, uri = args.one
-        print(json.dumps(measure(int(models), pack, uri, overrides)))
-        return 0
     runs = [(n, "none") for n in args.sizes] + ([(args.packs, "seeds")] if args.packs else [])
     rows = []
     with (
@@ -325,16 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         for models, pack in runs:
             print(f"scale: {models} models, cluster.pack={pack}", file=sys.stderr, flush=True)
-            done = subprocess.run(
-                [sys.executable, "-m", "bench", "scale", "--one", str(models), pack, uri, *overrides],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                print(done.stderr[-3000:], file=sys.stderr)
+            measured = probe(models, pack, uri, overrides)
+            if measured is None:
                 return 1
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            rows.append(measured["figures"])
             print(json.dumps(rows[-1]), flush=True)
-    print(table(rows, store))
+    print(table(rows, store, measured["reports"], measured["points_per_report"]))
     return 0 if all(r["exit_code"] == 0 and r["lost"] == 0 for r in rows) else 1

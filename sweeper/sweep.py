@@ -62,7 +62,7 @@ def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
 def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable | None = None) -> Summary:
     """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
     records it in MLflow, this driver alone on the sweep. trainable: a stand-in for sweeper.trial.run_trial
-    (python -m bench scale)."""
+    (sweeper.scale_probe's, for python -m bench scale)."""
     from sweeper import cluster, tune
     from sweeper.ledger import claim
     from sweeper.session import Summary, recording

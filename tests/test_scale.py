@@ -1,6 +1,6 @@
-"""The scale probe (python -m bench scale) end to end at 12 trials and 2 packs of ten: the sweep's
-production wiring (its record, the Tuner) and `mlflow server` on SQLite; every model stored once with every
-point.
+"""The scale probe (python -m bench scale, one child process per size: python -m sweeper.scale_probe) end to
+end at 12 trials and 2 packs of ten: the sweep's production wiring (its record, the Tuner) and
+`mlflow server` on SQLite; every model stored once with every point.
 The 3,000-trial run is a benchmark (docs/cluster.md, "The driver at 3,000 trials"), not a test."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 from support.repo import REPO
 
-from bench.scale import REPORTS, interval_points
+from sweeper.scale_probe import REPORTS, interval_points
 
 pytestmark = pytest.mark.slow
 
