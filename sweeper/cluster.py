@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from config.schema import ConfigError
 from sweeper.errors import ClusterError
+from training import faults
 
 
 def join(cluster: DictConfig) -> str | None:
@@ -74,8 +75,11 @@ def connect(cluster: DictConfig) -> None:
         fits_this_machine(cluster, ray.cluster_resources())
         return
     reachable(cluster.address)
+    # A cluster's workers inherit their node's environment, not this driver's: the test-only faults set
+    # here reach the trials through the job's runtime_env (None outside tests).
+    env_vars = faults.environment()
     try:
-        ray.init(address=cluster.address)
+        ray.init(address=cluster.address, runtime_env={"env_vars": env_vars} if env_vars else None)
     except ConnectionError as err:
         raise ClusterError(
             f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"

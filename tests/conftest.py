@@ -6,15 +6,20 @@ docker/compose.yaml runs one), which a test may stop and start again (an outage)
 temporary folder); request it from any test that needs HTTP tracking; experiments and runs accumulate across
 tests, so filter by experiment name or run id. `sqlite_uri` is a fresh SQLite store per test, `tiny` the
 overrides of a configuration that trains in about a second, `local_ray` the worker's shared local Ray.
-`smoke_store` is a real store written once per session by `python -m sweeper.sweep sweep=smoke` (with one
-extra sub-grid: onehot models trained on cauchy tasks, so that family transfer and the ablation by family
-have two training families).
+`ray_cluster` is the override `cluster.address=127.0.0.1:PORT` of one Ray cluster for the whole session (a
+`ray start --head` node, as a sweep on a real cluster joins one): a test whose sweep drivers are not about a
+local instance's own lifecycle attaches them to it instead of each starting a local Ray (measured: a small
+sweep's driver costs about 6 CPU-seconds and 6 s less; the head costs 7 to start, then 2 a minute idle).
+`smoke_store` is a real store written once per session by `python -m sweeper.sweep sweep=smoke` on that
+cluster (with one extra sub-grid: onehot models trained on cauchy tasks, so that family transfer and the
+ablation by family have two training families).
 
 Tests run torch on one thread (here and in the subprocesses they start): on two shared cores, two spinning
 OpenMP threads per process cost several times the CPU, and one thread everywhere keeps in-process and
 subprocess numbers equal. `make test` runs two pytest workers (pytest-xdist, a file on one worker): every
-test has its own ports, stores, temporary folders and Ray instance, or a session fixture of its own worker
-(each worker makes the session fixtures its files ask for).
+test has its own ports, stores, temporary folders and Ray instance or job, or a session fixture of its own
+worker (each worker makes the session fixtures its files ask for), or one of the whole session
+(`smoke_store`, `ray_cluster`: the first worker to ask makes it in the session's shared folder).
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 # so the two a local instance prestarts (one per CPU) only idle, at a third of a CPU-second each to start.
 os.environ["RAY_prestart_worker_first_driver"] = "0"
 
-from support import ray_local
-from support.configs import NO_DASHBOARD, TINY
+from support import ray_local, ray_nodes
+from support.configs import TINY
 from support.repo import REPO
 from support.servers import MlflowServer
 
@@ -75,6 +80,30 @@ def local_ray() -> None:
     """This worker's shared local Ray instance (2 CPUs), started on first use and kept for the file's tests:
     for tests that need no Ray environment of their own (those use support.ray_local.own)."""
     ray_local.shared()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> str:
+    """The override that attaches a sweep to the session's Ray cluster: one head node of
+    support.ray_nodes.SESSION_CPUS CPUs, which both workers' sweeps share; a sweep there takes at most two
+    CPUs (cluster.max_concurrent), as on a local instance of two. Started by the first worker to ask,
+    stopped by pytest_sessionfinish."""
+    return f"cluster.address={ray_nodes.session_head(_shared_folder(tmp_path_factory, worker_id))}"
+
+
+def _shared_folder(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The session's folder: its workers' base temporary folders are in the controller's."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The session's Ray cluster stops with the process that owns the session: the xdist controller, once
+    every worker ended its tests, or the one pytest process; never a worker, whose last file may end while
+    the other worker still sweeps on it."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker
+        return
+    ray_nodes.stop_session_head(session.config._tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture
@@ -114,33 +143,32 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) 
 
 
 @pytest.fixture(scope="session")
-def smoke_store(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> str:
-    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI.
+def smoke_store(tmp_path_factory: pytest.TempPathFactory, worker_id: str, ray_cluster: str) -> str:
+    """sweep=smoke (3 embeddings x 2 seeds) plus cauchy-trained onehot models, through the sweep CLI, on the
+    session's Ray cluster.
 
     Swept once per `make test`: the first pytest worker to ask builds it in the session's shared folder (a
     file lock makes the other wait), and every worker reads and writes its own copy of it (the report caches
     its evaluations in the store)."""
     if worker_id == "master":  # no xdist: nothing to share
-        return _smoke_sweep(tmp_path_factory.mktemp("smoke_store"))
-    shared = tmp_path_factory.getbasetemp().parent  # one folder per session, shared by its workers
+        return _smoke_sweep(tmp_path_factory.mktemp("smoke_store"), ray_cluster)
+    shared = _shared_folder(tmp_path_factory, worker_id)
     built = shared / "smoke_store"
     with FileLock(str(shared / "smoke_store.lock")):
         if not (built / "swept").exists():
-            _smoke_sweep(built)
+            _smoke_sweep(built, ray_cluster)
             (built / "swept").touch()
     return _copy_store(built, tmp_path_factory.mktemp("smoke_store"))
 
 
-def _smoke_sweep(root: Path) -> str:
+def _smoke_sweep(root: Path, ray_cluster: str) -> str:
     root.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{root}/mlflow.db"
     subgrids = (
         "sweep.subgrids=[{name: smoke, embedding: [onehot, binary, none]}, "
         "{name: family, family: [normal, cauchy]}]"
     )
-    # The sweep starts its own local Ray instance even when a `ray start --head` cluster runs on this
-    # machine (ray.init() with no address would join that one).
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "RAY_ADDRESS": "local"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [
             sys.executable,
@@ -149,8 +177,9 @@ def _smoke_sweep(root: Path) -> str:
             "sweep=smoke",
             subgrids,
             f"tracking.uri={uri}",
-            f"cluster.storage={root}/ray",  # one CPU a trial (tests/test_docs.py, DEMO_STEPS, says why)
-            NO_DASHBOARD,
+            f"cluster.storage={root}/ray",
+            ray_cluster,
+            "cluster.max_concurrent=2",  # a CPU a trial, two at once (tests/test_docs.py: DEMO_STEPS)
         ],
         cwd=REPO,
         env=env,

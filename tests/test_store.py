@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 from mlflow.store.db.utils import _get_alembic_config
-from support.configs import NO_DASHBOARD, ONE_TRIAL
+from support.configs import ONE_TRIAL
 from support.repo import REPO
 from support.sweeps import children, when
 
@@ -152,7 +152,9 @@ def pause_creation(db: Path, versions: int) -> subprocess.Popen:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("versions", [0, 1, 20], ids=["first-tables", "first-version", "mid-migration"])
-def test_a_sweep_waits_for_a_store_another_process_is_creating(versions, tmp_path, local_ray, caplog) -> None:
+def test_a_sweep_waits_for_a_store_another_process_is_creating(
+    versions, tmp_path, ray_cluster, caplog
+) -> None:
     """The driver's check met the other process's unfinished store and refused it as older (exit 4, "run
     mlflow db upgrade"). The other process is stopped part-way and let go once the sweep checks the file, so
     the sweep meets the store unfinished every time; it waits, then runs its one trial."""
@@ -165,7 +167,7 @@ def test_a_sweep_waits_for_a_store_another_process_is_creating(versions, tmp_pat
         when(lambda: running(main, "check_sqlite"), resume, ready, every=0.05)
         with caplog.at_level(logging.WARNING, logger=store.__name__):
             code = sweep_main(
-                [*ONE_TRIAL, NO_DASHBOARD, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+                [*ONE_TRIAL, ray_cluster, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
             )
     finally:
         ready.set()

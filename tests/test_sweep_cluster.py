@@ -7,10 +7,14 @@ the CPU; Ray's own task records must show no trial on the head (it has no GPU) a
 min(1 / 0.1, 2 / 1) = 2 trials at once per worker, reached on each. A worker is killed while
 its trials have checkpoints; the sweep ends on the others with exactly one run per model, every
 metric point once and equal to the model trained locally.
+
+A driver joining a running cluster (the session's) hands its trials the test-only faults set in its own
+environment (training/faults.py): a cluster's workers inherit their node's environment, not the driver's.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -23,8 +27,11 @@ from support.histories import check_histories
 from support.ray_nodes import RayNodes, peak_overlap, trial_spans
 from support.sweeps import children, sweep_jobs, when
 
+from config.compose import compose
+from sweeper import cluster
 from sweeper.sweep import main
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
+from training.faults import STEP_PAUSE
 
 pytestmark = pytest.mark.slow
 
@@ -115,3 +122,16 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
     check_histories(MlflowClient(tracking_uri=uri), by_key, trials, BASE, packed=True)
+
+
+def test_a_driver_joining_a_cluster_hands_its_workers_the_test_faults(ray_cluster, monkeypatch):
+    import ray
+
+    ray.shutdown()
+    monkeypatch.setenv(STEP_PAUSE, "0.05")  # the session's head was started without it (support.ray_nodes)
+    try:
+        cluster.connect(compose([ray_cluster]).cluster)
+        seen = ray.get(ray.remote(num_cpus=0)(lambda: os.environ.get(STEP_PAUSE)).remote())
+    finally:
+        ray.shutdown()
+    assert seen == "0.05"

@@ -1,6 +1,6 @@
 """Two drivers on one sweep: started together, mid-trial and near the end, the second refuses (naming the
 running driver: host, pid, start) or, once the first is done, finds nothing to run. No run twice, no point
-twice."""
+twice. The drivers attach to a running Ray cluster (the session's), as a retried job's would."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from tracking.names import CONFIG_HASH, DRIVER, FINISHED, OUTCOME, SWEEP
 
 pytestmark = pytest.mark.slow
 
-# 100 paced steps (tests/support/configs.py): 5 s a trial, so a second driver starts mid-trial.
-SMOKE = [*FOUR_TRIALS, "train.steps=100", "cluster.cpus_per_trial=1"]
+# 100 paced steps (tests/support/configs.py): 5 s a trial, so a second driver starts mid-trial. Two trials at
+# a time, as on a local instance of 2 CPUs: the last two start when the first two end.
+SMOKE = [*FOUR_TRIALS, "train.steps=100", "cluster.cpus_per_trial=1", "cluster.max_concurrent=2"]
 
 
 def second_driver(overrides: list[str]) -> subprocess.CompletedProcess:
@@ -46,9 +47,9 @@ def refused_or_done(second: subprocess.CompletedProcess, first: subprocess.Popen
     return "nothing left"
 
 
-def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
+def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri, ray_cluster):
     uri = sqlite_uri  # an existing store: two drivers creating one SQLite file at once race on its schema
-    overrides = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
+    overrides = [*SMOKE, ray_cluster, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
     # Two started at once: both may create a parent run and lock it; one drives, the other refuses.
     a, b = (
         start_sweep(overrides, tmp_path / f"{name}.log", env={**subprocess_env(), **PACED}) for name in "ab"
@@ -76,8 +77,8 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri):
         kill_group(a)
         kill_group(b)
     driven = (tmp_path / ("b.log" if loser is a else "a.log")).read_text()
-    # cluster.dashboard_host=null (FOUR_TRIALS): a local instance without Ray's dashboard.
-    assert "Started a local Ray instance" in driven and "View the dashboard" not in driven
+    # On the session's cluster, which has no dashboard (a local instance's driver: tests/test_sweep_stops.py).
+    assert "Connected to Ray cluster" in driven and "View the dashboard" not in driven
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
     trials = sweep_jobs(SMOKE)

@@ -1,9 +1,9 @@
 """A tracking-server outage mid-sweep: the MLflow server (on PostgreSQL) paused, stopped and started again.
 
-The sweep driver runs as a subprocess whose MLflow client gives up after one retry (MLflow's own
-environment variables): its window is a few seconds, so a server restart outlasts it and only the
-driver's own buffering (sweeper.session, sweeper.outage) carries the sweep through;
-tracking.outage_s bounds that.
+The sweep driver runs as a subprocess attached to a running Ray cluster (the session's), whose MLflow
+client gives up after one retry (MLflow's own environment variables): its window is a few seconds, so a
+server restart outlasts it and only the driver's own buffering (sweeper.session, sweeper.outage) carries
+the sweep through; tracking.outage_s bounds that.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ CLIENT = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
 }
 PAUSE_S = 2  # shorter than the client's request timeout: the client itself rides it out
-# 2 x 2 trials, two at a time.
-SWEEP = [*FOUR_TRIALS, "cluster.cpus_per_trial=1"]
+# 2 x 2 trials, two at a time (as on a local instance of 2 CPUs).
+SWEEP = [*FOUR_TRIALS, "cluster.cpus_per_trial=1", "cluster.max_concurrent=2"]
 # 240 paced steps (tests/support/configs.py), 12 s a trial: the pause, the stop and the driver noticing it all
 # fall while trials still train and checkpoint (one every half second).
 LONG = [*SWEEP, "train.steps=240"]
@@ -81,10 +81,11 @@ def check_store(uri: str, experiment: str, sweep: list[str], label: str) -> None
     assert (duplicated, lost) == (0, 0)
 
 
-def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, tmp_path):
+def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, ray_cluster, tmp_path):
     experiment, storage, log = "outage", tmp_path / "ray", tmp_path / "sweep.log"
     overrides = [
         *LONG,
+        ray_cluster,
         f"tracking.uri={pg_server.uri}",
         f"tracking.experiment={experiment}",
         f"cluster.storage={storage}",
@@ -118,11 +119,12 @@ def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, t
 
 
 def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_command_resumes(
-    pg_server, tmp_path
+    pg_server, ray_cluster, tmp_path
 ):
     experiment, log = "outage-limit", tmp_path / "sweep.log"
     overrides = [
         *SHORT,
+        ray_cluster,
         f"tracking.uri={pg_server.uri}",
         f"tracking.experiment={experiment}",
         f"cluster.storage={tmp_path}/ray",

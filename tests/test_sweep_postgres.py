@@ -1,6 +1,7 @@
-"""MLflow on a real PostgreSQL, the compose stack's backend (docker/compose.yaml): a concurrent sweep through
-the tracking server on it (every point once, equal to local training), and analysis.report reading that
-store through the server and straight from its postgresql:// URI."""
+"""MLflow on a real PostgreSQL, the compose stack's backend (docker/compose.yaml): a concurrent sweep on a
+running Ray cluster (the session's) through the tracking server on it (every point once, equal to local
+training), and analysis.report reading that store through the server and straight from its postgresql://
+URI."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.slow
 
 EXPERIMENT = "postgres-sweep"
 # 3 configurations of the `tau` sub-grid (so the report's convergence figure draws them) x 3 seeds = 9 trials,
-# half a CPU each: 4 run at once on 2 CPUs (a quarter would start twice the worker processes).
+# half a CPU each: 4 run at once, on 2 CPUs' worth of the session's Ray cluster (a quarter would start twice
+# the worker processes).
 SWEEP = [
     "sweep=smoke",
     "sweep.seeds=[1, 2, 3]",
@@ -28,11 +30,13 @@ SWEEP = [
 
 
 def test_sweep_through_a_server_on_postgres_then_report_both_ways(
-    pg_server, postgres, local_ray, tmp_path, capfd
+    pg_server, postgres, ray_cluster, tmp_path, capfd
 ):
     overrides = [
         *SWEEP,
         "cluster.cpus_per_trial=0.5",
+        "cluster.max_concurrent=4",
+        ray_cluster,
         f"tracking.uri={pg_server.uri}",
         f"tracking.experiment={EXPERIMENT}",
         f"cluster.storage={tmp_path}/ray",

@@ -6,8 +6,10 @@ After a signal the driver stops within a bound, says how to resume and leaves th
 with their checkpoint and no outcome. After the SIGKILL the same command skips the trials with an outcome and
 resumes the others from the checkpoint their run recorded: the lock the killed driver left does not block it.
 In the end every trial's run once (continued, not replaced), every metric point once, equal to local training.
-Solo through the MLflow server on PostgreSQL (the compose stack's), packed on a SQLite file; the two signals
-in both orders."""
+Solo through the MLflow server on PostgreSQL (the compose stack's) with drivers attached to a running Ray
+cluster (the session's: a killed driver's trials are the cluster's to end, as on a real one), packed on a
+SQLite file with drivers on a local Ray instance of their own (Ctrl-C reaches its daemons too, and a stopped
+driver leaves none of them); the two signals in both orders."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from support.sweeps import (
     interrupted_runs,
     kill_group,
     kill_when,
+    left_behind,
     run_sweep,
     start_sweep,
     sweep_jobs,
@@ -43,6 +46,9 @@ STOP_BOUND_S = 120  # the driver must be gone this soon after the signal (it tak
 TRAIN = ["train.steps=60", "train.eval_every=10"]  # also the local runs check_histories compares with
 SWEEP = [*FOUR_TRIALS, *TRAIN, "cluster.cpus_per_trial=1"]
 ENV = {**subprocess_env(), **PACED}
+# What a driver prints on attaching to Ray, by where it runs; without a dashboard either way (FOUR_TRIALS'
+# cluster.dashboard_host=null for a local instance; the session's cluster has none).
+ATTACHED = {"cluster": "Connected to Ray cluster", "local": "Started a local Ray instance"}
 
 
 def checkpointed(uri: str, experiment: str, seen: set[str]) -> dict:
@@ -55,7 +61,7 @@ def checkpointed(uri: str, experiment: str, seen: set[str]) -> dict:
 
 
 def stop_mid_trial(
-    overrides: list[str], log: Path, uri: str, experiment: str, signum: int, seen: set[str]
+    overrides: list[str], log: Path, uri: str, experiment: str, signum: int, seen: set[str], ray: str
 ) -> dict:
     """Start the sweep, signal it once a trial checkpointed; returns the runs it left to resume."""
     driver = start_sweep(overrides, log, env=ENV)
@@ -68,10 +74,13 @@ def stop_mid_trial(
             driver.send_signal(signum)  # Kubernetes: the container's main process
         code = driver.wait(timeout=STOP_BOUND_S)
         print(f"{signal.Signals(signum).name}: driver gone after {time.monotonic() - sent:.1f} s")
+        left_running = left_behind(driver)  # a local instance's daemons and workers went with their driver
     finally:
         kill_group(driver)
     text = log.read_text()
     assert code == 128 + signum, text[-3000:]
+    assert left_running == [], left_running
+    assert ATTACHED[ray] in text and "View the dashboard" not in text, text[-3000:]
     command = " ".join(shlex.quote(w) for w in ["python", "-m", "sweeper.sweep", *overrides])
     assert f"Resume with the same command:\n  {command}\n" in text
     left = interrupted_runs(uri, "smoke", experiment)
@@ -89,20 +98,26 @@ def mid_sweep(uri: str, experiment: str) -> bool:
 
 
 @pytest.mark.parametrize(
-    "pack, store, signals",
-    [([], "postgres", (signal.SIGINT, signal.SIGTERM)), (PACKED, "sqlite", (signal.SIGTERM, signal.SIGINT))],
-    ids=["solo-postgres-server", "packed-sqlite"],
+    "pack, store, signals, ray",
+    [
+        ([], "postgres", (signal.SIGINT, signal.SIGTERM), "cluster"),
+        (PACKED, "sqlite", (signal.SIGTERM, signal.SIGINT), "local"),
+    ],
+    ids=["solo-postgres-server-cluster", "packed-sqlite-local"],
 )
 def test_signals_then_sigkill_and_the_same_command_resumes_every_trial_exactly_once(
-    tmp_path, pack, store, signals, request
+    tmp_path, pack, store, signals, ray, request
 ):
     if store == "postgres":  # its own experiment: the session's server holds other tests' sweeps
         uri, experiment = request.getfixturevalue("pg_server").uri, "stops"
     else:
         uri, experiment = request.getfixturevalue("sqlite_uri"), "leaner-clustering"
+    # On the cluster two trials at a time, as on a local instance of 2 CPUs.
+    where = [request.getfixturevalue("ray_cluster"), "cluster.max_concurrent=2"] if ray == "cluster" else []
     overrides = [
         *SWEEP,
         *pack,
+        *where,
         f"tracking.uri={uri}",
         f"tracking.experiment={experiment}",
         f"cluster.storage={tmp_path}/ray",
@@ -110,7 +125,7 @@ def test_signals_then_sigkill_and_the_same_command_resumes_every_trial_exactly_o
     seen: set[str] = set()
     resumed = {}  # config hash -> the run every later driver must continue
     for i, signum in enumerate(signals):
-        left = stop_mid_trial(overrides, tmp_path / f"signal{i}.log", uri, experiment, signum, seen)
+        left = stop_mid_trial(overrides, tmp_path / f"signal{i}.log", uri, experiment, signum, seen, ray)
         seen |= {r.data.tags[TUNE_CHECKPOINT] for r in left.values()}
         resumed.update({k: r.info.run_id for k, r in left.items()})
 
@@ -149,7 +164,7 @@ def test_signals_then_sigkill_and_the_same_command_resumes_every_trial_exactly_o
     check_histories(client, by_key, trials, [*TRAIN, *pack[2:]], packed=bool(pack))
     stops = "+".join(signal.Signals(s).name for s in [*signals, signal.SIGKILL])
     print(
-        f"{stops} {'packed' if pack else 'solo'} {store}: "
+        f"{stops} {'packed' if pack else 'solo'} {store}, {ray} Ray: "
         f"trials {len(trials)}, runs {len(runs)}, resumed {len(resumed)}, points {points}, "
         f"duplicates {duplicated}, lost {lost}"
     )

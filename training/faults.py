@@ -7,7 +7,10 @@ training.loop.train (train_pack, train_models). A test whose training runs
 elsewhere (a sweep's Ray workers, the command line) sets environment
 variables instead, which train_models alone reads, through from_environment.
 Ray workers started by a local ray.init inherit the driver's environment, so
-a sweep test sets the variables before Ray starts.
+a sweep test sets the variables before Ray starts. Workers on a running
+cluster inherit their node's environment instead: a driver joining one
+forwards the variables set in its own (environment(), the job's runtime_env
+in sweeper.cluster.connect).
 
     LEANER_TEST_NAN_AT_STEP=7                  every run's loss is NaN at step 7 (it diverges)
     LEANER_TEST_NAN_AT_STEP=7@HASH[,HASH...]   only the runs with these config hashes
@@ -34,6 +37,7 @@ import torch
 NAN_AT_STEP = "LEANER_TEST_NAN_AT_STEP"
 CRASH_AT_STEP = "LEANER_TEST_CRASH_AT_STEP"
 STEP_PAUSE = "LEANER_TEST_STEP_PAUSE_S"
+VARIABLES = (NAN_AT_STEP, CRASH_AT_STEP, STEP_PAUSE)
 log = logging.getLogger(__name__)
 
 
@@ -73,6 +77,13 @@ class Faults:
         if not any(hit):
             return loss
         return loss + torch.tensor([math.nan if h else 0.0 for h in hit], device=loss.device)
+
+
+def environment() -> dict[str, str] | None:
+    """The LEANER_TEST_ variables set in this process, for the Ray workers of a cluster the driver joins;
+    None when none is set (always, outside tests)."""
+    found = {name: os.environ[name] for name in VARIABLES if os.environ.get(name)}
+    return found or None
 
 
 def from_environment() -> Faults | None:

@@ -1,19 +1,24 @@
-"""A Ray cluster of `ray start` nodes on this machine, and what Ray recorded of its trials
-(tests/test_sweep_cluster.py; docs/cluster.md's simulated GPU cluster)."""
+"""A Ray cluster of `ray start` nodes on this machine (tests/test_sweep_cluster.py; docs/cluster.md's
+simulated GPU cluster), the test session's one-node cluster, and what Ray recorded of a cluster's trials."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 from support.servers import free_port
-from support.sweeps import kill_group
+from training.faults import VARIABLES as FAULTS
 
 
 @dataclass
@@ -30,31 +35,42 @@ class RayNodes:
     declared CPUs and GPUs (Ray schedules by what a node declares: GPUs need not exist). Only these
     processes are ever signalled."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None, dashboard: bool = True) -> None:
         self.root = root  # keep it short: Ray's unix socket paths live under it (root/ray); node logs beside
-        self.env = env or {}  # added to every node's environment, which its workers inherit
+        # Every node's environment, which its workers inherit: this process's without the test-only faults
+        # (training/faults.py), plus `env`.
+        self.env = {**{k: v for k, v in os.environ.items() if k not in FAULTS}, **(env or {})}
+        self.with_dashboard = dashboard
         self.nodes: dict[str, RayNode] = {}
+        self._head_ports()
+
+    def _head_ports(self) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.dashboard = f"http://127.0.0.1:{free_port()}"
+        self.dashboard = f"http://127.0.0.1:{free_port()}" if self.with_dashboard else None
 
     def start(self, name: str, cpus: float, gpus: int, head: bool = False) -> RayNode:
-        """Start node `name` and wait until it is up. A worker node whose `ray start` exits while starting is
+        """Start node `name` and wait until it is up. A node whose `ray start` exits while starting is
         started once more on new free ports: between free_port() and the raylet's bind another process can
         take one (two pytest workers start Ray at once; seen as "Address already in use")."""
         node = self._launch(name, cpus, gpus, head)
-        if head:
-            self._wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
-            return node
-        try:  # one node at a time: on two busy cores a second raylet starting alongside can time out
-            self.node_ids()
+        try:
+            self._up(head)
         except AssertionError:
             if node.proc.poll() is None:  # not an exit: a node up too late, which a new start won't mend
                 raise
-            kill_group(node.proc)
+            _kill(node)
+            if head:
+                self._head_ports()
             node = self._launch(name, cpus, gpus, head)
-            self.node_ids()
+            self._up(head)
         return node
+
+    def _up(self, head: bool) -> None:
+        if head:
+            self._wait(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True)
+        else:  # one node at a time: on two busy cores a second raylet starting alongside can time out
+            self.node_ids()
 
     def _launch(self, name: str, cpus: float, gpus: int, head: bool) -> RayNode:
         manager = free_port()
@@ -78,11 +94,11 @@ class RayNodes:
                 "--head",
                 f"--port={self.port}",
                 f"--temp-dir={self.root / 'ray'}",
-                "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}",
                 f"--ray-client-server-port={free_port()}",
+                f"--include-dashboard={str(self.dashboard is not None).lower()}",
             ]
+            if self.dashboard:
+                args += ["--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}"]
         else:
             args += [f"--address={self.address}"]
         log = open(self.root / f"{name}.log", "wb")
@@ -93,7 +109,7 @@ class RayNodes:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **self.env, "RAY_AUTH_MODE": "disabled"},
+            env={**self.env, "RAY_AUTH_MODE": "disabled"},
         )
         self.nodes[name] = RayNode(name, proc, manager, cpus, gpus)
         return self.nodes[name]
@@ -133,7 +149,57 @@ class RayNodes:
         """Every node killed as kill() does, with what is left of its session: a graceful `ray start`
         shutdown takes the whole half minute per node on two busy cores, and no test reads what it saves."""
         for node in self.nodes.values():
-            kill_group(node.proc)
+            _kill(node)
+
+
+def _kill(node: RayNode) -> None:
+    from support.sweeps import kill_group  # here: tests/conftest.py imports this module, sweeps MLflow
+
+    kill_group(node.proc)
+
+
+# The session cluster's head (tests/conftest.py, ray_cluster): CPUs for two sweeps at once, one from each of
+# make test's two pytest workers, each taking at most two (cluster.max_concurrent), as on a local instance of
+# this 2-core machine.
+SESSION_CPUS = 4
+SESSION_RECORD = "ray-head.json"  # in the session's shared folder: the head's address, process and folder
+
+
+def session_head(shared: Path) -> str:
+    """The address of the test session's one-node Ray cluster: a head node (no dashboard) started by the
+    first process to ask, recorded in `shared`, the session's folder (a file lock there makes the others
+    wait), for them and for stop_session_head. Its session is its own: no pytest worker's end stops it."""
+    record = shared / SESSION_RECORD
+    with FileLock(str(shared / "ray-head.lock")):
+        if not record.exists():
+            record.write_text(json.dumps(_start_head()))
+        return json.loads(record.read_text())["address"]
+
+
+def _start_head() -> dict:
+    root = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    nodes = RayNodes(root, dashboard=False)
+    try:
+        head = nodes.start("head", cpus=SESSION_CPUS, gpus=0, head=True)
+    except BaseException:
+        nodes.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return {"address": nodes.address, "leader": head.proc.pid, "root": str(root)}
+
+
+def stop_session_head(shared: Path) -> None:
+    """The session's head node, if one was started, killed with everything of its session (its raylet's
+    workers), and its folder removed."""
+    record = shared / SESSION_RECORD
+    if not record.exists():
+        return
+    from support.sweeps import kill_session  # here: tests/conftest.py imports this module, sweeps MLflow
+
+    head = json.loads(record.read_text())
+    kill_session(head["leader"])
+    shutil.rmtree(head["root"], ignore_errors=True)
+    record.unlink()
 
 
 def trial_spans(dashboard: str) -> dict[str, list[tuple[float, float]]]:

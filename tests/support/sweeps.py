@@ -82,19 +82,58 @@ def run_sweep(
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL a start_sweep driver, its process group and whatever else of its session is left (Ray's
-    daemons)."""
+    """SIGKILL a start_sweep driver, its process group and whatever else of its session is left (a local
+    Ray's daemons)."""
+    _kill_group(proc.pid)
+    proc.wait()
+    _kill_rest(proc.pid)
+
+
+def kill_session(leader: int) -> None:
+    """kill_group for a session whose leader is not this process's child (another process started it)."""
+    _kill_group(leader)
+    _kill_rest(leader)
+
+
+def left_behind(proc: subprocess.Popen, timeout: float = 30) -> list[str]:
+    """The command lines of what still runs of an ended start_sweep driver's session after up to `timeout`
+    s: nothing once its local Ray's daemons and workers stopped with it."""
     import psutil
 
+    _, alive = psutil.wait_procs(_of_session(proc.pid), timeout=timeout)
+    return [" ".join(_cmdline(p)) for p in alive]
+
+
+def _kill_group(leader: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(leader, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait()
-    left = [p for p in psutil.process_iter() if _session(p) == proc.pid]
+
+
+def _kill_rest(leader: int) -> None:
+    import psutil
+
+    left = _of_session(leader)
     for p in left:
         p.kill()
     psutil.wait_procs(left, timeout=30)
+
+
+def _of_session(leader: int) -> list:
+    """The processes of the session `leader` started, but zombies (dead, their parent yet to reap them)."""
+    import psutil
+
+    return [p for p in psutil.process_iter() if _session(p) == leader and _status(p) != psutil.STATUS_ZOMBIE]
+
+
+def _cmdline(p) -> list[str]:
+    import psutil
+
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return [f"pid {p.pid}"]
 
 
 def kill_when(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
@@ -126,6 +165,15 @@ def _session(p) -> int | None:
     try:
         return os.getsid(p.pid)
     except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _status(p) -> str | None:
+    import psutil
+
+    try:
+        return p.status()
+    except psutil.Error:
         return None
 
 
