@@ -31,8 +31,12 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if (
+    TYPE_CHECKING
+):  # no torch at import: a sweep's driver imports this module (sweeper.cluster) and trains nothing
+    import torch
 
 NAN_AT_STEP = "LEANER_TEST_NAN_AT_STEP"
 CRASH_AT_STEP = "LEANER_TEST_CRASH_AT_STEP"
@@ -76,7 +80,7 @@ class Faults:
         hit = [bool(self.nan) and self.nan.at(key) == step for key, step in zip(keys, steps)]
         if not any(hit):
             return loss
-        return loss + torch.tensor([math.nan if h else 0.0 for h in hit], device=loss.device)
+        return loss + loss.new_tensor([math.nan if h else 0.0 for h in hit])
 
 
 def environment() -> dict[str, str] | None:
