@@ -1,0 +1,195 @@
+"""The ledger's decisions (sweeper.ledger), each tested where it is made: resuming a sweep after a stop or a
+move rests on them, and the slow sweep tests meet them only in rare timings.
+
+  the parent run a sweep keeps when several exist    read(); Claim._parent, after a race (find_parent)
+  which unfinished run of a job is continued         read(): the latest, by (start_time, run_id)
+  the outcome a job counts with in the parent's counts   Ledger.earlier: once a job, the first of ENDED
+  a run left RUNNING that carries an outcome         read(): done, and closed by Claim._read with its status
+  a finished job is never resumed                    read() and Claim.pending(), even with a later run open
+
+read() takes runs as the store returns them (newest first); each test of read() gives them in both orders,
+so that what it keeps follows from the runs, not from their order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from mlflow.entities import Run, RunData, RunInfo, RunTag
+from mlflow.tracking import MlflowClient
+from support.sweeps import sweep_jobs
+
+from config.grid import Job
+from sweeper.ledger import Claim, read
+from tracking import store
+from tracking.names import (
+    CONFIG_HASH,
+    DIVERGED,
+    FINISHED,
+    OUTCOME,
+    STOPPED,
+    SWEEP,
+    TUNE_CHECKPOINT,
+)
+from tracking.parent_run import find_parent, name_of
+
+SWEEP_NAME = "smoke"
+EXPERIMENT = "ledger"
+
+
+def run(run_id: str, start: int, *, status: str = "RUNNING", name: str = "a job", **tags: str) -> Run:
+    info = RunInfo(
+        run_id=run_id,
+        experiment_id="1",
+        user_id="me",
+        status=status,
+        start_time=start,
+        end_time=None,
+        lifecycle_stage="active",
+        run_name=name,
+    )
+    return Run(info, RunData(tags=[RunTag(k, v) for k, v in tags.items()]))
+
+
+def parent(run_id: str, start: int) -> Run:
+    return run(run_id, start, name=name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
+
+
+def job_run(run_id: str, start: int, key: str, status: str = "RUNNING", **tags: str) -> Run:
+    """A run of job `key` in this sweep."""
+    return run(run_id, start, status=status, **{SWEEP: SWEEP_NAME, CONFIG_HASH: key}, **tags)
+
+
+def both_orders(runs: list[Run]):
+    for order in (runs, runs[::-1]):
+        yield read(order, SWEEP_NAME)
+
+
+def test_read_keeps_the_oldest_parent_run():
+    """Two drivers that started at once made a parent run each: both keep the oldest, by (start_time,
+    run_id)."""
+    runs = [parent("p-late", 2000), parent("p-b", 1000), parent("p-a", 1000), job_run("j", 500, "k")]
+    for ledger in both_orders(runs):
+        assert ledger.parent.info.run_id == "p-a"
+
+
+def test_read_continues_a_jobs_latest_unfinished_run():
+    """Of a job's runs without an outcome, the latest (by start_time, then run_id) is continued, from the
+    Tune checkpoint it recorded."""
+    runs = [
+        job_run("old", 1000, "k", **{TUNE_CHECKPOINT: "/ckpt/old"}),
+        job_run("new", 2000, "k", **{TUNE_CHECKPOINT: "/ckpt/new"}),
+        job_run("t-1", 3000, "t", **{TUNE_CHECKPOINT: "/ckpt/t-1"}),
+        job_run("t-2", 3000, "t", **{TUNE_CHECKPOINT: "/ckpt/t-2"}),
+    ]
+    for ledger in both_orders(runs):
+        assert ledger.unfinished == {"k": "new", "t": "t-2"}
+        assert ledger.resume_from == {"k": "/ckpt/new", "t": "/ckpt/t-2"}
+
+
+def test_earlier_counts_each_job_once_with_its_first_outcome_in_ended():
+    """A job run twice (a rerun carries its config_hash too) counts once in the parent's trial counts, with
+    the first of its outcomes in ENDED's order (finished, diverged, stopped); jobs not asked about, and jobs
+    without an outcome, not at all."""
+    runs = [
+        job_run("a-1", 1000, "a", "FAILED", **{OUTCOME: DIVERGED}),
+        job_run("a-2", 2000, "a", "FINISHED", **{OUTCOME: FINISHED}),
+        job_run("b-1", 1000, "b", "KILLED", **{OUTCOME: STOPPED}),
+        job_run("b-2", 2000, "b", "FAILED", **{OUTCOME: DIVERGED}),
+        job_run("c-1", 1000, "c", "FINISHED", **{OUTCOME: FINISHED}),  # not one of the keys asked about
+        job_run("d-1", 1000, "d"),  # unfinished
+    ]
+    for ledger in both_orders(runs):
+        assert ledger.earlier({"a", "b", "d"}) == Counter({FINISHED: 1, DIVERGED: 1})
+
+
+def test_read_counts_a_run_left_running_with_an_outcome_as_done_and_closes_it():
+    """A driver that died between a run's outcome tag and closing the run left it RUNNING: its job is done,
+    not continued, and the run is to be closed with its outcome's status (tracking.names.STATUS)."""
+    runs = [
+        job_run("div", 1000, "d", **{OUTCOME: DIVERGED}),
+        job_run("stop", 1000, "s", **{OUTCOME: STOPPED}),
+        job_run("fin", 1000, "f", "FINISHED", **{OUTCOME: FINISHED}),  # closed: nothing to do
+    ]
+    for ledger in both_orders(runs):
+        assert ledger.done == {"d", "s", "f"} and ledger.unfinished == {}
+        assert ledger.unclosed == {"div": "FAILED", "stop": "KILLED"}
+
+
+def test_read_never_resumes_a_finished_job():
+    """A job with an outcome is done, in whatever sweep or plain `sweeper.train` it ran: a later run of it
+    without an outcome (a second driver's, say) is not continued."""
+    trained = run("train", 1000, status="FINISHED", **{CONFIG_HASH: "k", OUTCOME: FINISHED})  # no sweep tag
+    late = job_run("late", 2000, "k", **{TUNE_CHECKPOINT: "/ckpt/late"})
+    for ledger in both_orders([trained, late]):
+        assert ledger.done == {"k"}
+        assert ledger.unfinished == {} and ledger.resume_from == {}
+
+
+# ---- the same decisions where Claim makes them, on a real SQLite store ----
+
+
+def new_claim(uri: str) -> Claim:
+    return Claim(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri))
+
+
+def jobs_of(uri: str) -> list[Job]:
+    return sweep_jobs(
+        ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke}]", f"tracking.uri={uri}"]
+    )
+
+
+def stored(client: MlflowClient, claim: Claim, start: int, name: str = "a job", **tags: str) -> str:
+    """The id of a new run in the claim's experiment, started at `start` (ms since the epoch)."""
+    return client.create_run(claim.experiment, start_time=start, run_name=name, tags=tags).info.run_id
+
+
+@pytest.mark.parametrize("other_started", [1000, 2**42], ids=["before", "after"])  # 1970, 2109
+def test_of_two_parent_runs_made_at_once_both_drivers_keep_the_older(sqlite_uri, other_started):
+    """Between a driver's read (no parent run yet) and the parent run it makes, another driver made one: each
+    keeps the older (find_parent); this driver deletes its own when it is the younger."""
+    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
+    assert claim.ledger.parent is None
+    other = stored(client, claim, other_started, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
+    kept, created = claim._parent()
+    active = {r.info.run_id for r in client.search_runs([claim.experiment])}
+    if other_started == 1000:
+        assert (kept, created) == (other, False) and active == {other}
+    else:
+        assert created and active == {kept, other}
+
+
+def test_a_driver_that_made_a_parent_run_and_one_that_read_it_keep_the_same(sqlite_uri):
+    """Of parent runs started at once, find_parent (a driver that made one) and read (a driver that found
+    them) keep the same, the smallest run id: else two drivers would lock different parent runs."""
+    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
+    tied = [stored(client, claim, 1000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME}) for _ in range(3)]
+    stored(client, claim, 2000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
+    found = find_parent(client, claim.experiment, SWEEP_NAME)
+    assert found == min(tied)
+    assert read(store.search(client, [claim.experiment]), SWEEP_NAME).parent.info.run_id == found
+
+
+def test_a_claim_closes_a_run_left_running_with_an_outcome_and_skips_its_job(sqlite_uri):
+    """A run RUNNING with an outcome tag (its driver died before closing it): the claim closes it with the
+    outcome's status, and its job is not run again."""
+    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
+    diverged, other = claim.jobs
+    left = stored(client, claim, 1000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: diverged.key, OUTCOME: DIVERGED})
+    claim = new_claim(sqlite_uri)
+    assert client.get_run(left).info.status == "FAILED"
+    assert claim.pending() == [other]
+
+
+def test_a_claim_never_resumes_a_finished_job(sqlite_uri):
+    """A job a plain `sweeper.train` finished, with a later run of this sweep left open: the job is done,
+    neither pending nor continued."""
+    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
+    done, other = claim.jobs
+    trained = stored(client, claim, 1000, **{CONFIG_HASH: done.key, OUTCOME: FINISHED})
+    client.set_terminated(trained, "FINISHED")
+    stored(client, claim, 2000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: done.key, TUNE_CHECKPOINT: "/ckpt/1"})
+    claim = new_claim(sqlite_uri)
+    assert claim.pending() == [other]
+    assert claim.ledger.unfinished == {} and claim.ledger.resume_from == {}
