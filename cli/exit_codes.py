@@ -25,6 +25,8 @@ class ExitCode:
 
 
 OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN = range(10)
+# 75: EX_TEMPFAIL of sysexits.h, "try again later": what a batch system's requeue or a retry loop looks for.
+BUDGET_STOP = 75
 SIGINT_STOP, SIGPIPE_STOP, SIGTERM_STOP = 130, 141, 143  # 128 + the signal's number, as shells report it
 
 
@@ -75,6 +77,11 @@ TABLE = (
         NO_SUCH_RUN,
         "the run id is not in the (healthy) tracking store (rerun; the message names the store)",
         "sweeper.errors.NoSuchRun",
+    ),
+    ExitCode(
+        BUDGET_STOP,
+        "stopped at its time budget (cluster.time_budget_s): running trials keep their last checkpoint; "
+        "the same command goes on (sweep)",
     ),
     ExitCode(
         SIGINT_STOP,

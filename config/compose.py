@@ -370,3 +370,10 @@ def validate(cfg: DictConfig) -> None:
     )
     _at_least("cluster.pack_size", c.pack_size, 1)
     _at_least("cluster.report_every", c.report_every, 1)
+    if c.time_budget_s is not None:
+        _require(
+            0 < c.time_budget_s < math.inf,
+            "cluster.time_budget_s",
+            c.time_budget_s,
+            "null (no budget) or a number of seconds > 0, finite",
+        )

@@ -112,6 +112,7 @@ class ClusterConfig:
     pack: str = MISSING
     pack_size: int = MISSING
     report_every: int = MISSING
+    time_budget_s: Optional[float] = MISSING
 
 
 @dataclass

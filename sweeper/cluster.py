@@ -16,16 +16,18 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig
 
 from config.schema import ConfigError
+from sweeper import home
 from sweeper.errors import ClusterError
 from training import faults
 
 
-def join(cluster: DictConfig) -> str | None:
-    """Start or join Ray (cluster.address) and check its storage; the storage path Tune writes to."""
+def join(cluster: DictConfig, uri: str) -> str | None:
+    """Start or join Ray (cluster.address) and check its storage (sweeper.home.storage, of the sweep whose
+    store is at `uri`); the storage path Tune writes to."""
     connect(cluster)
-    storage = storage_path(cluster)
-    check_shared(storage)
-    return storage
+    where = home.storage(cluster, uri)
+    check_shared(where)
+    return where
 
 
 def reachable(address: str, timeout: float = 5.0) -> None:
@@ -98,12 +100,6 @@ def fits_this_machine(cluster: DictConfig, resources: dict[str, float]) -> None:
                 f"this machine has {have:g} {resource}s; reserve at most that, or join a cluster that has "
                 "more (cluster.address)"
             )
-
-
-def storage_path(cluster: DictConfig) -> str | None:
-    if cluster.storage is None or "://" in cluster.storage:
-        return cluster.storage
-    return str(Path(cluster.storage).expanduser().resolve())
 
 
 def check_shared(storage: str | None) -> None:

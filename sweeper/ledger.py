@@ -27,6 +27,7 @@ from config.grid import Job
 from sweeper.lock import DriverLock
 from tracking import parent_run, store
 from tracking.names import (
+    CHECKPOINT_STEP,
     CONFIG_HASH,
     ENDED,
     OUTCOME,
@@ -45,7 +46,8 @@ class Ledger:
     done: set[str] = field(default_factory=set)  # config_hash of jobs with an outcome
     finished: dict[str, list[Run]] = field(default_factory=dict)  # config_hash -> its runs with an outcome
     unfinished: dict[str, str] = field(default_factory=dict)  # config_hash -> run id to continue
-    resume_from: dict[str, str] = field(default_factory=dict)  # config_hash -> Tune checkpoint path
+    resume_from: dict[str, str] = field(default_factory=dict)  # config_hash -> Tune checkpoint, as recorded
+    resume_step: dict[str, int] = field(default_factory=dict)  # config_hash -> the step it resumes from
     unclosed: dict[str, str] = field(
         default_factory=dict
     )  # run id -> status, of runs with an outcome left RUNNING
@@ -78,9 +80,14 @@ def read(runs: list[Run], sweep: str) -> Ledger:
         tags = run.data.tags
         mine = tags.get(SWEEP) == sweep and CONFIG_HASH in tags
         if mine and OUTCOME not in tags and tags[CONFIG_HASH] not in ledger.done:
-            ledger.unfinished[tags[CONFIG_HASH]] = run.info.run_id
+            key = tags[CONFIG_HASH]
+            ledger.unfinished[key] = run.info.run_id
+            # Its own checkpoint, or none: not an older run's, whose points up to it this run lacks.
+            ledger.resume_from.pop(key, None)
+            ledger.resume_step.pop(key, None)
             if TUNE_CHECKPOINT in tags:
-                ledger.resume_from[tags[CONFIG_HASH]] = tags[TUNE_CHECKPOINT]
+                ledger.resume_from[key] = tags[TUNE_CHECKPOINT]
+                ledger.resume_step[key] = int(tags.get(CHECKPOINT_STEP, 0))
     ledger.parent = parents[0] if parents else None  # the oldest: two drivers started at once keep it
     return ledger
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -31,6 +32,7 @@ from ray.tune.experiment import Trial
 
 from cli import exit_codes
 from config.grid import Plan
+from sweeper.budget import Account, Budget, rate_line
 from sweeper.driver_only import DriverOnly
 from sweeper.ledger import Claim
 from sweeper.outage import PatientClient
@@ -39,6 +41,7 @@ from sweeper.trial import PAYLOAD
 from sweeper.work import TrialId, Work
 from sweeper.writer import MlflowWriter
 from tracking import parent_run
+from tracking.names import STEP_RATE
 
 BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most
 
@@ -56,6 +59,12 @@ class Summary:
     failed: int = 0  # trials that failed after their retries
     points_written: int = 0
     stopped_by: int | None = None  # the signal that stopped the sweep
+    out_of_time: bool = False  # its time budget stopped it (cluster.time_budget_s)
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal or its time budget: the same command goes on."""
+        return self.stopped_by is not None or self.out_of_time
 
     @property
     def complete(self) -> bool:
@@ -65,6 +74,8 @@ class Summary:
     def exit_code(self) -> int:
         if self.stopped_by is not None:
             return 128 + self.stopped_by
+        if self.out_of_time:
+            return exit_codes.BUDGET_STOP
         return 0 if self.complete else exit_codes.FAILED
 
     def __str__(self) -> str:
@@ -79,7 +90,8 @@ class Summary:
 class Session(DriverOnly, tune.Callback):
     """A sweep's session in MLflow (see the module docstring): Tune's callback, writing through one thread."""
 
-    def __init__(self, claim: Claim, work: Work, outage_s: float) -> None:
+    def __init__(self, claim: Claim, work: Work, outage_s: float, budget: Budget, account: Account) -> None:
+        """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there."""
         self.sweep, self.experiment, self.parent_id = claim.sweep, claim.experiment, claim.parent_id
         self.jobs, self.trials = len(claim.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
@@ -88,15 +100,17 @@ class Session(DriverOnly, tune.Callback):
         self.thread: threading.Thread | None = None
         patient = PatientClient(claim.client, claim.uri, outage_s, waiting=self.events.qsize)
         self.writer = MlflowWriter(
-            patient, claim.experiment, claim.sweep, claim.parent_id, work, claim.ledger.unfinished
+            patient, claim.experiment, claim.sweep, claim.parent_id, work, claim.ledger.unfinished, claim.uri
         )
-        self.halt = Halt(self.broken)  # Tune's stopper
+        self.halt = Halt(self.broken, budget)  # Tune's stopper
+        self.account, self.started = account, time.monotonic()
         self.earlier = claim.ledger.earlier({j.key for j in claim.jobs})  # the parent's counts start there
         self.shown: Counter | None = None  # the parent's counts as last written
         self.failed = 0  # trials that ended in error, once Tune ended
         self.summary: Summary | None = None  # once the session ended
 
     def start(self) -> None:
+        self.started = time.monotonic()
         self._count()
         self.thread = threading.Thread(target=self._apply, name="mlflow-writer", daemon=True)
         self.thread.start()
@@ -128,11 +142,12 @@ class Session(DriverOnly, tune.Callback):
         return not self.thread.is_alive() and self.error is None
 
     def end(self, applied: bool, argv: list[str]) -> None:
-        """After the events were applied (`applied`: all of them): the parent run finished, or after a signal
-        the runs still training and the parent KILLED, without an outcome; the summary."""
+        """After the events were applied (`applied`: all of them): the parent run finished, or after a stop
+        (a signal, the budget) the runs still training and the parent KILLED, without an outcome, the
+        allocation's rate on the parent and the sweep's account printed; the summary."""
         if self.error is not None:
             raise self.error
-        writer, signum = self.writer, self.halt.signal
+        writer, halt = self.writer, self.halt
         self.summary = Summary(
             self.sweep,
             self.experiment,
@@ -142,16 +157,27 @@ class Session(DriverOnly, tune.Callback):
             writer.retries,
             self.failed,
             writer.points_written,
-            signum,
+            halt.signal,
+            halt.out_of_time and halt.signal is None,
         )
-        if signum is None:
+        account = self.account_now()
+        line, rate = rate_line(account, self.account, time.monotonic() - self.started)
+        if rate is not None and applied:  # the next allocation's outlook (sweeper.budget.outlook)
+            writer.client.log_metric(self.parent_id, STEP_RATE, rate)
+        if not halt.stopped:
             writer.client.set_terminated(self.parent_id, "FINISHED" if self.summary.complete else "FAILED")
             return
         interrupted = writer.interrupted()
         if applied:
             for run_id in [*interrupted, self.parent_id]:
                 writer.client.set_terminated(run_id, "KILLED")
-        stopped(self.sweep, argv, len(writer.outcomes), len(interrupted), applied, signum)
+        summary = f"{account.models()}; {account.steps_line()}, {line}"
+        stopped(self.sweep, argv, len(writer.outcomes), len(interrupted), applied, halt.reason, summary)
+
+    def account_now(self) -> Account:
+        """The sweep's account now: the ledger's, with what ended and checkpointed in this session."""
+        a, w = self.account, self.writer
+        return Account(a.steps, a.ended | frozenset(w.outcomes), {**a.resumable, **w.resumable})
 
     # Tune's events, in the order Tune sends them: a report's points before the checkpoint they lead up to.
 
@@ -181,10 +207,12 @@ class Session(DriverOnly, tune.Callback):
 
 
 @contextlib.contextmanager
-def recording(claim: Claim, cfg: DictConfig, plan: Plan, argv: list[str], work: Work) -> Iterator[Session]:
+def recording(
+    claim: Claim, cfg: DictConfig, plan: Plan, argv: list[str], work: Work, budget: Budget, account: Account
+) -> Iterator[Session]:
     """A session on the claimed sweep for `work`: the parent run opened, the writing thread on, SIGINT and
-    SIGTERM caught while Tune runs; at the end the session's summary (Session.end)."""
-    session = Session(claim, work, cfg.tracking.outage_s)
+    SIGTERM caught while Tune runs, stopped by `budget`; at the end the session's summary (Session.end)."""
+    session = Session(claim, work, cfg.tracking.outage_s, budget, account)
     parent_run.open_parent(claim.client, claim.parent_id, cfg, plan, claim.jobs, argv)
     session.start()
     with session.halt.on_signals():

@@ -1,6 +1,7 @@
-"""A graceful stop of the sweep driver: SIGINT (Ctrl-C) or SIGTERM (a Kubernetes pod eviction).
+"""A graceful stop of the sweep driver: SIGINT (Ctrl-C), SIGTERM (a Kubernetes pod eviction, SLURM's end of
+an allocation) or its time budget spent (cluster.time_budget_s, sweeper.budget).
 
-Halt is the sweep's Tune stopper. On the first signal it ends the Tune run:
+Halt is the sweep's Tune stopper. On the first signal, or once the budget is spent, it ends the Tune run:
 Tune stops the running trials without completing them, so their runs keep no
 outcome and their last recorded checkpoint (one per report, at most
 train.eval_every x cluster.report_every steps back). The driver then writes what the trials reported
@@ -19,6 +20,8 @@ import threading
 
 from ray.tune.stopper import Stopper
 
+from cli import exit_codes
+from sweeper.budget import Budget
 from sweeper.driver_only import DriverOnly
 
 STOP_DRAIN_S = 60.0  # after a signal, how long the driver still writes what the trials reported
@@ -26,15 +29,40 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Halt(DriverOnly, Stopper):
-    def __init__(self, write_failed: threading.Event) -> None:
+    def __init__(self, write_failed: threading.Event, budget: Budget) -> None:
         self.write_failed = write_failed  # set when the session's writing thread failed: that stops it too
+        self.budget = budget
         self.signal: int | None = None
+        self.out_of_time = False  # the budget was spent while the sweep ran
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False  # trials end when their training does
 
     def stop_all(self) -> bool:
-        return self.signal is not None or self.write_failed.is_set()
+        if self.signal is None and not self.out_of_time and self.budget.spent():
+            self.out_of_time = True
+            print(
+                f"sweep: its time budget of {self.budget.seconds:g} s (cluster.time_budget_s) is spent: "
+                "stopping the trials at their last checkpoint",
+                flush=True,
+            )
+        return self.stopped or self.write_failed.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal or by the budget (not by a failed write)."""
+        return self.signal is not None or self.out_of_time
+
+    @property
+    def exit_code(self) -> int:
+        """The code of the stop: 128 + the signal's number, or 75 (exit_codes.BUDGET_STOP)."""
+        return 128 + self.signal if self.signal is not None else exit_codes.BUDGET_STOP
+
+    @property
+    def reason(self) -> str:
+        if self.signal is not None:
+            return f"by {signal.Signals(self.signal).name}"
+        return f"at its time budget ({self.budget.seconds:g} s)"
 
     def _caught(self, signum: int, frame) -> None:
         self.signal = signum
@@ -61,15 +89,16 @@ class Halt(DriverOnly, Stopper):
                 signal.signal(s, handler)
 
 
-def stopped(sweep: str, argv: list[str], ended: int, interrupted: int, applied: bool, signum: int) -> None:
-    """After a signal: what ended here, what was interrupted (its runs KILLED when every write was applied),
-    and the command that resumes the sweep (the exit code is 128 + signum)."""
+def stopped(
+    sweep: str, argv: list[str], ended: int, interrupted: int, applied: bool, reason: str, account: str
+) -> None:
+    """After a stop (`reason`: by a signal, or at the budget): what ended here, what was interrupted (its runs
+    KILLED when every write was applied), the sweep's account (sweeper.budget) and the command that resumes
+    it."""
     command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *argv])
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
     print(
-        f"sweep {sweep} stopped by {signal.Signals(signum).name}: {ended} trials "
-        f"ended here, {interrupted} interrupted at their last checkpoint{late}. Resume with the same "
-        "command:\n"
-        f"  {command}",
+        f"sweep {sweep} stopped {reason}: {ended} trials ended here, {interrupted} interrupted at their last "
+        f"checkpoint{late}.\n{account}\nResume with the same command:\n  {command}",
         flush=True,
     )

@@ -14,8 +14,13 @@ node, or s3://, gs://): trials resume from checkpoints written elsewhere.
 
 Exit codes: the table of cli/exit_codes.py (0 every trial ended, 1 some trials failed after their
 retries: start again to retry them, 2 rejected configuration, 4 tracking store unreachable at the start or
-for longer than tracking.outage_s mid-sweep, 8 another driver runs this sweep, 130/143 stopped by
-SIGINT/SIGTERM: running trials keep their last checkpoint and the same command resumes them, ...).
+for longer than tracking.outage_s mid-sweep, 8 another driver runs this sweep, 75 stopped at its time budget
+(cluster.time_budget_s), 130/143 stopped by SIGINT/SIGTERM: running trials keep their last checkpoint and the
+same command resumes them, ...).
+
+With a SQLite store, the store's folder is the sweep's home: it holds the store, the artifacts,
+and Ray's storage with the trials' checkpoints; move it, copy it or archive it (python -m sweeper.archive),
+and the same command pointed at the store there goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from config.compose import compose, group_options, user_config_dirs
 from config.help import composed_config, config_groups
 from config.schema import ConfigError
 from tracking import ui
+from tracking.names import STEP_RATE
 
 if TYPE_CHECKING:
     from sweeper.session import Summary
@@ -61,13 +67,16 @@ def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
 
 def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable | None = None) -> Summary:
     """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
-    records it in MLflow, this driver alone on the sweep. trainable: a stand-in for sweeper.trial.run_trial
-    (sweeper.scale_probe's, for python -m bench scale)."""
+    records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent.
+    trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, for python -m bench scale)."""
     from sweeper import cluster, tune
+    from sweeper.budget import Account, Budget, outlook
     from sweeper.ledger import claim
     from sweeper.session import Summary, recording
+    from sweeper.stop import stopped
     from sweeper.work import plan_work
 
+    budget = Budget.from_now(cfg.cluster.time_budget_s)
     check_store_reachable(cfg)
     jobs = grid.jobs(cfg, plan)
     with claim(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs) as claimed:  # read once; locked
@@ -75,12 +84,23 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
         print(f"{len(jobs) - len(pending)} of {len(jobs)} trials already in MLflow; {len(pending)} to run")
         if not pending:
             return Summary(plan.name, claimed.experiment)
+        ledger = claimed.ledger
+        account = Account.of(jobs, cfg.train.steps, ledger.done, ledger.resume_step)
+        if budget.seconds is not None:  # at the rate of the sweep's last allocation, if it had one
+            rate = ledger.parent.data.metrics.get(STEP_RATE) if ledger.parent else None
+            print(outlook(account, budget, rate), flush=True)
+        if budget.spent():  # spent before Ray started: nothing was begun, nothing to stop
+            reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
+            stopped(plan.name, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
+            return Summary(plan.name, claimed.experiment, len(pending), out_of_time=True)
         work = plan_work(cfg, plan, argv, claimed)
-        storage = cluster.join(cfg.cluster)
-        with recording(claimed, cfg, plan, argv, work) as session:  # the parent run, the writing thread
+        storage = cluster.join(cfg.cluster, cfg.tracking.uri)
+        with recording(
+            claimed, cfg, plan, argv, work, budget, account
+        ) as session:  # the parent run, the writer
             tune.fit(cfg, plan, work, storage, session, trainable)
     summary = session.summary
-    if summary.stopped_by is None:  # a stopped sweep printed the command that resumes it
+    if not summary.stopped:  # a stopped sweep printed its account and the command that resumes it
         print(summary)
         print(ui.where_to_look(cfg.tracking.uri, cfg.tracking.experiment, summary.experiment))
     return summary

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from config import grid
 from config.compose import searchpath_override, user_config_dirs, without_searchpath
+from sweeper import home
 
 if TYPE_CHECKING:
     from sweeper.ledger import Claim
@@ -55,7 +56,7 @@ class Member:
     seed: int
     overrides: tuple[str, ...]  # its configuration's, which the trial composes after Work.base
     subgrids: tuple[str, ...]
-    resume_from: str | None  # the Tune checkpoint its unfinished run recorded (sweeper.ledger)
+    resume_from: str | None  # the Tune checkpoint its unfinished run recorded (sweeper.ledger), resolved here
     pack: str | None  # its trial's key when that trial trains several jobs, else None
 
 
@@ -84,12 +85,18 @@ def plan_work(cfg: DictConfig, plan: grid.Plan, argv: list[str], claim: Claim) -
     trials = {}
     for key, keys in packs.items():
         pack = key if len(keys) > 1 else None
-        members = tuple(_member(pending[k], claim.ledger.resume_from.get(k), pack) for k in keys)
+        members = tuple(_member(pending[k], _resume_from(claim, k), pack) for k in keys)
         first = members[0].name
         trials[key] = Trial(
             TrialId(key, first if pack is None else f"pack of {len(keys)} from {first}"), members
         )
     return Work(trials, tuple(trial_overrides(argv, plan)))
+
+
+def _resume_from(claim: Claim, key: str) -> str | None:
+    """The checkpoint job `key`'s unfinished run recorded, as a location here (sweeper.home.resolved)."""
+    recorded = claim.ledger.resume_from.get(key)
+    return None if recorded is None else home.resolved(recorded, claim.uri)
 
 
 def _member(job: grid.Job, resume_from: str | None, pack: str | None) -> Member:

@@ -24,10 +24,12 @@ from mlflow.tracking import MlflowClient
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
+from sweeper import home
 from sweeper.trial import Artifact, Recorded, RunStart
 from sweeper.work import Member, Work
 from tracking import store
 from tracking.names import (
+    CHECKPOINT_STEP,
     CONFIG_HASH,
     MLFLOW_PARENT_RUN_ID,
     OUTCOME,
@@ -73,9 +75,11 @@ class MlflowWriter:
         parent_id: str,
         work: Work,
         unfinished: dict[str, str],
+        uri: str,
     ) -> None:
-        """unfinished: job -> the run without an outcome it continues (sweeper.ledger)."""
-        self.client = client
+        """unfinished: job -> the run without an outcome it continues (sweeper.ledger); uri: the store's,
+        whose home the checkpoints' locations are recorded relative to (sweeper.home)."""
+        self.client, self.uri = client, uri
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
         self.trials, self.unfinished = work.trials, dict(unfinished)
         self.members: dict[str, Member] = {m.key: m for t in work.trials.values() for m in t.members}
@@ -84,6 +88,8 @@ class MlflowWriter:
         self.runs: dict[str, str] = {}  # job -> run id, opened in this session
         self.logged: dict[str, dict[str, int]] = {}  # run id -> metric -> last stored step
         self.outcomes: dict[str, str] = {}  # job -> outcome, once it ended
+        self.reported: dict[str, int] = {}  # job -> the last step its trial reported here
+        self.resumable: dict[str, int] = {}  # job -> the step its latest recorded checkpoint resumes from
         self.points_written = 0
         self.retries = 0  # trials Tune restarted after a failure
 
@@ -134,6 +140,7 @@ class MlflowWriter:
         logged = self.logged[run_id]
         points = []
         for name, value, step, timestamp in recorded.points:
+            self.reported[key] = max(step, self.reported.get(key, 0))
             if step > logged.get(name, -1):
                 points.append(Metric(name, value, timestamp, step))
                 logged[name] = step
@@ -151,7 +158,7 @@ class MlflowWriter:
         """A job that ended needs no checkpoint to resume from (its last and best are its run's artifacts)."""
         checkpoint = self.held.pop(key, None)
         if checkpoint is not None and key in self.runs:
-            self.client.delete_tag(self.runs[key], TUNE_CHECKPOINT)
+            self.client.delete_tag(self.runs[key], TUNE_CHECKPOINT)  # its CHECKPOINT_STEP means nothing now
         self._collect(checkpoint)
 
     def _collect(self, checkpoint: tune.Checkpoint | None) -> None:
@@ -181,9 +188,13 @@ class MlflowWriter:
         is not what a restart relies on).
         """
         previous = []
+        location = home.recorded(checkpoint_uri(checkpoint), self.uri)
         for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
-                self.client.set_tag(self.runs[key], TUNE_CHECKPOINT, checkpoint_uri(checkpoint))
+                step = self.reported.get(key, 0)
+                tags = [RunTag(TUNE_CHECKPOINT, location), RunTag(CHECKPOINT_STEP, str(step))]
+                self.client.log_batch(self.runs[key], tags=tags)
+                self.resumable[key] = step
                 previous.append(self.held.get(key))
                 self.held[key] = checkpoint
         for old in [*previous, checkpoint]:  # the new one too: it may come after the trial's jobs ended

@@ -15,13 +15,13 @@ from mlflow.tracking import MlflowClient
 from support import ray_local
 from support.configs import ONE_TRIAL, PACKABLE
 from support.histories import check_histories, expected_counts
-from support.sweeps import children, sweep_jobs
+from support.sweeps import children, recorded_checkpoint, sweep_jobs
 
 from cli import exit_codes
 from config.compose import compose
 from sweeper.train import main
 from tracking.mlflow_recorder import MlflowRecorder
-from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME, TUNE_CHECKPOINT
+from tracking.names import BAD_CHECKPOINT, FINISHED, METRICS, OUTCOME
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import best_path, last_path, load
 from training.faults import CRASH_AT_STEP
@@ -163,7 +163,7 @@ def test_a_sweep_trial_whose_tune_checkpoint_is_damaged_restarts_from_step_0(tmp
         assert sweep_main(overrides) == 1  # failed after its retries
     (run,) = children(uri, "smoke")
     assert OUTCOME not in run.data.tags
-    member = Path(run.data.tags[TUNE_CHECKPOINT]) / trial.key
+    member = recorded_checkpoint(uri, run) / trial.key
     assert load(last_path(member))["step"] == 10
     truncate(last_path(member))
     garbage(best_path(member))

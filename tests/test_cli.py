@@ -239,6 +239,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-train",
         "leaner-sweep",
         "leaner-rerun",
+        "leaner-archive",
         "leaner-report",
         "leaner-claims",
         "leaner-bench",

@@ -24,6 +24,7 @@ from config.grid import Job
 from sweeper.ledger import Claim, read
 from tracking import store
 from tracking.names import (
+    CHECKPOINT_STEP,
     CONFIG_HASH,
     DIVERGED,
     FINISHED,
@@ -115,6 +116,19 @@ def test_read_counts_a_run_left_running_with_an_outcome_as_done_and_closes_it():
     for ledger in both_orders(runs):
         assert ledger.done == {"d", "s", "f"} and ledger.unfinished == {}
         assert ledger.unclosed == {"div": "FAILED", "stop": "KILLED"}
+
+
+def test_read_continues_a_run_from_its_own_checkpoint_only():
+    """A job's latest unfinished run resumes from the checkpoint it recorded, never from an older run's (whose
+    points up to it the latest run lacks): without one of its own, it starts over."""
+    old = job_run("old", 1000, "k", **{TUNE_CHECKPOINT: "ray/old", CHECKPOINT_STEP: "40"})
+    new = job_run("new", 2000, "k")
+    for ledger in both_orders([old, new]):
+        assert ledger.unfinished == {"k": "new"}
+        assert ledger.resume_from == {} and ledger.resume_step == {}
+    newer = job_run("newer", 3000, "k", **{TUNE_CHECKPOINT: "ray/newer", CHECKPOINT_STEP: "20"})
+    for ledger in both_orders([old, new, newer]):
+        assert (ledger.resume_from, ledger.resume_step) == ({"k": "ray/newer"}, {"k": 20})
 
 
 def test_read_never_resumes_a_finished_job():

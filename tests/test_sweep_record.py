@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from ray import cloudpickle  # what Tune pickles its state with
 from support.sweeps import sweep_jobs
 
+from sweeper.budget import Account, Budget
 from sweeper.ledger import Claim
 from sweeper.session import Session
 from sweeper.tune import trial_dirname, trial_name
@@ -100,7 +101,7 @@ def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(s
 
 def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
     claim, _ = open_claim(sqlite_uri)
-    session = Session(claim, Work({}, ()), outage_s=5)
+    session = Session(claim, Work({}, ()), 5, Budget.from_now(60), Account.of([], 1, set(), {}))
     halt = session.halt
     for obj in (session, halt):
         assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue

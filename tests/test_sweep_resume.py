@@ -3,18 +3,16 @@ folder holds: every point stored once. (A driver stopped by a signal or killed: 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from mlflow.tracking import MlflowClient
 from support import ray_local
 from support.configs import ONE_TRIAL
 from support.histories import check_histories
-from support.sweeps import children, sweep_jobs
+from support.sweeps import children, recorded_checkpoint, sweep_jobs
 
 from sweeper.sweep import main as sweep_main
 from tracking import store
-from tracking.names import FINISHED, OUTCOME, TUNE_CHECKPOINT, VAL_REL_LLOYD
+from tracking.names import FINISHED, OUTCOME, VAL_REL_LLOYD
 from training.checkpoint import last_path, load
 from training.faults import CRASH_AT_STEP
 
@@ -36,7 +34,7 @@ def test_a_trial_reporting_every_third_evaluation_resumes_from_its_last_report(t
     (run,) = children(uri, "smoke")
     assert OUTCOME not in run.data.tags
     assert store.last_steps(client, run)[VAL_REL_LLOYD] == 0  # the rounds at 5 and 10 were not sent
-    assert load(last_path(Path(run.data.tags[TUNE_CHECKPOINT]) / trial.key))["step"] == 0
+    assert load(last_path(recorded_checkpoint(uri, run) / trial.key))["step"] == 0
 
     ray_local.shared()  # no fault this time: the same run continues from step 0, every point stored once
     assert sweep_main(overrides) == 0

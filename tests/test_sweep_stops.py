@@ -30,6 +30,7 @@ from support.sweeps import (
     kill_group,
     kill_when,
     left_behind,
+    recorded_checkpoint,
     run_sweep,
     start_sweep,
     sweep_jobs,
@@ -149,7 +150,7 @@ def test_signals_then_sigkill_and_the_same_command_resumes_every_trial_exactly_o
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
     assert f"{finished_before} of 4 trials already in MLflow" in last.stdout
     for run in interrupted.values():  # resumed from the checkpoint its run recorded
-        assert f"resuming from checkpoint {run.data.tags[TUNE_CHECKPOINT]}" in last.stdout + last.stderr
+        assert f"resuming from checkpoint {recorded_checkpoint(uri, run)}" in last.stdout + last.stderr
 
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke", experiment)

@@ -40,6 +40,7 @@ PACK = "pack"  # set by the sweep driver (cluster.pack=seeds): the trial a model
 TUNE_CHECKPOINT = (
     "tune_checkpoint"  # set by the sweep driver: where a trial's latest Ray Tune checkpoint lies
 )
+CHECKPOINT_STEP = "tune_checkpoint_step"  # set with TUNE_CHECKPOINT: the step the model resumes from there
 BAD_CHECKPOINT = "bad_checkpoint"  # a resume found a damaged checkpoint: which, and where training restarted
 
 # MLflow's own tags (mlflow.utils.mlflow_tags, spelled here so that training, which sets them, needs no MLflow
@@ -95,6 +96,7 @@ PLAN_TRIALS_ARTIFACT = "plan.csv"  # one row per trial: run name, configuration,
 SWEEP_ARTIFACT = "sweep.yaml"  # the sweep's definition (conf/sweep/ with the command line's overrides)
 REPORT_DIR = "report"  # analysis.report's figures, index.md and claims of the sweep
 PENDING = "pending"
+STEP_RATE = "model_steps_per_s"  # metric: the model-steps a second the sweep trained in its last allocation
 TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (*ENDED, PENDING)}  # metrics
 # The sweep's summary, logged on its parent run by analysis.report (so that sweeps compare in the UI).
 MEDIAN_FINAL = (

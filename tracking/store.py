@@ -37,7 +37,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from cli import exit_codes
-from tracking import view
+from tracking import moved, view
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
         )
     if not write:  # an existing store, read: nothing is created or migrated, so no lock (nor its file)
         check_sqlite(uri)
+        moved.mend(path, writable(uri))
         return MlflowClient(tracking_uri=uri)
     if not writable(uri):
         raise TrackingError(
@@ -142,6 +143,8 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
         path.exists() and path.stat().st_size > 0
     ):  # an existing store: judged as it is, no lock (nor its file)
         check_sqlite(uri)
+        if create:  # not rerun's first look, which may refuse the run it asks for: nothing written then
+            moved.mend(path, True)
         return MlflowClient(tracking_uri=uri)
     # Opening a SQLite store creates or migrates MLflow's schema; two of our processes doing it at once on a
     # new file (two drivers, a sweep and a train) make one of them fail. One at a time, the second finds it
@@ -376,8 +379,7 @@ def _artifact_root(uri: str, name: str) -> str | None:
     """Keep a SQLite store's artifacts beside its file, not in whatever the working directory is."""
     if not uri.startswith("sqlite:///"):
         return None  # a server's own artifact root
-    db = Path(uri.removeprefix("sqlite:///")).resolve()
-    return (db.parent / "mlartifacts" / name).as_uri()
+    return moved.artifact_root(Path(uri.removeprefix("sqlite:///")), name)
 
 
 def find_experiment(client: MlflowClient, name: str) -> str | None:

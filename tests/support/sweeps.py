@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from config import grid
 from support.repo import REPO
+from sweeper import home
 from sweeper.sweep import load
 from tracking.names import CONFIG_HASH, OUTCOME, SWEEP, TUNE_CHECKPOINT
 
@@ -43,6 +44,11 @@ def wait_for(predicate, proc: subprocess.Popen | None, timeout: float, what: str
         assert proc is None or proc.poll() is None, f"the sweep ended (exit {proc.returncode}) before {what}"
         assert time.monotonic() < deadline, f"no {what} within {timeout} s"
         time.sleep(POLL_S)
+
+
+def recorded_checkpoint(uri: str, run) -> Path:
+    """Where the Tune checkpoint a run recorded lies (relative to the store's folder when it lies there)."""
+    return Path(home.resolved(run.data.tags[TUNE_CHECKPOINT], uri))
 
 
 def sweep_jobs(overrides: list[str]) -> list[grid.Job]:

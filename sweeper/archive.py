@@ -1,0 +1,105 @@
+"""Archive a sweep's home folder (sweeper.home) with what resuming it and reporting on it need, and no more:
+`python -m sweeper.archive FOLDER [--out FILE.tar.gz]`.
+
+    python -m sweeper.sweep sweep=lite32 tracking.uri=sqlite:///d32/mlflow.db cluster.time_budget_s=6600
+    python -m sweeper.archive d32 --out d32.tar.gz          # the store, its artifacts, the live checkpoints
+    tar -xzf d32.tar.gz -C elsewhere/                       # on another machine, in a fresh clone, ...
+    python -m sweeper.sweep sweep=lite32 tracking.uri=sqlite:///elsewhere/d32/mlflow.db ...   # goes on
+
+Kept: every SQLite store in the folder (copied with SQLite's backup, so a store another process has open is
+archived whole), its artifacts (mlartifacts/: the finished runs' checkpoints, curves, reports) and any other
+file of the user's; of Ray's storage (ray/) only the checkpoints that unfinished runs record (their
+tune_checkpoint tag), from which the next driver resumes them. Left out: the rest of ray/ (earlier
+checkpoints, work folders that are copies, Tune's own state, which a resumed sweep does not read) and lock
+files. The archive holds the folder under its own name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from cli.entry import command
+from config.help import composed_config
+from sweeper.home import RAY_FOLDER
+from tracking.names import TUNE_CHECKPOINT
+from tracking.store import TrackingError
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+SKIPPED_SUFFIXES = (".lock", "-journal", "-wal", "-shm")
+
+
+def stores(folder: Path) -> list[Path]:
+    """The SQLite files at the top of the folder."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.open("rb").read(16) == SQLITE_HEADER)
+
+
+def live_checkpoints(folder: Path, dbs: list[Path]) -> set[Path]:
+    """The checkpoint folders the stores' unfinished runs record, those in this folder (relative tags)."""
+    found = set()
+    for db in dbs:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
+            rows = con.execute("SELECT value FROM tags WHERE key = ?", (TUNE_CHECKPOINT,)).fetchall()
+        found |= {folder / value for (value,) in rows if not Path(value).is_absolute() and "://" not in value}
+    return {path for path in found if path.is_dir()}
+
+
+def members(folder: Path, dbs: list[Path]) -> list[Path]:
+    """The files and folders to archive (folders whole), in a stable order; stores not among them."""
+    ray, kept = folder / RAY_FOLDER, live_checkpoints(folder, dbs)
+    chosen = sorted(kept)
+    for path in sorted(folder.rglob("*")):
+        inside_ray = path == ray or ray in path.parents
+        if path in dbs or not path.is_file() or path.name.endswith(SKIPPED_SUFFIXES) or inside_ray:
+            continue
+        chosen.append(path)
+    return chosen
+
+
+def archive(folder: Path, out: Path) -> tuple[int, int]:
+    """Write the archive; (its size, the folder's size) in bytes."""
+    folder = folder.resolve()
+    dbs = stores(folder)
+    if not dbs:
+        raise TrackingError(f"{folder} holds no SQLite tracking store (mlflow.db): not a sweep's folder")
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, "w:gz") as tar:
+        for db in dbs:  # a consistent copy, even while another process writes
+            copy = Path(tmp) / db.name
+            with sqlite3.connect(db, timeout=30) as src, sqlite3.connect(copy) as dst:
+                src.backup(dst)
+            tar.add(copy, arcname=f"{folder.name}/{db.name}")
+        for path in members(folder, dbs):
+            tar.add(path, arcname=f"{folder.name}/{path.relative_to(folder).as_posix()}")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return out.stat().st_size, size
+
+
+@command("leaner-archive", show_config=composed_config, own_options=True)
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sweeper.archive",
+        description="Archive a sweep's folder (its SQLite store's) with what resuming and reporting need.",
+    )
+    parser.add_argument(
+        "folder", type=Path, help="the folder of the sweep's store (tracking.uri=sqlite:///FOLDER/mlflow.db)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="the archive to write (default: FOLDER.tar.gz beside FOLDER)"
+    )
+    args = parser.parse_args(argv)
+    if not args.folder.is_dir():
+        raise TrackingError(f"{args.folder} is not a folder: give the folder of the sweep's SQLite store")
+    out = args.out or args.folder.resolve().with_suffix(".tar.gz")
+    packed, size = archive(args.folder, out)
+    print(f"archived {args.folder} into {out}: {packed / 1e6:.1f} MB (the folder holds {size / 1e6:.1f} MB)")
+    name = args.folder.resolve().name
+    print(f"unpack it with: tar -xzf {out} -C DEST, then point tracking.uri at DEST/{name}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

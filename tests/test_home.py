@@ -1,0 +1,142 @@
+"""A sweep's home folder (sweeper.home) moves: checkpoints recorded relative to it, a moved store's artifact
+locations mended when it is opened (tracking.moved), an archive with what resuming needs (sweeper.archive);
+and the time budget's account and key (sweeper.budget, cluster.time_budget_s). Fast: a real SQLite store,
+no Ray (the sweep in allocations: tests/test_sweep_budget.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+from support.sweeps import sweep_jobs
+
+from config.compose import compose
+from config.schema import ConfigError
+from sweeper import archive, home
+from sweeper.budget import Account, Budget, outlook, rate_line
+from tracking import moved, store
+from tracking.names import TUNE_CHECKPOINT
+
+
+def test_a_checkpoint_in_the_home_is_recorded_relative_to_it_and_found_after_a_move(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'A' / 'mlflow.db'}"
+    inside, outside = tmp_path / "A" / "ray" / "s" / "checkpoint_000003", "/shared/ray/s/checkpoint_000003"
+    assert home.recorded(str(inside), uri) == "ray/s/checkpoint_000003"
+    assert home.recorded(outside, uri) == outside  # cluster.storage elsewhere: as it is
+    assert home.recorded("s3://bucket/s/checkpoint_1", uri) == "s3://bucket/s/checkpoint_1"
+    moved = f"sqlite:///{tmp_path / 'B' / 'mlflow.db'}"
+    assert home.resolved("ray/s/checkpoint_000003", moved) == str(tmp_path / "B" / "ray/s/checkpoint_000003")
+    assert home.resolved(outside, moved) == outside
+    server = "http://127.0.0.1:5000"  # no home: Ray's default or cluster.storage, recorded as it is
+    assert home.recorded(str(inside), server) == str(inside) and home.storage(_cluster(None), server) is None
+
+
+def _cluster(storage: str | None):
+    return OmegaConf.create({"storage": storage})
+
+
+def test_the_home_holds_rays_storage_unless_cluster_storage_says_otherwise(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert home.storage(_cluster(None), uri) == str(tmp_path / "ray")
+    assert home.storage(_cluster(str(tmp_path / "elsewhere")), uri) == str(tmp_path / "elsewhere")
+    assert home.storage(_cluster("s3://bucket/ray"), uri) == "s3://bucket/ray"
+
+
+def _store_with_a_run(folder: Path) -> tuple[str, str]:
+    """A store in `folder` with one run that has an artifact; (uri, run id)."""
+    folder.mkdir()
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = store.connect(uri)
+    experiment = store.ensure_experiment(client, "moving")
+    run_id = client.create_run(experiment).info.run_id
+    (folder / "note.txt").write_text("kept")
+    client.log_artifact(run_id, str(folder / "note.txt"))
+    return uri, run_id
+
+
+def test_a_moved_store_points_its_artifacts_at_its_new_folder_and_says_so_once(tmp_path, capsys):
+    _, run_id = _store_with_a_run(tmp_path / "A")
+    shutil.move(tmp_path / "A", tmp_path / "B")
+    capsys.readouterr()
+    uri = f"sqlite:///{tmp_path / 'B' / 'mlflow.db'}"
+    client = store.connect(uri)
+    said = capsys.readouterr().out
+    assert said.count("\n") == 1 and f"was moved from {tmp_path / 'A'}" in said, said
+    run = client.get_run(run_id)
+    assert run.info.artifact_uri.startswith((tmp_path / "B" / "mlartifacts" / "moving").as_uri())
+    got = client.download_artifacts(run_id, "note.txt", str(tmp_path))
+    assert Path(got).read_text() == "kept"
+    store.connect(uri, write=False)  # mended: nothing more to say
+    assert capsys.readouterr().out == ""
+
+
+def test_a_moved_store_that_may_not_be_written_keeps_its_locations_and_says_where_they_are(tmp_path, capsys):
+    """A read-only copy (a colleague's, a read-only mount): its locations are not rewritten (tracking.store
+    passes writable=False for it; root here writes to any file, so the flag is given directly)."""
+    uri, run_id = _store_with_a_run(tmp_path / "A")
+    before = MlflowClient(tracking_uri=uri).get_run(run_id).info.artifact_uri
+    shutil.copytree(tmp_path / "A", tmp_path / "B")
+    capsys.readouterr()
+    moved.mend(tmp_path / "B" / "mlflow.db", writable=False)
+    said = capsys.readouterr().out
+    assert said.count("\n") == 1 and "is read-only: its artifacts are read there" in said, said
+    copy = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'B' / 'mlflow.db'}")
+    assert copy.get_run(run_id).info.artifact_uri == before
+
+
+def test_the_archive_holds_the_store_artifacts_and_the_live_checkpoints_only(tmp_path, capsys):
+    uri, run_id = _store_with_a_run(tmp_path / "A")
+    ray = tmp_path / "A" / "ray" / "sweep-1" / "trial"
+    for part in ("checkpoint_000001", "checkpoint_000002", "work"):
+        (ray / part / "job").mkdir(parents=True)
+        (ray / part / "job" / "last.pt").write_bytes(b"x" * 1000)
+    (ray.parent / "experiment_state.json").write_text("{}")
+    MlflowClient(tracking_uri=uri).set_tag(run_id, TUNE_CHECKPOINT, "ray/sweep-1/trial/checkpoint_000002")
+    out = tmp_path / "a.tar.gz"
+    assert archive.main([str(tmp_path / "A"), "--out", str(out)]) == 0
+    assert "MB" in capsys.readouterr().out
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+    assert "A/mlflow.db" in names and "A/note.txt" in names
+    assert any(n.startswith("A/mlartifacts/moving/") and n.endswith("note.txt") for n in names)
+    assert "A/ray/sweep-1/trial/checkpoint_000002/job/last.pt" in names
+    assert not [
+        n for n in names if "checkpoint_000001" in n or "/work" in n or n.endswith((".json", ".lock"))
+    ]
+
+
+FOUR = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]"]
+
+
+def test_the_account_counts_model_steps_by_where_each_model_resumes():
+    jobs = sweep_jobs(FOUR)  # 20 steps each
+    a, b, c, d = (j.key for j in jobs)
+    start = Account.of(jobs, 20, {a}, {b: 10})
+    assert (start.total, start.done) == (80, 30)
+    assert start.models() == "models: 1 finished, 1 stopped at a checkpoint, 2 not started"
+    now = Account.of(jobs, 20, {a, b}, {c: 5, d: 0})
+    assert now.done == 45 and now.steps_line() == "45 of 80 model-steps done (56%)"
+    line, rate = rate_line(now, start, 3.0)
+    assert rate == 5.0 and "15 in this allocation at 5.0 model-steps/s; the 35 left need about 7 s" in line
+    assert rate_line(start, start, 3.0) == ("no model-steps trained in this allocation", None)
+
+
+def test_the_outlook_says_whether_the_sweep_should_end_within_its_budget():
+    jobs = sweep_jobs(FOUR)
+    account = Account.of(jobs, 20, set(), {})  # 80 model-steps left
+    budget = Budget(600, started=Budget.from_now(None).started)
+    assert "should end within it" in outlook(account, budget, 1.0)
+    assert "should not end within it" in outlook(account, Budget(60, budget.started), 0.1)
+    assert "no rate measured for this sweep yet" in outlook(account, budget, None)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "inf"])
+def test_a_time_budget_that_is_not_a_positive_number_of_seconds_is_refused(value):
+    with pytest.raises(
+        ConfigError, match=r"cluster.time_budget_s.*null \(no budget\) or a number of seconds"
+    ):
+        compose(["sweep=smoke", f"cluster.time_budget_s={value}"])

@@ -1,0 +1,149 @@
+"""A sweep run in allocations (cluster.time_budget_s), its folder moved, archived, deleted and unpacked
+between them: the same command goes on, and no number changes.
+
+One packed sweep (2 configurations x 2 seeds, the seeds of a configuration in one trial, dropout on, so the
+packs draw their dropout masks together) runs as the same command in a working directory of its own, its
+store at sqlite:///A/mlflow.db, relative, as a user types it. Allocation 0's budget is spent before Ray
+starts; the next stop mid-trial with code 75 (training steps are paced by training.faults so that a trial
+outlasts an allocation; pacing changes no number). Then the folder is moved (A -> B) and opened there,
+archived with python -m sweeper.archive, deleted and unpacked as C, and the last allocation, unpaced, ends
+the sweep. In the end: every run once (continued, not replaced), every metric point once, each equal bit
+for bit to the same packs trained here without a stop; nothing in the working directory but the sweep's
+folder, nothing in ~/ray_results.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from support.configs import FOUR_TRIALS
+from support.histories import histories, point_counts
+from support.repo import subprocess_env
+from support.sweeps import children, sweep_jobs
+
+from config.compose import compose
+from tracking import store
+from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
+from tracking.recorder import MemoryRecorder
+from training.faults import STEP_PAUSE
+from training.packed import train_pack
+
+pytestmark = pytest.mark.slow
+
+SWEEP = [*FOUR_TRIALS, "train.steps=240", "cluster.pack=seeds", "cluster.cpus_per_trial=1"]
+BUDGET_S = 30  # an allocation: the driver's start (5-20 s here) and part of a paced trial
+PAUSE_S = 0.2  # before every training step: a trial of 240 steps outlasts an allocation (48 s)
+STOP_BOUND_S = 90  # a stopped driver is gone this soon after its budget
+MOST_ALLOCATIONS = 6  # to stop one mid-trial: a start slower than the budget stops before any checkpoint
+
+
+def allocation(home: Path, cwd: Path, budget: float, env: dict) -> subprocess.CompletedProcess:
+    uri = f"sqlite:///{home.name}/mlflow.db"  # relative to the working directory, as a user types it
+    command = [sys.executable, "-m", "sweeper.sweep", *SWEEP, f"tracking.uri={uri}"]
+    command.append(f"cluster.time_budget_s={budget}")
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    took = time.monotonic() - started
+    assert done.returncode in (0, 75), done.stdout[-3000:] + done.stderr[-3000:]
+    assert took < budget + STOP_BOUND_S, f"the driver took {took:.0f} s on a budget of {budget} s"
+    return done
+
+
+def archived_and_unpacked(home: Path, elsewhere: Path) -> Path:
+    """Archive `home` (into `elsewhere`), delete it and unpack it as C beside it."""
+    archive = elsewhere / "sweep.tar.gz"
+    packing = subprocess.run(
+        [sys.executable, "-m", "sweeper.archive", str(home), "--out", str(archive)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert packing.returncode == 0 and "MB" in packing.stdout, packing.stdout + packing.stderr
+    shutil.rmtree(home)
+    with tarfile.open(archive) as tar:
+        tar.extractall(elsewhere / "unpacked", filter="data")
+    return (elsewhere / "unpacked" / home.name).rename(home.with_name("C"))
+
+
+def children_of(home: Path) -> dict:
+    return {r.data.tags[CONFIG_HASH]: r for r in children(f"sqlite:///{home}/mlflow.db", "smoke")}
+
+
+def unstopped(jobs) -> dict[str, dict]:
+    """Each job's metric points from its pack trained here without a stop, as the sweep's trials train it."""
+    by_config: dict[tuple, list] = {}
+    for job in jobs:
+        by_config.setdefault(tuple(job.configuration.override_strings()), []).append(job)
+    points = {}
+    for pack in by_config.values():
+        cfgs = [compose([*SWEEP, *j.configuration.override_strings(), f"seed={j.seed}"]) for j in pack]
+        recorders = [MemoryRecorder() for _ in pack]
+        with tempfile.TemporaryDirectory() as root:
+            train_pack(cfgs, recorders, [Path(root) / j.key for j in pack])
+        for job, recorder in zip(pack, recorders):
+            points[job.key] = {k: sorted(v) for k, v in recorder.metrics.items()}
+    return points
+
+
+def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the_same_numbers(tmp_path):
+    cwd, fake_home = tmp_path / "work", tmp_path / "home"
+    cwd.mkdir()
+    fake_home.mkdir()
+    env = {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(fake_home)}
+    home = cwd / "A"
+    home.mkdir()
+
+    first = allocation(home, cwd, 1, env)  # spent before Ray starts: nothing begun, exit 75
+    assert first.returncode == 75, first.stdout
+    assert "stopped at its time budget (1 s) before any trial started" in first.stdout
+    assert "0 of 960 model-steps done" in first.stdout
+
+    for _ in range(MOST_ALLOCATIONS):
+        stopped = allocation(home, cwd, BUDGET_S, env)
+        assert stopped.returncode == 75, "the sweep ended within one allocation: no stop mid-trial"
+        assert "stopped at its time budget (30 s)" in stopped.stdout and "model-steps done" in stopped.stdout
+        assert "Resume with the same command:" in stopped.stdout
+        interrupted = {k: r for k, r in children_of(home).items() if TUNE_CHECKPOINT in r.data.tags}
+        if interrupted:
+            break  # else it stopped before a trial checkpointed: the next allocation starts it again
+    assert interrupted, f"no allocation of {MOST_ALLOCATIONS} stopped a trial after its first checkpoint"
+    assert all(r.info.status == "KILLED" and OUTCOME not in r.data.tags for r in interrupted.values())
+    assert all(not Path(r.data.tags[TUNE_CHECKPOINT]).is_absolute() for r in interrupted.values())
+
+    home = home.rename(home.with_name("B"))
+    store.connect(f"sqlite:///{home}/mlflow.db")  # opened where it moved: its artifact locations mended
+    home = archived_and_unpacked(home, tmp_path)
+    del env[STEP_PAUSE]  # the last allocation at full speed: pacing changes no number
+    done = allocation(home, cwd, 600, env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert f"was moved from {tmp_path / 'work' / 'B'}" in done.stdout  # archived from B, opened as C
+
+    uri = f"sqlite:///{home}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    runs = children(uri, "smoke")
+    jobs = sweep_jobs(SWEEP)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(j.key for j in jobs)  # one run each
+    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
+    for key, run in interrupted.items():
+        assert by_key[key].info.run_id == run.info.run_id  # continued, not replaced
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
+    points, duplicated, lost = point_counts(client, runs, SWEEP)
+    assert (duplicated, lost) == (0, 0), (points, duplicated, lost)
+    want = unstopped(jobs)
+    for job in jobs:
+        assert histories(client, by_key[job.key].info.run_id) == want[job.key], job.name  # bit for bit
+    for run in runs:  # the artifacts moved with the store: a finished run's checkpoints read here
+        assert Path(client.download_artifacts(run.info.run_id, "checkpoints/last.pt", str(tmp_path))).exists()
+    assert [p.name for p in cwd.iterdir()] == ["C"]  # the sweep's folder, and nothing else
+    assert not (fake_home / "ray_results").exists()
+    print(
+        f"{len(interrupted)} runs stopped mid-trial and resumed after a move and an archive; {points} points"
+    )
