@@ -50,8 +50,8 @@ TABLE = (
     ExitCode(CONFIG, "rejected command line or configuration, before any work", "config.schema.ConfigError"),
     ExitCode(
         DIVERGED,
-        "the training run diverged: non-finite loss or parameters, or a validation objective above n*d "
-        "(train, rerun)",
+        "the training run diverged: non-finite loss or parameters, or a final validation objective above "
+        "n*d (train, rerun)",
     ),
     ExitCode(
         TRACKING,

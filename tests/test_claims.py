@@ -274,6 +274,28 @@ def test_diverged_and_unfinished_runs_are_counted_and_diverged_ones_beat_nothing
     runs.loc[scoped, "outcome"] = DIVERGED
     claim = judged("tau01_beats_lloyd", runs)
     assert claim.status == FAIL and "L2-OH-d=4 diverged" in claim.numbers and "diverged 3" in claim.numbers
+    assert claim.without_diverged == PASS  # the FAIL rests on that configuration's divergence
+
+
+def test_a_verdict_that_rests_on_diverged_runs_says_so_beside_itself(tmp_path) -> None:
+    """large_lr_worse's d 4 half holding only because lr 1.0's seeds diverged (+inf beats nothing): without
+    them it has no case, so the claim PASSes beside "UNTESTED without its diverged runs"; with one seed of
+    three diverged and the other two above lr 0.01, it holds either way and says nothing."""
+    runs = holding("large_lr_worse", seeds=(1, 2, 3))
+    lr1_d4 = (runs[LR] == 1.0) & (runs[D] == 4)
+    runs.loc[lr1_d4, "outcome"] = DIVERGED
+    claim = judged("large_lr_worse", runs)
+    assert (claim.status, claim.without_diverged) == (PASS, UNTESTED), claim.numbers
+    assert "d 4: final train_loss at lr 1.0 > at 0.01: " in claim.numbers
+    assert "at 0.01: 12/12 cases of 12 in the paper grid [rests on diverged runs: UNTESTED without them]" in (
+        claim.numbers
+    )
+    assert "| PASS (UNTESTED without its diverged runs) | `large_lr_worse` |" in markdown([claim])
+    runs.loc[lr1_d4, "outcome"] = FINISHED
+    runs.loc[lr1_d4 & (runs[SEED] == 3), "outcome"] = DIVERGED
+    claim = judged("large_lr_worse", runs)
+    assert (claim.status, claim.without_diverged) == (PASS, "") and "rests on" not in claim.numbers
+    assert "| PASS | `large_lr_worse` |" in markdown([claim])
 
 
 # ---- margins, their IQR, marginal cases ----

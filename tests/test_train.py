@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ from tracking.recorder import MemoryRecorder
 from training import checkpoint
 from training.checkpoint import CheckpointError
 from training.faults import NAN_AT_STEP, STEP_PAUSE, Fault, Faults, from_environment
-from training.loop import blown_up, default_workdir, objective_bound, train
+from training.loop import NON_FINITE, blown_up, default_workdir, objective_bound, train
 from training.packed import train_pack
 
 
@@ -116,7 +117,7 @@ def test_validation_metrics_match_an_independent_computation(tiny, tmp_path):
 def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path):
     recorder = MemoryRecorder()
     result = train(compose(tiny), recorder, tmp_path, hook=Faults(nan=Fault(13)))
-    assert (result.outcome, result.diverged_at) == (DIVERGED, 13)
+    assert (result.outcome, result.diverged_at, result.cause) == (DIVERGED, 13, NON_FINITE)
     assert recorder.status == "FAILED"
     assert recorder.tags[OUTCOME] == DIVERGED and recorder.tags[DIVERGED_AT] == "13"
     assert max(s for s, _ in recorder.metrics[TRAIN_LOSS]) == 10  # nothing logged from step 13 on
@@ -124,28 +125,65 @@ def test_non_finite_loss_stops_the_run_at_that_step(tiny, tmp_path):
     assert state["step"] == 10 and all(torch.isfinite(v).all() for v in state["model"].values())
 
 
-def test_a_blow_up_past_any_centers_in_the_cube_is_divergence(tiny, tmp_path):
-    """lr 1.0 blows the tiny run's objective up by step 10 (1,374-9,462 for seeds 0-2, measured) with finite
-    weights: beyond n * d = 128, which no centers in the unit cube exceed, so it stops there, diverged."""
-    recorder, result = run(tiny + ["optim.lr=1.0", "seed=2"], tmp_path)
+def nan_gradients_at(step: int) -> Callable[[list[str], list[int], torch.Tensor], torch.Tensor]:
+    """A step hook that keeps every loss's value but makes its gradient NaN at `step`: sqrt's derivative at
+    0 is infinite and abs's is 0 there, so the added term is 0 and its gradient inf * 0."""
+
+    def hook(keys: list[str], steps: list[int], loss: torch.Tensor) -> torch.Tensor:
+        return loss + (loss - loss.detach()).abs().sqrt() if step in steps else loss
+
+    return hook
+
+
+def test_non_finite_weights_under_a_finite_loss_stop_the_run_at_that_step(tiny, tmp_path):
+    """NaN gradients under a finite loss make Adam propose NaN weights: the pack rejects them at that step,
+    before a NaN reaches the next forward pass (where the loss would turn non-finite one step late)."""
+    recorder = MemoryRecorder()
+    result = train(compose(tiny), recorder, tmp_path, hook=nan_gradients_at(13))
+    assert (result.outcome, result.diverged_at, result.cause) == (DIVERGED, 13, NON_FINITE)
+    assert recorder.tags[DIVERGED_AT] == "13"
+    state = checkpoint.load(checkpoint.last_path(tmp_path))
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_a_run_that_ends_past_any_centers_in_the_cube_is_diverged(tiny, tmp_path):
+    """lr 1.0, seed 1 blows the tiny run's objective up to 6,856 by step 10 with finite weights and ends at
+    3,030 (measured): beyond n * d = 128, which no centers in the unit cube exceed, so it is diverged, at
+    its last step, having trained to the end."""
+    recorder, result = run(tiny + ["optim.lr=1.0", "seed=1"], tmp_path)
     cfg = compose(tiny)
     assert objective_bound(cfg) == cfg.task.n * cfg.task.d == 128
-    assert (result.outcome, result.diverged_at, result.step) == (DIVERGED, 10, 10)
+    assert (result.outcome, result.diverged_at, result.step) == (DIVERGED, 40, 40)
     assert result.metrics[VAL_KMEANS] > 128 and blown_up(result.metrics, cfg)
+    assert (
+        result.cause == f"final validation k-means objective {result.metrics[VAL_KMEANS]:.4g} above n*d = 128"
+    )
     assert recorder.status == "FAILED" and recorder.tags[OUTCOME] == DIVERGED  # what claims and figures count
-    assert recorder.tags[DIVERGED_AT] == "10"
-    assert [s for s, _ in recorder.metrics[VAL_KMEANS]] == [0, 10]  # stopped: nothing after the blow-up
-    assert max(s for s, _ in recorder.metrics[TRAIN_LOSS]) == 10
+    assert recorder.tags[DIVERGED_AT] == "40"
+    assert [s for s, _ in recorder.metrics[VAL_KMEANS]] == [0, 10, 20, 30, 40]
     assert not blown_up({VAL_KMEANS: 128.0}, cfg) and blown_up({VAL_KMEANS: float("nan")}, cfg)
 
 
-def test_a_blown_up_model_leaves_its_pack_and_the_others_train_as_alone(tiny, tmp_path):
-    """The lr 1.0 model stops at its blow-up (step 10); its pack-mate finishes with a solo run's numbers
-    (dropout 0, so the pack draws nothing differently; to 1e-5, training.packed's tolerance)."""
+def test_a_blow_up_the_run_comes_back_from_leaves_it_finished(tiny, tmp_path):
+    """lr 0.3, seed 0 leaves the cube's range at step 10 (val_kmeans 267 > n * d = 128, measured) and comes
+    back to 6.5 by step 40: a worse local minimum, not divergence, so it finishes at its final value."""
+    recorder, result = run(tiny + ["optim.lr=0.3", "seed=0"], tmp_path)
+    assert (result.outcome, result.step, result.diverged_at, result.cause) == (FINISHED, 40, None, "")
+    objective = dict(recorder.metrics[VAL_KMEANS])
+    assert objective[10] > 128 > objective[40]
+    assert recorder.status == "FINISHED" and recorder.tags[OUTCOME] == FINISHED
+    assert DIVERGED_AT not in recorder.tags
+
+
+def test_a_diverging_model_trains_on_in_its_pack_and_the_others_train_as_alone(tiny, tmp_path):
+    """The lr 1.0 model blows up by step 10 and ends past n * d; it trains to the end beside its pack-mate,
+    which finishes with a solo run's numbers (dropout 0, so the pack draws nothing differently; to 1e-5,
+    training.packed's tolerance)."""
     cfgs = [compose(tiny + ["model.dropout=0", "seed=2", f"optim.lr={lr}"]) for lr in (1.0, 0.01)]
     recorders = [MemoryRecorder(), MemoryRecorder()]
     results = train_pack(cfgs, recorders, [tmp_path / "blown", tmp_path / "mate"])
-    assert [(r.outcome, r.step) for r in results] == [(DIVERGED, 10), (FINISHED, 40)]
+    assert [(r.outcome, r.step) for r in results] == [(DIVERGED, 40), (FINISHED, 40)]
+    assert recorders[0].metrics[VAL_KMEANS][1][1] > 128  # past the bound at step 10, yet it trained on
     alone, _ = run(tiny + ["model.dropout=0", "seed=2"], tmp_path / "alone")
     packed = recorders[1].metrics[VAL_REL_LLOYD]
     assert [s for s, _ in packed] == [s for s, _ in alone.metrics[VAL_REL_LLOYD]]

@@ -61,6 +61,9 @@ OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) 
 OnRound = Callable[[int, dict[Path, dict]], None]  # train_models(): (step, {workdir: metrics}) per round
 
 
+NON_FINITE = "non-finite loss or parameters"  # TrainResult.cause of a run the pack stopped
+
+
 @dataclass
 class TrainResult:
     outcome: str  # metrics.FINISHED or metrics.DIVERGED
@@ -69,6 +72,7 @@ class TrainResult:
     best_val: float  # lowest val_rel_lloyd seen
     run_id: str
     diverged_at: int | None = None
+    cause: str = ""  # why a diverged run diverged, in words: NON_FINITE or its final objective past n * d
 
 
 @dataclass
@@ -286,9 +290,11 @@ def train_models(
 
     The models step together as one pack (training.fused.Pack). The host reads
     their losses and divergences back only at train_loss points and
-    evaluations; a model that diverged is closed there, at the step it
-    diverged (non-finite), or at the evaluation whose objective blew up past
-    objective_bound, and leaves; the others go on. on_eval(step, {workdir: metrics})
+    evaluations; a model whose loss or weights turned non-finite is closed
+    there, at the step it diverged, and leaves; the others go on. Every other
+    model trains to train.steps, and its final evaluation decides: past
+    objective_bound it is diverged, else finished (a blow-up it came back from
+    leaves it finished at its worse final value). on_eval(step, {workdir: metrics})
     is called after each round of evaluations (the models step together, so
     they evaluate together), when every evaluated model's checkpoint is written.
     hook: the test-only faults of training.faults, given or set in the environment; None in real training.
@@ -308,7 +314,6 @@ def train_models(
         )
         fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
         tell(on_eval, evaluate(pack, fresh, active))
-        active = still_training(pack, active)
         bar = tqdm(
             total=cfgs[0].train.steps,
             initial=min(r.trainer.progress.step for r in active),
@@ -326,7 +331,7 @@ def train_models(
             tell(on_eval, evaluate(pack, due, active))
             for run in active:
                 if run.result is None and run.trainer.progress.step >= run.trainer.cfg.train.steps:
-                    close(run, FINISHED)
+                    end(run)
             show(bar, active[0].trainer)
             active = still_training(pack, active)
         bar.close()
@@ -352,9 +357,10 @@ def objective_bound(cfg: DictConfig) -> float:
     """n * d: the most any centers in the unit cube can give a task's k-means objective.
 
     Tasks live in the unit cube (tasks.sampler.to_unit_cube), so every point is within squared distance
-    d of any center inside it. A model whose mean validation objective exceeds this does worse than every
-    center placement in the data's own domain: it has blown up, not found a worse local minimum, and
-    its run is diverged (docs/science.md, "Divergence").
+    d of any center inside it. A model whose final mean validation objective exceeds this ends worse than
+    every center placement in the data's own domain: it has blown up, not found a worse local minimum, and
+    its run is diverged (docs/science.md, "Divergence"). A blow-up it comes back from before the end is
+    not: its run ends at the worse local minimum it found.
     """
     return float(cfg.task.n * cfg.task.d)
 
@@ -362,6 +368,19 @@ def objective_bound(cfg: DictConfig) -> float:
 def blown_up(metrics: dict[str, float], cfg: DictConfig) -> bool:
     """Whether an evaluation's val_kmeans leaves the range of any centers in the cube (NaN included)."""
     return not metrics[VAL_KMEANS] <= objective_bound(cfg)
+
+
+def end(run: Run) -> None:
+    """Close a run that trained to train.steps: diverged if its final evaluation is past objective_bound
+    (or not finite), else finished."""
+    cfg, metrics = run.trainer.cfg, run.trainer.progress.metrics
+    if not blown_up(metrics, cfg):
+        close(run, FINISHED)
+        return
+    bound = objective_bound(cfg)
+    close(
+        run, DIVERGED, f"final validation k-means objective {metrics[VAL_KMEANS]:.4g} above n*d = {bound:g}"
+    )
 
 
 def record(run: Run, losses: list[float], diverged_at: int, now: int) -> bool:
@@ -374,7 +393,7 @@ def record(run: Run, losses: list[float], diverged_at: int, now: int) -> bool:
     if diverged_at:
         p.window.extend(losses[: diverged_at - p.step - 1])
         p.step = diverged_at
-        close(run, DIVERGED)
+        close(run, DIVERGED, NON_FINITE)
         return False
     p.window.extend(losses)
     p.step = now
@@ -433,14 +452,13 @@ def evaluate(pack: Pack, rows: list[int], runs: list[Run]) -> list[Run]:
         checkpoint.save(state, checkpoint.last_path(run.workdir))
         if improved:
             checkpoint.save(state, checkpoint.best_path(run.workdir))
-        if blown_up(m, trainer.cfg):  # stops here, recorded as diverged at this evaluation
-            close(run, DIVERGED)
     pack.set_lrs()
     return [runs[row] for row in rows]
 
 
-def close(run: Run, outcome: str) -> None:
-    """Store checkpoints and curves, tag the outcome, end the run with its result."""
+def close(run: Run, outcome: str, cause: str = "") -> None:
+    """Store checkpoints and curves, tag the outcome, end the run with its result (a diverged one with its
+    cause)."""
     p, diverged = run.trainer.progress, outcome == DIVERGED
     run.recorder.flush()
     for path in (checkpoint.best_path(run.workdir), checkpoint.last_path(run.workdir)):
@@ -450,7 +468,9 @@ def close(run: Run, outcome: str) -> None:
     run.recorder.log_artifact(run.workdir / CURVE_ARTIFACT)
     run.recorder.set_tags({OUTCOME: outcome, **({DIVERGED_AT: str(p.step)} if diverged else {})})
     run.recorder.finish("FAILED" if diverged else "FINISHED")
-    run.result = TrainResult(outcome, p.step, p.metrics, p.best_val, run.run_id, p.step if diverged else None)
+    run.result = TrainResult(
+        outcome, p.step, p.metrics, p.best_val, run.run_id, p.step if diverged else None, cause
+    )
 
 
 def plot_curves(history: dict[str, list[list[float]]], path: Path) -> None:

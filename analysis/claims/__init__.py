@@ -45,10 +45,9 @@ def main(argv: list[str]) -> int:
     ctx, _ = open_context(argv)
     claims = check(ctx)
     for claim in claims:
-        mark = f" ({claim.marginal} marginal)" if claim.marginal else ""
         beyond = " [beyond the paper]" if claim.beyond else ""
         print(
-            f"{claim.status:<8} {claim.name}{beyond}{mark}\n"
+            f"{claim.status:<8} {claim.name}{beyond}{claim.mark()}\n"
             f'{"":9}paper:    "{claim.paper}" ({claim.source})\n'
             f"{'':9}measured: {claim.numbers}"
         )

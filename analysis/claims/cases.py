@@ -55,11 +55,17 @@ class Part:
     what: str
     cases: list[Case]
     expected: int | None = None
+    without_diverged: str = ""  # the part's verdict without the diverged runs, where that differs
 
     def describe(self) -> str:
         of = f" of {self.expected} in the paper grid" if self.expected is not None else ""
+        rests = (
+            f" [rests on diverged runs: {self.without_diverged} without them]"
+            if self.without_diverged
+            else ""
+        )
         if not self.cases:
-            return f"{self.what}: untested, no case{of}"
+            return f"{self.what}: untested, no case{of}{rests}"
         shown = []
         for word, holds in (("fails", False), ("holds", True)):
             chosen = [c for c in self.cases if c.holds == holds]
@@ -70,7 +76,7 @@ class Part:
                 more = f" +{len(items) - SHOWN} more" if len(items) > SHOWN else ""
                 shown.append(f"{word}: {', '.join(items[:SHOWN])}{more}")
         held = sum(c.holds for c in self.cases)
-        return f"{self.what}: {held}/{len(self.cases)} cases{of} ({'; '.join(shown)})"
+        return f"{self.what}: {held}/{len(self.cases)} cases{of}{rests} ({'; '.join(shown)})"
 
 
 def verdict(parts: list[Part]) -> str:

@@ -10,7 +10,7 @@ analysis.claims.from_context builds it from a store.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pandas as pd
@@ -21,7 +21,7 @@ from analysis.claims.grid import flat_history, grid_runs
 from analysis.claims.scopes import Scope
 from analysis.context import scope
 from analysis.runs import config_keys
-from tracking.names import SEED, VAL_REL_LLOYD
+from tracking.names import DIVERGED, OUTCOME, SEED, VAL_REL_LLOYD
 
 
 @dataclass
@@ -50,6 +50,7 @@ class View:
     scope: Scope | None
     notes: list[str] = field(default_factory=list)
     probed: bool = False  # it read a probe (whose cases the paper grid cannot count)
+    read_diverged: bool = False  # a scope it read holds a diverged run
 
     @property
     def T(self) -> int:
@@ -61,6 +62,7 @@ class View:
         note = summary(runs, subgrid, slice_, self.evidence.grid)
         if note not in self.notes:
             self.notes.append(note)
+        self.read_diverged |= bool(OUTCOME in runs and (runs[OUTCOME] == DIVERGED).any())
         return runs
 
     def finals(self, metric: str, where: Scope | None = None) -> pd.DataFrame:
@@ -103,6 +105,15 @@ class Claim:
     source: str = ""  # where the words stand in the paper
     marginal: int = 0  # cases whose seeds' IQR of the margin straddles zero
     beyond: bool = False  # a finding beyond the paper: its own heading, not among the paper's claims
+    without_diverged: str = ""  # the verdict without the diverged runs, where that differs from `status`
+
+    def mark(self) -> str:
+        """What is printed beside the verdict: the marginal cases, and the verdict it rests on diverged runs
+        for."""
+        marks = [f"{self.marginal} marginal"] if self.marginal else []
+        if self.without_diverged:
+            marks.append(f"{self.without_diverged} without its diverged runs")
+        return f" ({', '.join(marks)})" if marks else ""
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,29 @@ def judge(record: Record, evidence: Evidence) -> Claim:
         full = View(Evidence(grid_runs(evidence.grid), None, evidence.T, history=flat_history), record.scope)
         for part, counted in zip(parts, record.judge(full)):
             part.expected = None if full.probed else len(counted.cases)
+    status = verdict(parts)
+    alone = without_diverged(record, evidence, parts) if view.read_diverged else status
     numbers = "; ".join([*view.notes, *(part.describe() for part in parts)])
     marginal = sum(c.marginal for part in parts for c in part.cases)
-    return Claim(record.name, verdict(parts), numbers, record.paper, record.source, marginal, record.beyond)
+    return Claim(
+        record.name,
+        status,
+        numbers,
+        record.paper,
+        record.source,
+        marginal,
+        record.beyond,
+        "" if alone == status else alone,
+    )
+
+
+def without_diverged(record: Record, evidence: Evidence, parts: list[Part]) -> str:
+    """The verdict on the evidence less its diverged runs; each of `parts` (the judge's on all of it) whose
+    own verdict that changes notes the other (Part.without_diverged). A diverged run counts as +inf, which
+    beats nothing: a verdict that rests on that says so beside itself."""
+    kept = replace(evidence, runs=evidence.runs[evidence.runs[OUTCOME] != DIVERGED], grid=None)
+    rejudged = record.judge(View(kept, record.scope))
+    for part, other in zip(parts, rejudged):
+        if verdict([other]) != verdict([part]):
+            part.without_diverged = verdict([other])
+    return verdict(rejudged)

@@ -31,15 +31,15 @@ def _cell(text: object) -> str:
 
 
 def markdown(claims: list[Claim], level: int = 2) -> str:
-    """claims.md: the paper's claims, then those beyond the paper under their own heading; a claim with
-    marginal cases says how many (its verdict unchanged)."""
+    """claims.md: the paper's claims, then those beyond the paper under their own heading; beside its verdict
+    a claim says how many marginal cases it has (its verdict unchanged) and its verdict without its diverged
+    runs where that differs (Claim.mark)."""
 
     def table(chosen: list[Claim]) -> str:
         lines = ["| status | name | numbers | paper |", "|---|---|---|---|"]
         for c in chosen:
-            mark = f" ({c.marginal} marginal)" if c.marginal else ""
             words = f'"{c.paper}" ({c.source})' if c.source else f'"{c.paper}"'
-            lines.append(f"| {c.status}{mark} | `{c.name}` | {_cell(c.numbers)} | {_cell(words)} |")
+            lines.append(f"| {c.status}{c.mark()} | `{c.name}` | {_cell(c.numbers)} | {_cell(words)} |")
         return "\n".join(lines)
 
     paper = [c for c in claims if not c.beyond]
