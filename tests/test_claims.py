@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims.cases import FAIL, PASS, UNTESTED, compare, lt, verdict
+from analysis.claims.cases import FAIL, PASS, UNTESTED, Part, compare, lt, verdict
 from analysis.claims.configurations import D32_RUNS
 from analysis.claims.evidence import Claim, Evidence, Record, View, judge
 from analysis.claims.from_context import combined, probe_rows
@@ -215,7 +215,8 @@ def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
 
 def test_ne_val_rises_needs_the_histories() -> None:
     claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(holding("ne_val_rises_tau1"), GRID, T))
-    assert claim.status == FAIL  # no history: nan first and lowest compare false, never a PASS
+    assert claim.status == UNTESTED  # no history: no first or lowest value, so no margin, never a PASS
+    assert "not judged: " in claim.numbers
     claim = judged("ne_val_rises_tau1", holding("ne_val_rises_tau1"))
     assert (
         "final 1.100 vs lowest x1.1 1.045" in claim.numbers and "final 0.900 vs first 1.200" in claim.numbers
@@ -245,6 +246,46 @@ def test_ne_val_rises_judges_a_rise_beyond_noise_and_l2_against_its_first_traine
     old_ne = (runs[REG] == "ne") & (runs[VAL_REL_LLOYD] > 0.95)  # the old judge: final above the lowest
     old_l2 = (runs[REG] == "l2") & (runs[VAL_REL_LLOYD] < 1.5)  # ... and below step 0
     assert (old_ne | old_l2).all()
+
+
+def test_ne_rise_is_judged_by_the_sign_of_its_printed_margin_alone() -> None:
+    """At 10 seeds, 6 NE seeds end 20% above their lowest and 4 end at it: the median of final - 1.1 x lowest
+    is +0.1 x lowest, so NE rises by its printed margin. The old judge also asked the seeds' IQR of the rise
+    (final - lowest) to lie above zero, a number printed apart from the margin: its 25th percentile is the
+    flat seeds' 0, so it FAILed a claim whose printed margin holds."""
+    seeds = tuple(range(1, 11))
+    runs = holding("ne_val_rises_tau1", seeds=seeds)
+    rises = (runs[REG] == "ne") & (runs[SEED] > 4)
+    runs[VAL_REL_LLOYD] = np.where(runs[REG] == "l2", 0.9, np.where(rises, 1.2, 1.0))
+
+    def curves(runs: pd.DataFrame) -> pd.DataFrame:
+        rows = []
+        for _, run in runs.iterrows():
+            first = 1.2 if run[REG] == "l2" else 1.0
+            points = ((0, 1.5), (50, first), (100, run[VAL_REL_LLOYD]))
+            rows += [{"run_id": run["run_id"], "step": s, "value": v} for s, v in points]
+        return pd.DataFrame(rows)
+
+    claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(runs, GRID, T, history=curves))
+    assert claim.status == PASS, claim.numbers
+    assert "final 1.200 vs lowest x1.1 1.100 (margin +0.100, IQR [-0.100, +0.100], marginal)" in claim.numbers
+    assert "rise IQR" not in claim.numbers
+
+
+def test_a_case_no_seed_judges_is_untested_never_fail() -> None:
+    """l2's runs with seeds 1 and 2, ne's with 3 and 4: no seed has both, so no case has a margin. The old
+    judge printed "not judged" beside such a case and counted it as failing (holds(nan, 0) is false)."""
+    runs = holding("l2_lower_train_loss")
+    runs.loc[runs[REG] == "ne", SEED] += 2
+    claim = judged("l2_lower_train_loss", runs)
+    assert claim.status == UNTESTED, claim.numbers
+    assert "0/24 cases" in claim.numbers and "not judged: " in claim.numbers and "fails:" not in claim.numbers
+    unjudged = compare("u", pd.Series([1.0, 2.0], index=[1, 2]), pd.Series([3.0, 4.0], index=[3, 4]), lt, "")
+    held = compare("h", pd.Series([1.0, 2.0], index=[1, 2]), 3.0, lt, "")
+    failed = compare("f", pd.Series([4.0, 5.0], index=[1, 2]), 3.0, lt, "")
+    assert (unjudged.judged, unjudged.holds, unjudged.fails) == (False, False, False)
+    assert verdict([Part("p", [held, unjudged])]) == UNTESTED  # a PASS needs every case judged
+    assert verdict([Part("p", [held, unjudged, failed])]) == FAIL  # a counterexample still decides
 
 
 def test_never_pass_on_zero_cases() -> None:

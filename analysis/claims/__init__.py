@@ -8,15 +8,16 @@ diverged seed counts as +inf (it beats nothing: neither Lloyd's nor a lower
 loss) and an unfinished one not at all; a configuration with fewer than 2
 seeds is left out. A judge returns a few parts ("every OH/BN configuration
 < 1", "every NA one >= 1") over the cases its scope holds: one failing case
-makes the claim FAIL, else a part without cases makes it UNTESTED (never PASS
-on zero cases), else PASS. Probes compare the models' median (over seeds) mean
+makes the claim FAIL, else a part without cases, or a case without a margin
+(no seed on both sides: not judged), makes it UNTESTED (never PASS on zero
+cases), else PASS. Probes compare the models' median (over seeds) mean
 log objective with Lloyd's after the same T steps, on the models the figures
 draw (the report's probe figures).
 
 A case compares a model with its reference seed by seed: its margin is the
 median over seeds of the paired difference (model minus reference), the case
-holds when that margin has the claimed sign, so a verdict never disagrees with
-the margin printed beside it; the seeds' IQR of the difference is printed too,
+holds when that margin has the claimed sign and by nothing else, so every
+verdict is the sign of the margin printed beside it; the seeds' IQR of the difference is printed too,
 and a case whose IQR straddles zero is marked *marginal*, which informs and
 never changes a verdict. The claims beyond the paper are the platform's own findings, judged
 by the same rules, reported under their own heading and never counted among

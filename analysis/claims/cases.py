@@ -1,11 +1,12 @@
 """Cases, parts and verdicts: how a claim's comparisons decide it.
 
 A case compares a model with its reference seed by seed: its margin is the median over seeds of the paired
-difference (model minus reference), and the case holds when that margin has the claimed sign, so a verdict
-never disagrees with the margin printed beside it. The seeds' IQR of the difference is printed too; a case
-whose IQR straddles zero is *marginal*, which informs and never changes a verdict. A part is one condition of
-a claim over its cases; one failing case makes the claim FAIL, else a part without cases makes it UNTESTED
-(never PASS on zero cases), else PASS.
+difference (model minus reference), and the case holds when that margin has the claimed sign. A case holds
+by nothing else, so a verdict is always the sign of the margin printed beside it; a case without a margin
+(no seed with a value on both sides) is not judged, neither holding nor failing. The seeds' IQR of the
+difference is printed too; a case whose IQR straddles zero is *marginal*, which informs and never changes a
+verdict. A part is one condition of a claim over its cases; one failing case makes the claim FAIL, else a
+part without cases or a case not judged makes it UNTESTED (never PASS on zero cases), else PASS.
 """
 
 from __future__ import annotations
@@ -23,24 +24,37 @@ SHOWN = 4  # cases printed per part and outcome
 
 @dataclass
 class Case:
-    """One comparison: `measured` in words, whether it holds, the margin (the median over seeds of the paired
-    difference model minus reference, whose sign the verdict reads) and the seeds' IQR of that difference."""
+    """One comparison: `measured` in words, the margin (the median over seeds of the paired difference model
+    minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge) and
+    the seeds' IQR of that difference."""
 
     label: str
     measured: str
-    holds: bool
-    margin: float = math.nan
+    margin: float
+    claimed: Callable[[float, float], bool]
     iqr: tuple[float, float] = (math.nan, math.nan)
+
+    @property
+    def judged(self) -> bool:
+        return not math.isnan(self.margin)
+
+    @property
+    def holds(self) -> bool:
+        return self.judged and bool(self.claimed(self.margin, 0.0))
+
+    @property
+    def fails(self) -> bool:
+        return self.judged and not self.holds
 
     @property
     def marginal(self) -> bool:
         return bool(self.iqr[0] < 0 < self.iqr[1])
 
     def describe(self) -> str:
+        if not self.judged:
+            return f"{self.label} {self.measured} (no seed with a value on both sides)"
         if math.isnan(self.iqr[0]) and math.isnan(self.iqr[1]):  # one measurement, no seeds to spread over
-            return f"{self.label} {self.measured}" + (
-                "" if math.isnan(self.margin) else f" (margin {signed(self.margin)})"
-            )
+            return f"{self.label} {self.measured} (margin {signed(self.margin)})"
         mark = ", marginal" if self.marginal else ""
         return (
             f"{self.label} {self.measured} (margin {signed(self.margin)}, "
@@ -67,8 +81,11 @@ class Part:
         if not self.cases:
             return f"{self.what}: untested, no case{of}{rests}"
         shown = []
-        for word, holds in (("fails", False), ("holds", True)):
-            chosen = [c for c in self.cases if c.holds == holds]
+        for word, chosen in (
+            ("fails", [c for c in self.cases if c.fails]),
+            ("holds", [c for c in self.cases if c.holds]),
+            ("not judged", [c for c in self.cases if not c.judged]),
+        ):
             items = [
                 c.describe() for c in sorted(chosen, key=lambda c: not c.marginal)
             ]  # marginal ones first
@@ -80,10 +97,13 @@ class Part:
 
 
 def verdict(parts: list[Part]) -> str:
-    """FAIL on any failing case (a counterexample decides); else UNTESTED if a part has no case; else PASS."""
-    if any(not c.holds for part in parts for c in part.cases):
+    """FAIL on any failing case (a counterexample decides); else UNTESTED if a part has no case or a case is
+    not judged; else PASS."""
+    cases = [c for part in parts for c in part.cases]
+    if any(c.fails for c in cases):
         return FAIL
-    return PASS if parts and all(part.cases for part in parts) else UNTESTED
+    tested = parts and all(part.cases for part in parts) and all(c.judged for c in cases)
+    return PASS if tested else UNTESTED
 
 
 def fmt(value: float) -> str:
@@ -122,7 +142,8 @@ def compare(
 ) -> Case:
     """A case from per-seed values (indexed by seed), judged on the paired differences: holds(m, 0) for m the
     median over seeds of model - reference (seeds both sides have; every seed for a fixed reference), the
-    margin printed. `words` shows the two medians ({a}, {b}); they inform, the margin decides."""
+    margin printed; not judged without such a seed. `words` shows the two medians ({a}, {b}); they inform,
+    the margin decides."""
     a = _median(model)
     if isinstance(reference, pd.Series):
         b, common = _median(reference), model.index.intersection(reference.index)
@@ -131,10 +152,7 @@ def compare(
         b = float(reference)
         diffs = np.array([_margin(v, b) for v in model], dtype=float)
     margin = float(np.median(diffs)) if len(diffs) else math.nan
-    measured = words.format(a=fmt(a), b=fmt(b))
-    if not len(diffs):
-        measured += " (no seed on both sides: not judged)"
-    return Case(label, measured, bool(holds(margin, 0.0)), margin, iqr(diffs))
+    return Case(label, words.format(a=fmt(a), b=fmt(b)), margin, holds, iqr(diffs))
 
 
 # The claimed signs a case is judged on: holds(margin, 0).

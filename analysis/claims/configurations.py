@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from analysis.claims.cases import Case, compare, iqr
+from analysis.claims.cases import Case, compare, gt, iqr
 from analysis.claims.scopes import AXES, EMB, D, K
 from analysis.context import scope, varying
 from analysis.runs import config_keys
@@ -153,7 +153,5 @@ def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "on
             f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "
             f"vs {short(EMB, steady)} {rise[steady]:+.3f}"
         )
-        cases.append(
-            Case(config_label(part.iloc[0], keys), words, bool(margin > 0), float(margin), iqr(diffs))
-        )
+        cases.append(Case(config_label(part.iloc[0], keys), words, float(margin), gt, iqr(diffs)))
     return cases
