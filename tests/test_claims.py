@@ -288,6 +288,17 @@ def test_a_case_no_seed_judges_is_untested_never_fail() -> None:
     assert verdict([Part("p", [held, unjudged, failed])]) == FAIL  # a counterexample still decides
 
 
+def test_bn_falling_with_k_never_rises_more_than_oh_falling_faster() -> None:
+    """BN/L2 falls by 0.038 from k 6 to 25 and OH/L2 by 0.19: BN does not rise at all, so the clause fails
+    (margin: BN's rise less OH's rise clipped at 0, -0.038). Without the clip OH's fall would count as a
+    negative rise and BN's smaller fall as rising by more (+0.152)."""
+    value = lambda c: 0.9 - (0.002 if c[EMB] == "binary" else 0.01) * c[K]  # noqa: E731
+    claim = judged("clusters_d4_tau01", runs_of(GRID, value))
+    assert claim.status == FAIL, claim.numbers
+    assert "rises with k by more than OH/L2's: 0/" in claim.numbers
+    assert "k 6->25: BN -0.038 vs OH -0.190 (margin -0.038" in claim.numbers
+
+
 def test_never_pass_on_zero_cases() -> None:
     """tau01 with OH/BN configurations all below 1 but no NA one: UNTESTED, saying what is missing."""
     runs = holding("tau01_beats_lloyd")
