@@ -48,7 +48,7 @@ from training.checkpoint import last_path, load
 from training.determinism import set_deterministic
 from training.fused import Pack
 from training.gpu_share import cap_memory, memory_fraction
-from training.loop import Trainer, pick_device, train
+from training.loop import Trainer, cuda_index, pick_device, train
 from training.packed import train_pack
 
 TOLERANCE = 1e-5
@@ -203,7 +203,7 @@ def check_memory_cap(device: torch.device, share: float = 0.25) -> dict:
         except torch.OutOfMemoryError:
             refused = True
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, cuda_index(device))
         free(device)
     return {"ok": refused, "share": share, "cap_bytes": cap, "beyond_cap_refused": refused}
 

@@ -1,6 +1,9 @@
 """Devices and GPUs, shown on a CPU: the settings refused before any job starts, a trial's share of its GPU,
 RNG states resumed onto the GPUs a node has, and the system metrics a run shows in MLflow's System tab.
 
+Where CUDA itself is needed, torch.cuda's calls that reach the driver are replaced in-process, and torch's
+own Python around them (its checks of the arguments) runs as it is.
+
 Each command is called through its entry function (what its console script runs), one through a real
 `python -m` subprocess. The sweep's system metrics are read from the session's smoke store
 (tests/conftest.py) with MLflow's client.
@@ -14,6 +17,7 @@ import subprocess
 import sys
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -23,6 +27,7 @@ from support.configs import NO_DASHBOARD, SHORT
 from support.repo import REPO
 from support.sweeps import children
 
+from bench.gpu import check_memory_cap
 from bench.pack import Plan, isolated_peaks, pack_models, pack_step
 from cli import exit_codes
 from config.compose import compose
@@ -38,7 +43,7 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 from training.checkpoint import cuda_rng_states
-from training.gpu_share import memory_fraction
+from training.gpu_share import cap_memory, memory_fraction
 from training.system_metrics import SystemSampler, nvml_id
 
 CPU_AND_MEMORY = set(SYSTEM_METRICS)
@@ -142,6 +147,59 @@ def test_a_trial_caps_its_memory_at_its_share_of_a_gpu():
     assert memory_fraction(cuda, 0.1) == 0.1 and memory_fraction(cuda, 0.5) == 0.5
     assert memory_fraction(cuda, 1) is None and memory_fraction(cuda, 2) is None  # whole GPUs: no cap
     assert memory_fraction(cuda, 0) is None and memory_fraction(cpu, 0.5) is None
+
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+CURRENT_GPU = 2  # torch.cuda.current_device() under cuda_without_a_driver: not 0, so that it shows where used
+
+
+@pytest.fixture
+def cuda_without_a_driver(monkeypatch) -> dict[int, float]:
+    """torch.cuda.set_per_process_memory_fraction as torch runs it, its check of the device included, with
+    the two calls that need a driver replaced: CUDA's start (nothing) and the allocator's setting (recorded).
+    Returns the fractions set, by device index; the current device is CURRENT_GPU."""
+    fractions: dict[int, float] = {}
+    monkeypatch.setattr(torch.cuda.memory, "_lazy_init", lambda: None)
+    monkeypatch.setattr(
+        torch._C, "_cuda_setMemoryFraction", lambda f, index: fractions.update({index: f}), raising=False
+    )
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: CURRENT_GPU)
+    return fractions
+
+
+def test_a_trial_sharing_a_gpu_caps_the_current_device(cuda_without_a_driver):
+    """pick_device's cuda has no index, which torch's call refuses (every trial sharing a GPU crashed at its
+    start): the cap goes to the current device, or to the index a device names."""
+    with pytest.raises(ValueError, match="Expected a torch.device with a specified index or an integer"):
+        torch.cuda.set_per_process_memory_fraction(0.1, CUDA)
+    assert cap_memory(CUDA, 0.1) == 0.1 and cuda_without_a_driver == {CURRENT_GPU: 0.1}
+    assert cap_memory(torch.device("cuda:1"), 0.25) == 0.25 and cuda_without_a_driver[1] == 0.25
+    assert cap_memory(CUDA, 1.0) is None and cap_memory(CPU, 0.5) is None
+    assert cuda_without_a_driver == {CURRENT_GPU: 0.1, 1: 0.25}
+
+
+def test_bench_gpu_caps_and_lifts_a_trials_share_on_cuda(cuda_without_a_driver, monkeypatch):
+    """`python -m bench gpu`'s memory_cap on CUDA, against an allocator that keeps to the fraction set: within
+    the cap an allocation succeeds, beyond it one fails, and the cap is lifted on the same device after."""
+    total = 2**30
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=total)
+    )
+
+    def empty(size: int, dtype: torch.dtype, device: torch.device) -> object:
+        assert device == CUDA and dtype == torch.uint8
+        if size > cuda_without_a_driver[CURRENT_GPU] * total:
+            raise torch.OutOfMemoryError("CUDA out of memory (the stand-in allocator's cap)")
+        return object()
+
+    monkeypatch.setattr(torch, "empty", empty)
+    assert check_memory_cap(CUDA, 0.25) == {
+        "ok": True,
+        "share": 0.25,
+        "cap_bytes": total // 4,
+        "beyond_cap_refused": True,
+    }
+    assert cuda_without_a_driver == {CURRENT_GPU: 1.0}  # lifted
 
 
 def test_cuda_rng_states_resume_onto_the_gpus_a_node_has():

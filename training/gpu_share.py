@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from training.loop import cuda_index
+
 
 def memory_fraction(device: torch.device, share: float) -> float | None:
     """The fraction of `device`'s memory a trial reserving `share` of a GPU may use; None: no cap (not CUDA,
@@ -23,5 +25,5 @@ def cap_memory(device: torch.device, share: float) -> float | None:
     """Cap this process's CUDA allocations on `device` at its share (memory_fraction): the cap, or None."""
     fraction = memory_fraction(device, share)
     if fraction is not None:
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        torch.cuda.set_per_process_memory_fraction(fraction, cuda_index(device))
     return fraction

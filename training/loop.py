@@ -109,6 +109,12 @@ def pick_device(name: str, key: str = "train.device") -> torch.device:
     return device
 
 
+def cuda_index(device: torch.device) -> int:
+    """The index of CUDA `device`; pick_device's cuda has none, which means the current device, and calls such
+    as torch.cuda.set_per_process_memory_fraction refuse a device without one."""
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 def task_spec(cfg: DictConfig) -> TaskSpec:
     return TaskSpec(**OmegaConf.to_container(cfg.task))
 
@@ -214,9 +220,7 @@ class Trainer:
 
     def cuda_index(self) -> int | None:
         """The visible index of the GPU this model trains on; None when not on CUDA."""
-        if self.device.type != "cuda":
-            return None
-        return self.device.index if self.device.index is not None else torch.cuda.current_device()
+        return cuda_index(self.device) if self.device.type == "cuda" else None
 
     @property
     def lr(self) -> float:
