@@ -345,11 +345,12 @@ def validate(cfg: DictConfig) -> None:
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _tracking(cfg)
     _positive("cluster.cpus_per_trial", c.cpus_per_trial)
+    # Ray would reserve whole GPUs above 1, but a trial trains on one (training.gpu_share.trial_device).
     _require(
-        c.gpus_per_trial >= 0 and (c.gpus_per_trial <= 1 or c.gpus_per_trial == int(c.gpus_per_trial)),
+        0 <= c.gpus_per_trial <= 1,
         "cluster.gpus_per_trial",
         c.gpus_per_trial,
-        "a number in [0, 1] or a whole number (Ray shares a GPU in fractions below 1, not above)",
+        "a number in [0, 1]: a fraction below 1 shares a GPU, and a trial trains on one GPU at most",
     )
     _require(
         c.max_concurrent is None or c.max_concurrent >= 1,

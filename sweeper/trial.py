@@ -10,8 +10,9 @@ up to, so the driver's MlflowWriter stores points and checkpoint location in
 step. The trial's checkpoint is its work folder, one
 subfolder per member. A trial resumes from the checkpoint Tune gives back
 after a crash, or from the ones a restarted sweep found recorded in its
-members' unfinished MLflow runs. On CUDA a trial caps its memory at its share
-of the GPU (training.gpu_share), and each report carries a sample of its
+members' unfinished MLflow runs. A trial that reserved a GPU trains on it or
+fails at its start saying why, and caps its memory at its share of the GPU
+(training.gpu_share); each report carries a sample of its
 process's CPU, memory and GPU (training.system_metrics) into every member's run.
 """
 
@@ -189,8 +190,7 @@ def run_trial(config: dict, *, work: Work) -> None:
     """Tune's function trainable: trains the members of the trial of `work` that `config` names."""
     # Imported here, in the Ray worker: the driver imports this module for Tune, and training would make it
     # import torch (1.4 s of CPU) for nothing.
-    from training.gpu_share import cap_memory
-    from training.loop import pick_device
+    from training.gpu_share import cap_memory, trial_device
     from training.packed import train_pack
     from training.system_metrics import SystemSampler
 
@@ -205,8 +205,9 @@ def run_trial(config: dict, *, work: Work) -> None:
                 f"trial member {member.key} composed to {config_hash(cfgs[-1])}: "
                 f"base overrides {list(work.base)}"
             )
-    device = pick_device(cfgs[0].train.device)
-    cap_memory(device, cfgs[0].cluster.gpus_per_trial)  # trials sharing a GPU keep to their shares
+    share = cfgs[0].cluster.gpus_per_trial
+    device = trial_device(cfgs[0].train.device, share)  # a reserved GPU is trained on, or the trial fails
+    cap_memory(device, share)  # trials sharing a GPU keep to their shares
     reporter = Reporter(
         keys,
         Path(tune.get_context().get_trial_dir()) / "work",

@@ -115,7 +115,7 @@ OUT_OF_RANGE = {
     "cluster.cpus_per_trial": NOT_POSITIVE,
     "cluster.gpus_per_trial": st.one_of(
         st.floats(max_value=0, exclude_max=True, allow_nan=False, allow_infinity=False),
-        st.floats(min_value=1, max_value=1e6, exclude_min=True).filter(lambda x: x != int(x)),
+        st.floats(min_value=1, max_value=1e6, exclude_min=True),
     ).map(repr),
     "cluster.max_concurrent": below(1),
     "cluster.max_failures": below(-1),

@@ -946,7 +946,7 @@ def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
 
 # --- resources: the same in docs/cluster.md and both cluster files ---------------------------------
 
-RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial")
+RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial", "train.device")
 
 
 def cluster_sweeps() -> dict[str, list[str]]:
@@ -968,9 +968,10 @@ def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     assert len(sweeps) == 4, list(sweeps)  # docs/cluster.md: `ray job submit` and Ray started by hand
     stated = {name: tuple(override(args, key) for key in RESOURCES) for name, args in sweeps.items()}
     assert len(set(stated.values())) == 1, f"stated differently: {stated}"
-    pack, cpus, gpus = stated.popitem()[1]
+    pack, cpus, gpus, device = stated.popitem()[1]
     cpus_per_trial, gpus_per_trial = float(cpus), float(gpus)
     assert pack == "seeds", "a trial trains the ten seeds of a configuration together"
+    assert device == "cuda", "a trial whose CUDA does not start fails, rather than training on the CPU"
     assert TRIALS_PER_GPU * gpus_per_trial == pytest.approx(1)
     for name, args in sweeps.items():
         assert override(args, "sweep") == "paper" and override(args, "cluster.address") == "auto", name

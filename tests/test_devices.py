@@ -1,5 +1,5 @@
-"""Devices and GPUs, shown on a CPU: the settings refused before any job starts, a trial's share of its GPU,
-RNG states resumed onto the GPUs a node has, and the system metrics a run shows in MLflow's System tab.
+"""Devices and GPUs, shown on a CPU: the settings refused before any job starts, a trial's GPU and its share
+of it, RNG states resumed onto the GPUs a node has, and the system metrics a run shows in MLflow's System tab.
 
 Where CUDA itself is needed, torch.cuda's calls that reach the driver are replaced in-process, and torch's
 own Python around them (its checks of the arguments) runs as it is.
@@ -43,7 +43,7 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 from training.checkpoint import cuda_rng_states
-from training.gpu_share import cap_memory, memory_fraction
+from training.gpu_share import cap_memory, memory_fraction, trial_device
 from training.system_metrics import SystemSampler, nvml_id
 
 CPU_AND_MEMORY = set(SYSTEM_METRICS)
@@ -62,12 +62,17 @@ CPU_AND_MEMORY = set(SYSTEM_METRICS)
             "GPUs from 0",
         ),
         (
-            ["train.device=cuda:0", "cluster.gpus_per_trial=2"],
+            ["train.device=cuda:0", "cluster.gpus_per_trial=0.5"],
             "train.device='cuda:0' is not allowed: cpu, auto or cuda in a sweep",
         ),
         (
             ["cluster.gpus_per_trial=1.5"],
-            "cluster.gpus_per_trial=1.5 is not allowed: a number in [0, 1] or a whole number",
+            "cluster.gpus_per_trial=1.5 is not allowed: a number in [0, 1]: a fraction below 1 shares a GPU, "
+            "and a trial trains on one GPU at most",
+        ),
+        (  # Ray would reserve two whole GPUs, and the trial would train on one
+            ["train.device=cuda", "cluster.gpus_per_trial=2"],
+            "cluster.gpus_per_trial=2.0 is not allowed: a number in [0, 1]",
         ),
         (
             ["train.compile=cudagraphs"],
@@ -82,21 +87,24 @@ def test_a_sweep_refuses_devices_its_trials_cannot_have(overrides, message, caps
     assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
 
 
-@pytest.mark.parametrize("gpus", ["0.25", "1", "2"])
+@pytest.mark.parametrize("gpus", ["0.25", "1"])
 def test_a_sweep_takes_cuda_with_gpus_reserved(gpus, capsys):
-    """Fractions below 1 share a GPU, whole numbers above; the driver itself may have no GPU (a CPU head)."""
+    """Fractions below 1 share a GPU; the driver itself may have no GPU (a CPU head)."""
     args = ["sweep=smoke", "train.device=cuda", f"cluster.gpus_per_trial={gpus}", "sweep.dry_run=true"]
     assert sweep.main(args) == 0
     assert capsys.readouterr().err == ""
 
 
 @pytest.mark.slow  # starts a local Ray instance
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a trial reserves one GPU at most, and this machine has one"
+)
 def test_a_local_sweep_refuses_more_gpus_than_this_machine_has(sqlite_uri, tmp_path, capsys):
     """A local Ray instance (cluster.address null) is this machine: a trial reserving a GPU it lacks would
     wait forever, Tune only warning; the sweep exits 2 with one line once Ray started, before any trial."""
     import ray
 
-    want = torch.cuda.device_count() + 1
+    want = 1
     args = ["sweep=smoke", f"cluster.gpus_per_trial={want}", f"tracking.uri={sqlite_uri}", NO_DASHBOARD]
     try:
         assert sweep.main([*args, f"cluster.storage={tmp_path / 'ray'}"]) == exit_codes.CONFIG
@@ -105,7 +113,7 @@ def test_a_local_sweep_refuses_more_gpus_than_this_machine_has(sqlite_uri, tmp_p
     err = capsys.readouterr().err.strip().splitlines()  # Ray's own lines first ("Started a local Ray ...")
     assert err[-1] == (
         f"error: cluster.gpus_per_trial={want} is not allowed with a local Ray instance "
-        f"(cluster.address=null): this machine has {want - 1} GPUs; reserve at most that, or join a cluster "
+        "(cluster.address=null): this machine has 0 GPUs; reserve at most that, or join a cluster "
         "that has more (cluster.address)"
     )
     assert not (tmp_path / "ray").exists()  # no trial started
@@ -137,8 +145,8 @@ def test_the_sweep_command_exits_2_with_one_line():
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        "error: cluster.gpus_per_trial=1.5 is not allowed: a number in [0, 1] or a whole number "
-        "(Ray shares a GPU in fractions below 1, not above)"
+        "error: cluster.gpus_per_trial=1.5 is not allowed: a number in [0, 1]: a fraction below 1 shares a "
+        "GPU, and a trial trains on one GPU at most"
     ]
 
 
@@ -200,6 +208,34 @@ def test_bench_gpu_caps_and_lifts_a_trials_share_on_cuda(cuda_without_a_driver, 
         "beyond_cap_refused": True,
     }
     assert cuda_without_a_driver == {CURRENT_GPU: 1.0}  # lifted
+
+
+def driver_too_old() -> None:
+    raise RuntimeError(
+        "The NVIDIA driver on your system is too old (found version 11040).\nPlease update your GPU driver."
+    )
+
+
+def test_a_trial_that_reserved_a_gpu_trains_on_it_or_fails_saying_why(monkeypatch):
+    """CUDA that does not initialise: a trial with a GPU reserved and train.device auto or cuda fails in one
+    line with torch's reason, instead of training on the CPU while it holds the GPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "init", driver_too_old)
+    for name, share in (("auto", 0.1), ("cuda", 1.0)):
+        with pytest.raises(RuntimeError) as failed:
+            trial_device(name, share)
+        assert str(failed.value) == (
+            f"this trial reserved cluster.gpus_per_trial={share:g} of a GPU, but CUDA is unavailable on its "
+            f"node (train.device={name} would train on the CPU): The NVIDIA driver on your system is too old "
+            "(found version 11040). Please update your GPU driver."
+        )
+    assert trial_device("auto", 0) == CPU  # no GPU reserved: auto is the CPU here
+    assert (
+        trial_device("cpu", 0.5) == CPU
+    )  # asked for: GPUs declared but absent (tests/test_sweep_cluster.py)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert trial_device("auto", 0.1) == CUDA and trial_device("cuda", 1.0) == CUDA
 
 
 def test_cuda_rng_states_resume_onto_the_gpus_a_node_has():

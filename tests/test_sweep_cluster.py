@@ -3,7 +3,7 @@
 A head node declaring no GPU and two workers declaring one GPU and two CPUs each (`ray start
 --num-gpus=1 --num-cpus=2`: Ray schedules by what a node declares, so the GPUs need not exist).
 A packed sweep (cluster.pack=seeds) at cluster.gpus_per_trial=0.1 and cpus_per_trial=1 trains on
-the CPU; Ray's own task records must show no trial on the head (it has no GPU) and at most
+the CPU (train.device=cpu); Ray's own task records must show no trial on the head (it has no GPU) and at most
 min(1 / 0.1, 2 / 1) = 2 trials at once per worker, reached on each. A worker is killed while
 its trials have checkpoints; the sweep ends on the others with exactly one run per model, every
 metric point once and equal to the model trained locally.
@@ -91,6 +91,7 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
                 "cluster.pack=seeds",
                 f"cluster.cpus_per_trial={CPUS_PER_TRIAL}",
                 f"cluster.gpus_per_trial={GPUS_PER_TRIAL}",
+                "train.device=cpu",  # the GPUs are declared, not present: auto would refuse to train
                 "cluster.max_failures=3",
             ]
         )

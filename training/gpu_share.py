@@ -1,5 +1,9 @@
 """A trial's share of its GPU: Ray schedules cluster.gpus_per_trial of a GPU, and the trial keeps to it.
 
+A trial that reserved a GPU trains on it (trial_device): with train.device auto or cuda it fails at its start,
+in one line naming why, where CUDA does not initialise (a driver too old for the image's torch, no GPU
+visible), instead of training on the CPU while it holds the GPU.
+
 Ray's fractions only schedule: ten trials at 0.1 GPU each share one device with nothing between them, and one
 large pack could take the memory the others need. Each trial therefore caps its CUDA caching allocator at
 its share of the device's memory (torch.cuda.set_per_process_memory_fraction): an allocation beyond it raises
@@ -10,12 +14,34 @@ from __future__ import annotations
 
 import torch
 
-from training.loop import cuda_index
+from training.loop import cuda_index, pick_device
+
+
+def trial_device(name: str, share: float) -> torch.device:
+    """The device of a trial that reserved `share` of a GPU (cluster.gpus_per_trial) with train.device=`name`:
+    pick_device's, except that with a GPU reserved auto and cuda must find CUDA (RuntimeError, one line,
+    torch's reason, otherwise). An explicit cpu is taken as asked: a cluster whose GPUs are declared but
+    absent (tests/test_sweep_cluster.py) trains there."""
+    if share > 0 and name in ("auto", "cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"this trial reserved cluster.gpus_per_trial={share:g} of a GPU, but CUDA is unavailable on its "
+            f"node (train.device={name} would train on the CPU): {why_no_cuda()}"
+        )
+    return pick_device(name)
+
+
+def why_no_cuda() -> str:
+    """Torch's reason, on one line, for CUDA being unavailable: initialising it raises with it."""
+    try:
+        torch.cuda.init()
+    except Exception as err:  # AssertionError on a CPU build, RuntimeError from the driver
+        return " ".join(str(err).split())
+    return "torch.cuda.is_available() is False"
 
 
 def memory_fraction(device: torch.device, share: float) -> float | None:
     """The fraction of `device`'s memory a trial reserving `share` of a GPU may use; None: no cap (not CUDA,
-    or a whole GPU or more)."""
+    or a whole GPU)."""
     if device.type != "cuda" or not 0 < share < 1:
         return None
     return share
