@@ -1,5 +1,6 @@
 """Devices and GPUs, shown on a CPU: the settings refused before any job starts, a trial's GPU and its share
-of it, RNG states resumed onto the GPUs a node has, and the system metrics a run shows in MLflow's System tab.
+of it, deterministic mode's CUDA settings and a run's GPU model, RNG states resumed onto the GPUs a node has,
+and the system metrics a run shows in MLflow's System tab.
 
 Where CUDA itself is needed, torch.cuda's calls that reach the driver are replaced in-process, and torch's
 own Python around them (its checks of the arguments) runs as it is.
@@ -15,6 +16,7 @@ import gc
 import os
 import subprocess
 import sys
+import warnings
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +37,7 @@ from config.grid import compose_one
 from sweeper import sweep, train
 from tracking.names import (
     CPU_UTILIZATION,
+    GPU_MODEL,
     PROCESS_CPU,
     PROCESS_RSS_MB,
     SYSTEM_MEMORY_MB,
@@ -42,8 +45,12 @@ from tracking.names import (
     SYSTEM_METRICS,
     VAL_REL_LLOYD,
 )
+from tracking.recorder import MemoryRecorder
+from training import determinism, loop
 from training.checkpoint import cuda_rng_states
+from training.determinism import set_deterministic, warn_if_compiled
 from training.gpu_share import cap_memory, memory_fraction, trial_device
+from training.loop import gpu_model  # the function itself: a test replaces loop's
 from training.system_metrics import SystemSampler, nvml_id
 
 CPU_AND_MEMORY = set(SYSTEM_METRICS)
@@ -236,6 +243,50 @@ def test_a_trial_that_reserved_a_gpu_trains_on_it_or_fails_saying_why(monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert trial_device("auto", 0.1) == CUDA and trial_device("cuda", 1.0) == CUDA
+
+
+def test_deterministic_mode_sets_tf32_off_and_back_as_found(monkeypatch):
+    """TF32 as the process found it, here as TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 leaves it (on for both)."""
+    tf32 = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = [torch.are_deterministic_algorithms_enabled()] + [b.allow_tf32 for b in tf32]
+    monkeypatch.setenv("TORCHINDUCTOR_DETERMINISTIC", os.environ.get("TORCHINDUCTOR_DETERMINISTIC", "1"))
+    monkeypatch.setattr(determinism, "_TF32_FOUND", (True, True))
+    try:
+        set_deterministic(True)
+        assert [b.allow_tf32 for b in tf32] == [False, False]
+        set_deterministic(False)
+        assert [b.allow_tf32 for b in tf32] == [True, True]
+    finally:
+        set_deterministic(before[0])
+        tf32[0].allow_tf32, tf32[1].allow_tf32 = before[1:]
+
+
+def test_a_deterministic_cuda_run_compiled_warns_that_its_repeat_is_unchecked():
+    with pytest.warns(UserWarning) as caught:
+        warn_if_compiled("cudagraphs", True, CUDA)
+    assert str(caught[0].message) == (
+        "train.compile=cudagraphs with train.deterministic=true on CUDA: python -m bench gpu checks that "
+        "eager runs repeat bit for bit, not compiled ones; compare two runs before relying on it"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_compiled("off", True, CUDA)
+        warn_if_compiled("inductor", False, CUDA)
+        warn_if_compiled("inductor", True, CPU)
+
+
+def test_a_run_is_tagged_with_its_gpu_model(monkeypatch, tiny, tmp_path):
+    """Deterministic runs repeat on the same GPU model, not across models: a run names its model (none on a
+    CPU). The run opens on this CPU with a stand-in model name; the name on CUDA is torch's."""
+    recorder = MemoryRecorder()
+    loop.open_run(compose(tiny), recorder, tmp_path / "cpu")
+    assert GPU_MODEL not in recorder.tags
+    monkeypatch.setattr(loop, "gpu_model", lambda device: f"stand-in GPU for the {device.type} device")
+    recorder = MemoryRecorder()
+    loop.open_run(compose(tiny), recorder, tmp_path / "stand-in")
+    assert recorder.tags[GPU_MODEL] == "stand-in GPU for the cpu device"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"NVIDIA H200 ({device})")
+    assert gpu_model(CUDA) == "NVIDIA H200 (cuda)" and gpu_model(CPU) is None
 
 
 def test_cuda_rng_states_resume_onto_the_gpus_a_node_has():

@@ -33,6 +33,9 @@ SEED = "seed"
 OUTCOME = "outcome"
 DIVERGED_AT = "diverged_at_step"
 GIT_COMMIT = "git_commit"
+# The CUDA device's model (torch.cuda.get_device_name), absent on a CPU: a deterministic run repeats bit for
+# bit on the same GPU model, driver, CUDA and torch, not across models (training.determinism).
+GPU_MODEL = "gpu_model"
 RERUN_OF = "rerun_of"  # run id a `python -m sweeper.rerun` run reproduces
 SUBGRIDS = "subgrids"  # comma-separated named sub-grids of the sweeps naming a configuration
 SWEEP = "sweep"  # comma-separated names of the sweeps a run belongs to (one that ran it, others adopt it)

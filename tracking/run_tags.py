@@ -2,7 +2,8 @@
 
 A seed-free `configuration` tag (MLflow's "Group by" puts the seeds of a
 configuration together), the run's colour (its embedding's, tracking.view), a
-description in words (the run page's Description, tag mlflow.note.content), and
+description in words (the run page's Description, tag mlflow.note.content), the
+GPU's model (gpu_model: a deterministic run repeats on one model), and
 MLflow's own source tags (the runs table's Source and User columns, the run
 page's git commit).
 """
@@ -19,6 +20,7 @@ from config.identity import configuration_name, operational_values
 from tracking.names import (
     CONFIGURATION,
     EVALUATION_LINK,
+    GPU_MODEL,
     MLFLOW_GIT_COMMIT,
     MLFLOW_RUN_NOTE,
     MLFLOW_SOURCE_NAME,
@@ -30,9 +32,10 @@ from tracking.recorder import git_commit
 from tracking.view import EMBEDDING_COLORS
 
 
-def training_tags(cfg: DictConfig) -> dict[str, str]:
+def training_tags(cfg: DictConfig, gpu_model: str | None) -> dict[str, str]:
     """The configuration (seed-free), the run's description, where it comes from and where and how it ran
-    (train.device, tracking.uri, cluster.*: every config value that is no param).
+    (train.device, tracking.uri, cluster.*: every config value that is no param; the GPU's model when it
+    trains on one, `gpu_model`, None on a CPU).
 
     In a sweep the driver, which opens the trials' runs, overrides the source tags with its own.
     """
@@ -42,6 +45,7 @@ def training_tags(cfg: DictConfig) -> dict[str, str]:
         UI_RUN_COLOR: EMBEDDING_COLORS[cfg.model.embedding],
         **source_tags(),
         **operational_values(cfg),
+        **({GPU_MODEL: gpu_model} if gpu_model else {}),
     }
 
 

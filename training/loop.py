@@ -52,7 +52,7 @@ from tracking.run_tags import training_tags
 from training import checkpoint
 from training.adam import AdamState
 from training.checkpoint import CheckpointError
-from training.determinism import set_deterministic
+from training.determinism import set_deterministic, warn_if_compiled
 from training.faults import from_environment
 from training.fused import Pack, StepHook
 from training.plateau import Plateau
@@ -113,6 +113,11 @@ def cuda_index(device: torch.device) -> int:
     """The index of CUDA `device`; pick_device's cuda has none, which means the current device, and calls such
     as torch.cuda.set_per_process_memory_fraction refuse a device without one."""
     return torch.cuda.current_device() if device.index is None else device.index
+
+
+def gpu_model(device: torch.device) -> str | None:
+    """The model of the GPU `device` is (a run's gpu_model tag); None off CUDA."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
 def task_spec(cfg: DictConfig) -> TaskSpec:
@@ -248,13 +253,14 @@ def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
     workdir.mkdir(parents=True, exist_ok=True)
     resume = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
     trainer = Trainer(cfg, pick_device(cfg.train.device))
+    warn_if_compiled(cfg.train.compile, cfg.train.deterministic, trainer.device)
     if resume.state:
         trainer.restore(resume.state)
     tags = {
         CONFIG_HASH: trainer.key,
         SEED: str(cfg.seed),
         GIT_COMMIT: git_commit(),
-        **training_tags(cfg),
+        **training_tags(cfg, gpu_model(trainer.device)),
     }
     run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resume.run_id)
     if resume.damaged:
