@@ -73,3 +73,49 @@ def tune_output() -> int:
 def lines_not_bars() -> bool:
     """True when stderr is not a terminal: progress as one line per step, not a bar redrawn in a log file."""
     return not sys.stderr.isatty()
+
+
+class _Outliving:
+    """A text stream whose reader may leave (a pipe into `tee` ended by the same Ctrl-C as the driver): its
+    first failed write points its file descriptor at /dev/null, so no later write, nor the exit's flush,
+    fails; that text and what follows go to `other` (stderr, while its reader is there) or nowhere."""
+
+    def __init__(self, stream, other: _Outliving | None = None) -> None:
+        self.stream, self.other, self.gone = stream, other, False
+
+    def _left(self) -> None:
+        self.gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._left()
+        if self.other is not None:
+            self.other.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._left()
+        if self.other is not None:
+            self.other.flush()
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+
+def outlive_readers() -> None:
+    """Keep this process's output from failing it when its reader leaves (a sweep driver's stop must finish:
+    runs marked, the resume hint written): stdout falls back to stderr, stderr to nothing."""
+    if not isinstance(sys.stderr, _Outliving):
+        sys.stderr = _Outliving(sys.stderr)
+    if not isinstance(sys.stdout, _Outliving):
+        sys.stdout = _Outliving(sys.stdout, sys.stderr)

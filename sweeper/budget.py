@@ -88,6 +88,18 @@ def rate_line(account: Account, since: Account, seconds: float) -> tuple[str, fl
     )
 
 
+def progress(sweep: str, account: Account, since: Account, seconds: float) -> str:
+    """The sweep's progress line while it runs: models and model-steps done of its total, this session's
+    rate and the time the rest needs at it."""
+    trained, left = account.done - since.done, account.total - account.done
+    pace = ""
+    if trained > 0 and seconds > 0:
+        rate = trained / seconds
+        pace = f", {rate:,.1f} model-steps/s, about {duration(left / rate)} left"
+    ended = f"{len(account.ended)} of {len(account.steps)} models ended"
+    return f"sweep {sweep}: {ended}; {account.steps_line()}{pace}"
+
+
 def outlook(account: Account, budget: Budget, rate: float | None) -> str:
     """At the start, with a budget: whether the sweep should end within it, at the rate of its last
     allocation (the parent run's metric tracking.names.STEP_RATE)."""

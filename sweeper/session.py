@@ -12,14 +12,15 @@
   at most BUFFER events (bounded memory); when it is full the Tune loop waits, which pauses the trials.
   Tune keeps nothing of it (sweeper.driver_only).
 - Stops the sweep on SIGINT/SIGTERM or when a write failed (sweeper.stop.Halt). At its end it writes what is
-  left (for at most STOP_DRAIN_S after a signal), raises a write's error, and finishes the parent run, or,
-  after a signal, marks the runs still training KILLED.
+  left (for at most STOP_DRAIN_S after a stop), raises a write's error, and finishes the parent run, or,
+  after a stop (a signal, the time budget), marks the runs still training KILLED.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import sys
 import threading
 import time
 from collections import Counter
@@ -32,7 +33,7 @@ from ray.tune.experiment import Trial
 
 from cli import exit_codes
 from config.grid import Plan
-from sweeper.budget import Account, Budget, rate_line
+from sweeper.budget import Account, Budget, progress, rate_line
 from sweeper.driver_only import DriverOnly
 from sweeper.ledger import Claim
 from sweeper.outage import PatientClient
@@ -44,6 +45,8 @@ from tracking import parent_run
 from tracking.names import STEP_RATE
 
 BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most
+# The progress line (sweeper.budget.progress) every this many seconds: on a terminal, into a log file.
+PROGRESS_S = {True: 15.0, False: 60.0}
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class Session(DriverOnly, tune.Callback):
         )
         self.halt = Halt(self.broken, budget)  # Tune's stopper
         self.account, self.started = account, time.monotonic()
+        self.ended = threading.Event()  # Tune ended: no more progress lines
         self.earlier = claim.ledger.earlier({j.key for j in claim.jobs})  # the parent's counts start there
         self.shown: Counter | None = None  # the parent's counts as last written
         self.failed = 0  # trials that ended in error, once Tune ended
@@ -114,6 +118,17 @@ class Session(DriverOnly, tune.Callback):
         self._count()
         self.thread = threading.Thread(target=self._apply, name="mlflow-writer", daemon=True)
         self.thread.start()
+        threading.Thread(target=self._show_progress, name="progress", daemon=True).start()
+
+    def _show_progress(self) -> None:
+        """A progress line at a steady pace until Tune ended (the status table comes once a minute)."""
+        every = PROGRESS_S[sys.stdout.isatty()]
+        while not self.ended.wait(every):
+            try:
+                now = self.account_now()
+            except RuntimeError:  # the writing thread added a job's figures meanwhile: at the next line
+                continue
+            print(progress(self.sweep, now, self.account, time.monotonic() - self.started), flush=True)
 
     def _apply(self) -> None:
         while (event := self.events.get()) is not None:
@@ -137,6 +152,7 @@ class Session(DriverOnly, tune.Callback):
 
     def close(self, timeout: float | None = None) -> bool:
         """Apply every waiting event (for at most `timeout` s); True when all were applied."""
+        self.ended.set()
         self.events.put(None)
         self.thread.join(timeout)
         return not self.thread.is_alive() and self.error is None
@@ -168,11 +184,14 @@ class Session(DriverOnly, tune.Callback):
             writer.client.set_terminated(self.parent_id, "FINISHED" if self.summary.complete else "FAILED")
             return
         interrupted = writer.interrupted()
-        if applied:
+        summary = f"{account.models()}; {account.steps_line()}, {line}"
+        text = stopped(
+            self.sweep, argv, len(writer.outcomes), len(interrupted), applied, halt.reason, summary
+        )
+        if applied:  # the hint on the run page too: the driver's output may have no reader left
+            parent_run.note_stop(writer.client, self.parent_id, f"{time.strftime('%Y-%m-%d %H:%M')}: {text}")
             for run_id in [*interrupted, self.parent_id]:
                 writer.client.set_terminated(run_id, "KILLED")
-        summary = f"{account.models()}; {account.steps_line()}, {line}"
-        stopped(self.sweep, argv, len(writer.outcomes), len(interrupted), applied, halt.reason, summary)
 
     def account_now(self) -> Account:
         """The sweep's account now: the ledger's, with what ended and checkpointed in this session."""
@@ -217,5 +236,5 @@ def recording(
     session.start()
     with session.halt.on_signals():
         yield session
-        applied = session.close(STOP_DRAIN_S if session.halt.signal else None)
+        applied = session.close(STOP_DRAIN_S if session.halt.stopped else None)
     session.end(applied, argv)

@@ -24,7 +24,7 @@ from cli import exit_codes
 from sweeper.budget import Budget
 from sweeper.driver_only import DriverOnly
 
-STOP_DRAIN_S = 60.0  # after a signal, how long the driver still writes what the trials reported
+STOP_DRAIN_S = 60.0  # after a signal or the budget, how long the driver still writes what the trials reported
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -91,14 +91,15 @@ class Halt(DriverOnly, Stopper):
 
 def stopped(
     sweep: str, argv: list[str], ended: int, interrupted: int, applied: bool, reason: str, account: str
-) -> None:
-    """After a stop (`reason`: by a signal, or at the budget): what ended here, what was interrupted (its runs
-    KILLED when every write was applied), the sweep's account (sweeper.budget) and the command that resumes
-    it."""
+) -> str:
+    """After a stop (`reason`: by a signal, or at the budget): print what ended here, what was interrupted
+    (its runs KILLED when every write was applied), the sweep's account (sweeper.budget) and the command that
+    resumes it; returns that text."""
     command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *argv])
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
-    print(
+    text = (
         f"sweep {sweep} stopped {reason}: {ended} trials ended here, {interrupted} interrupted at their last "
-        f"checkpoint{late}.\n{account}\nResume with the same command:\n  {command}",
-        flush=True,
+        f"checkpoint{late}.\n{account}\nResume with the same command:\n  {command}"
     )
+    print(text, flush=True)
+    return text

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from omegaconf import DictConfig
 
+from cli import console
 from cli.entry import command
 from config import grid
 from config.compose import compose, group_options, user_config_dirs
@@ -118,6 +119,7 @@ def check_store_reachable(cfg: DictConfig) -> None:
 
 @command("leaner-sweep", show_config=composed_config, options=config_groups)
 def main(argv: list[str]) -> int:
+    console.outlive_readers()  # a stop in progress outlives a reader that left (`| tee`, Ctrl-C to both)
     cfg, plan = load(argv)
     print(plan.table())
     if cfg.cluster.pack == "seeds":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import itertools
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from support.repo import REPO
 from support.sweeps import children, most_at_once, sweep_jobs
 
 from analysis.runs import load_runs
+from sweeper import session
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
 from tracking import ui
@@ -219,12 +221,18 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
     )  # opens the runs view (tracking.view)
 
 
-def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, sqlite_uri, capfd):
+def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, sqlite_uri, capfd, monkeypatch):
     """cluster.pack=seeds: 4 Ray Tune trials train the 3 seeds of a configuration together (one pack
-    diverges)."""
+    diverges); a progress line comes at a steady pace (here every half second) and moves."""
     uri = sqlite_uri
+    monkeypatch.setitem(session.PROGRESS_S, False, 0.5)
     assert main([*PACKED, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]) == 0
-    assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert "cluster.pack=seeds: 4 Ray Tune trials, each training the 3 seeds" in out
+    done = [
+        int(d.replace(",", "")) for d in re.findall(r"sweep smoke: \d+ of 12 models ended; ([\d,]+) of", out)
+    ]
+    assert len(done) >= 2 and done == sorted(done) and done[-1] > 0, out[-3000:]
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
     trials = sweep_jobs(PACKED)
@@ -246,6 +254,9 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, sqlite_uri, capf
     good = [t for t in trials if t not in bad]
     assert all(by_key[t.key].data.tags[OUTCOME] == FINISHED for t in good)
     assert not list((tmp_path / "ray").glob("smoke-*/*/checkpoint_*"))  # every trial's checkpoints deleted
+    assert not list(
+        (tmp_path / "ray").glob("smoke-*/*/work")
+    )  # and its work folder, copies of its runs''' own
     check_histories(client, by_key, good, ["train.steps=60", "model.dropout=0.0"], packed=True)
     # Re-run from the MLflow record: trained alone, to 1e-5, and the rerun says why not bit for bit.
     original = by_key[good[0].key]

@@ -156,3 +156,44 @@ def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_comman
     by_key = {r.data.tags[CONFIG_HASH]: r.info.run_id for r in children(pg_server.uri, "smoke", experiment)}
     assert all(by_key[key] == run.info.run_id for key, run in interrupted.items())
     check_store(pg_server.uri, experiment, SHORT, "outage beyond tracking.outage_s, resumed")
+
+
+# 600 paced steps, 30 s a trial: still training when the budget ends, the server stopped since the first
+# checkpoint.
+BUDGETED = [*SWEEP, "train.steps=600"]
+BUDGET_S = 45
+
+
+def test_a_budget_that_ends_while_the_server_is_away_stops_the_driver_and_the_same_command_resumes(
+    pg_server, ray_cluster, tmp_path
+):
+    experiment, log = "outage-budget", tmp_path / "sweep.log"
+    overrides = [
+        *BUDGETED,
+        ray_cluster,
+        f"tracking.uri={pg_server.uri}",
+        f"tracking.experiment={experiment}",
+        f"cluster.storage={tmp_path}/ray",
+    ]
+    env = {**subprocess_env(), **CLIENT, **PACED}
+    driver = start_sweep([*overrides, f"cluster.time_budget_s={BUDGET_S}"], log, env=env)
+    try:
+        wait_for(
+            lambda: interrupted_runs(pg_server.uri, "smoke", experiment), driver, 300, "a trial checkpointed"
+        )
+        pg_server.stop()
+        # the budget ends while the server is away: what the trials reported waits STOP_DRAIN_S at most
+        assert driver.wait(timeout=BUDGET_S + 180) == 75, log.read_text()[-3000:]
+    finally:
+        kill_group(driver)
+        pg_server.start()
+    text = log.read_text()
+    assert "time budget of 45 s (cluster.time_budget_s) is spent" in text, text[-3000:]
+    assert "writes the store did not take within 60 s are replayed" in text and "Resume with the same" in text
+    interrupted = interrupted_runs(pg_server.uri, "smoke", experiment)
+    assert interrupted, "no run was left to resume"
+    again = run_sweep(overrides, env={**subprocess_env(), **CLIENT}, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    by_key = {r.data.tags[CONFIG_HASH]: r.info.run_id for r in children(pg_server.uri, "smoke", experiment)}
+    assert all(by_key[key] == run.info.run_id for key, run in interrupted.items())
+    check_store(pg_server.uri, experiment, BUDGETED, "budget spent while the server was away, resumed")

@@ -97,6 +97,13 @@ def describe(plan: Plan, command: str) -> str:
     )
 
 
+def note_stop(client: MlflowClient, parent_id: str, text: str) -> None:
+    """Add how the sweep stopped, and how it goes on, to the parent run's description (its run page): where
+    the driver's own output may not reach any more."""
+    note = client.get_run(parent_id).data.tags.get(MLFLOW_RUN_NOTE, "")
+    client.set_tag(parent_id, MLFLOW_RUN_NOTE, f"{note}\n\n{text}".strip())
+
+
 def log_counts(client: MlflowClient, parent_id: str, ended: Counter, planned: int) -> None:
     """The parent's trial counts, one point per metric at step = trials ended so far."""
     counts = {outcome: ended[outcome] for outcome in ENDED}
