@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tracking.names import CLAIM_COUNTS  # the verdicts, each a colour
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; }
 img { max-width: 100%; }
@@ -23,7 +25,8 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertic
 th { background: #f2f2f2; }
 code, pre { background: #f6f6f6; font-size: 0.9em; }
 pre { padding: 0.5em; overflow-x: auto; }
-td.PASS { background: #e3f4e1; } td.FAIL { background: #fbe3e1; } td.UNTESTED { background: #f4f0dc; }
+td.PASS { background: #e3f4e1; } td.PARTIAL { background: #e6eef8; } td.FAIL { background: #fbe3e1; }
+td.UNTESTED { background: #f4f0dc; }
 """
 
 
@@ -39,7 +42,7 @@ def inline(text: str) -> str:
 def table_html(table: pd.DataFrame, digits: int = 4) -> str:
     def cell(v: object) -> str:
         text = f"{v:.{digits}g}" if isinstance(v, float) else str(v)
-        status = f' class="{text}"' if text in ("PASS", "FAIL", "UNTESTED") else ""
+        status = f' class="{text}"' if text in CLAIM_COUNTS else ""
         return f"<td{status}>{inline(text)}</td>"
 
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)

@@ -509,7 +509,9 @@ def test_full_report_opens_on_the_headline_and_lists_what_it_left_out(
     assert "| PASS | `cauchy_dissimilar`" in headline
     html_ids = re.findall(r'<h2 id="([^"]+)"', (folder / "index.html").read_text())
     assert html_ids[:2] == ["headline", "convergence"] and html_ids[-1] == "not-drawn"
-    counts = re.search(r"The paper's (\d+ claims: \d+ PASS, \d+ FAIL, \d+ UNTESTED)", headline).group(1)
+    counts = re.search(
+        r"The paper's (\d+ claims: \d+ PASS, \d+ PARTIAL, \d+ FAIL, \d+ UNTESTED)", headline
+    ).group(1)
     # A report of chosen figures judges no claim: its headline reads the claims.csv the full one left.
     assert report.main([*args, *small, "eval.lengths=[]", "figures=[convergence]"]) == 0
     again = (folder / "index.md").read_text().split("## convergence")[0]

@@ -18,22 +18,32 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims.cases import FAIL, PASS, UNTESTED, Part, compare, lt, verdict
-from analysis.claims.configurations import D32_RUNS
+from analysis.claims.cases import FAIL, PARTIAL, PASS, STATUSES, UNTESTED, Part, compare, lt, partial, verdict
+from analysis.claims.configurations import D32_CUT, D32_RUNS
 from analysis.claims.evidence import Claim, Evidence, Record, View, judge
 from analysis.claims.from_context import combined, probe_rows
 from analysis.claims.grid import flat_history, grid_runs, paper_grid
 from analysis.claims.probes import vs_lloyd
 from analysis.claims.records import CLAIMS, FAMILY_CLAIMS, PAPER, RECORDS
 from analysis.claims.scopes import AXES, EMB, FAMILY, LR, REG, TAU, D, K
-from analysis.claims.table import claims_table, markdown, write_markdown
+from analysis.claims.table import claims_table, markdown, write_csv, write_markdown
 from analysis.context import eval_curves, scope
 from analysis.eval_figures import PROBES
+from analysis.page import table_html
 from analysis.style import LLOYD
 from config.compose import compose
 from config.grid import expand
 from tasks.sampler import FAMILIES
-from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
+from tracking.names import (
+    CLAIM_COUNTS,
+    DIVERGED,
+    FINISHED,
+    SEED,
+    SUBGRIDS,
+    TRAIN_LOSS,
+    VAL_KMEANS,
+    VAL_REL_LLOYD,
+)
 
 GRID = paper_grid()
 T = 20
@@ -308,11 +318,93 @@ def test_never_pass_on_zero_cases() -> None:
     assert verdict([]) == UNTESTED
 
 
-def test_partial_coverage_is_judged_and_reported() -> None:
+def test_a_pass_on_part_of_the_scope_reads_partial_naming_what_is_missing() -> None:
+    """tau01 judged on its d 4 configurations only: every case holds, but the paper grid's d 32 ones were
+    never judged, so it reads PARTIAL (was PASS), naming them; a counterexample still FAILs it."""
     runs = holding("tau01_beats_lloyd")
     claim = judged("tau01_beats_lloyd", runs[runs[D] == 4])
-    assert claim.status == PASS
+    assert claim.status == PARTIAL, claim.numbers
     assert "6/12 configurations" in claim.numbers and "4/4 cases of 8 in the paper grid" in claim.numbers
+    assert (
+        "judged on part of its scope: 6 of the 12 configurations it holds in the paper grid, none with d=32"
+        in (claim.numbers)
+    )
+    assert judged("tau01_beats_lloyd", runs).status == PASS  # all of it
+    # Counted on the paper grid's cases though its runs have no history to judge them on.
+    rises = holding("ne_val_rises_tau1")
+    claim = judged("ne_val_rises_tau1", rises[rises[D] == 4])
+    assert claim.status == PARTIAL and "4 of the 8 configurations" in claim.numbers, claim.numbers
+    d4 = runs[runs[D] == 4].copy()
+    d4.loc[(d4[TAU] == 0.1) & (d4[EMB] == "binary") & (d4[REG] == "ne"), VAL_REL_LLOYD] = 1.05
+    assert judged("tau01_beats_lloyd", d4).status == FAIL  # a counterexample on the part judged decides
+    assert partial(UNTESTED, "missing") == UNTESTED and partial(PASS, "") == PASS
+
+
+def test_partial_is_a_verdict_of_its_own_in_claims_md_the_csv_the_page_and_the_counts(tmp_path) -> None:
+    runs = holding("tau01_beats_lloyd")
+    claim = judged("tau01_beats_lloyd", runs[runs[D] == 4])
+    text = markdown([claim])
+    assert "1 claims: 0 PASS, 1 PARTIAL, 0 FAIL, 0 UNTESTED." in text
+    assert "| PARTIAL | `tau01_beats_lloyd` |" in text
+    assert pd.read_csv(write_csv([claim], tmp_path))["status"].tolist() == [PARTIAL]
+    assert '<td class="PARTIAL">PARTIAL</td>' in table_html(claims_table([claim]))
+    assert tuple(CLAIM_COUNTS) == STATUSES  # the report's counts and the sweep's metrics: claims_partial too
+
+
+def test_partial_names_configurations_when_every_value_was_judged_somewhere() -> None:
+    """tau01 without L2-BN-d=4 and NE-OH-d=32: every embedding, regularizer and d was judged, in other
+    configurations, so the missing ones are named."""
+    runs = holding("tau01_beats_lloyd")
+    gone = (runs[TAU] == 0.1) & (
+        ((runs[REG] == "l2") & (runs[EMB] == "binary") & (runs[D] == 4))
+        | ((runs[REG] == "ne") & (runs[EMB] == "onehot") & (runs[D] == 32))
+    )
+    claim = judged("tau01_beats_lloyd", runs[~gone])
+    assert claim.status == PARTIAL, claim.numbers
+    assert (
+        "10 of the 12 configurations it holds in the paper grid, not L2-BN-d=4, NE-OH-d=32" in claim.numbers
+    )
+
+
+def sweep_runs(sweep: str, value, seeds=(1, 2)) -> pd.DataFrame:
+    """A run per configuration of conf/sweep/<sweep>.yaml and seed (its n and subgrids tags)."""
+    plan = expand(compose([f"sweep={sweep}"]).sweep)
+    grid = pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
+    return runs_of(grid, value, seeds).assign(**{"task.n": grid["task.n"].repeat(len(seeds)).to_numpy()})
+
+
+def test_lite32s_cut_family_scopes_read_partial_or_untested_never_pass() -> None:
+    """sweep=lite32 trains the family claims on OH-L2 only at tau 0.1 and none at tau 1: families_generalise
+    ("both regularizers and OH or BN") holds on all it judged and reads PARTIAL, naming NE and BN (PASS before
+    issue 48); ne_fails_gumbel_laplace_tau1 has no case and says lite32 cut it, not that the store has no
+    d 32 run; with the whole family sub-grid both read as judged."""
+    lite32 = sweep_runs("lite32", lambda c: 1.2 if c[FAMILY] == "cauchy" else 0.9)
+    claim = judged("families_generalise", lite32)
+    assert claim.status == PARTIAL, claim.numbers
+    assert "4 of the 16 configurations it holds in the paper grid, none with NE or BN" in claim.numbers
+    ne = judged("ne_fails_gumbel_laplace_tau1", lite32)
+    assert ne.status == UNTESTED and D32_CUT in ne.numbers and D32_RUNS not in ne.numbers, ne.numbers
+    d4 = runs_of(LITE_FAMILY_GRID, lambda c: 0.9)
+    assert D32_RUNS in judged("ne_fails_gumbel_laplace_tau1", d4).numbers  # a store with no d 32 run
+    assert judged("families_generalise", runs_of(FAMILY_GRID, lambda c: 0.9)).status == PASS
+    transfer = probe_judged(
+        "family_transfer_multistep", PROBE_CASES["family_transfer_multistep"][0], runs=lite32
+    )
+    assert transfer.status == PARTIAL and "none with NE or BN" in transfer.numbers, transfer.numbers
+    lite = sweep_runs("lite", lambda c: 0.9)
+    twin = judged("families_generalise_lite", lite)  # counted at the paper's d 32, k 10
+    assert twin.status == PARTIAL and "4 of the 16 configurations" in twin.numbers, twin.numbers
+
+
+def test_a_configuration_its_judge_never_reads_is_never_missing() -> None:
+    """clusters_d32's scope (clusters, d 32, OH/BN) holds tau 1 NE models, which the claim does not speak of:
+    a store without them is judged on all of the claim (PASS), while one without tau 0.1 NE reads PARTIAL."""
+    runs = holding("clusters_d32")
+    tau1_ne = (runs[TAU] == 1.0) & (runs[REG] == "ne")
+    assert judged("clusters_d32", runs[~tau1_ne]).status == PASS
+    tau01_ne = (runs[TAU] == 0.1) & (runs[REG] == "ne")
+    claim = judged("clusters_d32", runs[~tau01_ne])
+    assert claim.status == PARTIAL and "16 of the 24 configurations" in claim.numbers, claim.numbers
 
 
 def test_diverged_and_unfinished_runs_are_counted_and_diverged_ones_beat_nothing() -> None:
@@ -326,7 +418,8 @@ def test_diverged_and_unfinished_runs_are_counted_and_diverged_ones_beat_nothing
     runs.loc[scoped, "outcome"] = DIVERGED
     claim = judged("tau01_beats_lloyd", runs)
     assert claim.status == FAIL and "L2-OH-d=4 diverged" in claim.numbers and "diverged 3" in claim.numbers
-    assert claim.without_diverged == PASS  # the FAIL rests on that configuration's divergence
+    # The FAIL rests on that configuration's divergence: without it every case holds, on all but L2-OH-d=4.
+    assert claim.without_diverged == PARTIAL
 
 
 def test_a_verdict_that_rests_on_diverged_runs_says_so_beside_itself(tmp_path) -> None:

@@ -105,5 +105,11 @@ TRIAL_COUNTS = {outcome: f"trials_{outcome}" for outcome in (*ENDED, PENDING)}  
 MEDIAN_FINAL = (
     "median_val_rel_lloyd."  # + embedding: median over the sweep's finished runs of the final value
 )
-CLAIM_COUNTS = {"PASS": "claims_passed", "FAIL": "claims_failed", "UNTESTED": "claims_untested"}  # metrics
+# metrics: how many claims read each verdict (analysis.claims.cases.STATUSES, in that order)
+CLAIM_COUNTS = {
+    "PASS": "claims_passed",
+    "PARTIAL": "claims_partial",
+    "FAIL": "claims_failed",
+    "UNTESTED": "claims_untested",
+}
 REPORT_HTML = "index.html"  # the report in one self-contained page (figures inline), for MLflow's viewer

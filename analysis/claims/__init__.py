@@ -10,7 +10,9 @@ seeds is left out. A judge returns a few parts ("every OH/BN configuration
 < 1", "every NA one >= 1") over the cases its scope holds: one failing case
 makes the claim FAIL, else a part without cases, or a case without a margin
 (no seed on both sides: not judged), makes it UNTESTED (never PASS on zero
-cases), else PASS. Probes compare the models' median (over seeds) mean
+cases), else PASS; a PASS whose cases leave out configurations the paper grid
+holds in its scope reads PARTIAL, naming them (never PASS on part of its
+scope: analysis.claims.coverage). Probes compare the models' median (over seeds) mean
 log objective with Lloyd's after the same T steps, on the models the figures
 draw (the report's probe figures).
 
@@ -29,7 +31,8 @@ Prints every claim beside the paper's words and writes claims.csv and claims.md 
 """
 # This module is the command; the package, one idea a module, each building on those before it:
 # scopes (the axes and scopes a claim names), cases (cases, parts, verdicts), configurations (per seed and
-# per configuration), probes (models against Lloyd's iterations), grid (the paper grid's cases), evidence
+# per configuration), probes (models against Lloyd's iterations), grid (the paper grid's cases), coverage
+# (what of its scope a claim was judged on), evidence
 # (Evidence, a claim's View of it, Record, judge), judges, records (CLAIMS), from_context (the evidence read
 # from a store, `check`), table (claims.csv, claims.md).
 

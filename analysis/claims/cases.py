@@ -6,7 +6,9 @@ by nothing else, so a verdict is always the sign of the margin printed beside it
 (no seed with a value on both sides) is not judged, neither holding nor failing. The seeds' IQR of the
 difference is printed too; a case whose IQR straddles zero is *marginal*, which informs and never changes a
 verdict. A part is one condition of a claim over its cases; one failing case makes the claim FAIL, else a
-part without cases or a case not judged makes it UNTESTED (never PASS on zero cases), else PASS.
+part without cases or a case not judged makes it UNTESTED (never PASS on zero cases), else PASS, which
+reads PARTIAL where the claim's cases leave out configurations its scope holds in the paper grid
+(analysis.claims.coverage): a claim judged on part of its scope never reads PASS.
 """
 
 from __future__ import annotations
@@ -18,21 +20,26 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-PASS, FAIL, UNTESTED = "PASS", "FAIL", "UNTESTED"
+from analysis.claims.scopes import Config
+
+PASS, PARTIAL, FAIL, UNTESTED = "PASS", "PARTIAL", "FAIL", "UNTESTED"
+STATUSES = (PASS, PARTIAL, FAIL, UNTESTED)  # the order counts are printed in
 SHOWN = 4  # cases printed per part and outcome
 
 
 @dataclass
 class Case:
     """One comparison: `measured` in words, the margin (the median over seeds of the paired difference model
-    minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge) and
-    the seeds' IQR of that difference."""
+    minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge),
+    the seeds' IQR of that difference, and the configurations its values come from (scopes.config_of; none
+    for a probe's or a benchmark's case), which tell whether a claim was judged on all of its scope."""
 
     label: str
     measured: str
     margin: float
     claimed: Callable[[float, float], bool]
     iqr: tuple[float, float] = (math.nan, math.nan)
+    configs: tuple[Config, ...] = ()
 
     @property
     def judged(self) -> bool:
@@ -96,6 +103,12 @@ class Part:
         return f"{self.what}: {held}/{len(self.cases)} cases{of}{rests} ({'; '.join(shown)})"
 
 
+def partial(status: str, missing: str) -> str:
+    """A PASS on part of the claim's scope (`missing` names the rest) reads PARTIAL; other verdicts stand: a
+    counterexample FAILs the claim however much of its scope was judged."""
+    return PARTIAL if status == PASS and missing else status
+
+
 def verdict(parts: list[Part]) -> str:
     """FAIL on any failing case (a counterexample decides); else UNTESTED if a part has no case or a case is
     not judged; else PASS."""
@@ -139,11 +152,12 @@ def compare(
     reference: pd.Series | float,
     holds: Callable[[float, float], bool],
     words: str,
+    configs: tuple[Config, ...] = (),
 ) -> Case:
     """A case from per-seed values (indexed by seed), judged on the paired differences: holds(m, 0) for m the
     median over seeds of model - reference (seeds both sides have; every seed for a fixed reference), the
     margin printed; not judged without such a seed. `words` shows the two medians ({a}, {b}); they inform,
-    the margin decides."""
+    the margin decides; `configs`: the configurations the values come from."""
     a = _median(model)
     if isinstance(reference, pd.Series):
         b, common = _median(reference), model.index.intersection(reference.index)
@@ -152,7 +166,7 @@ def compare(
         b = float(reference)
         diffs = np.array([_margin(v, b) for v in model], dtype=float)
     margin = float(np.median(diffs)) if len(diffs) else math.nan
-    return Case(label, words.format(a=fmt(a), b=fmt(b)), margin, holds, iqr(diffs))
+    return Case(label, words.format(a=fmt(a), b=fmt(b)), margin, holds, iqr(diffs), configs)
 
 
 # The claimed signs a case is judged on: holds(margin, 0).

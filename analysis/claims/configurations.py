@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.cases import Case, compare, gt, iqr
-from analysis.claims.scopes import AXES, EMB, D, K
+from analysis.claims.scopes import AXES, EMB, D, K, config_of
 from analysis.context import scope, varying
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, short
@@ -41,9 +41,10 @@ def with_enough_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     return per_seed[seeds >= 2]
 
 
-def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | None) -> str:
+def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | None, has_d32: bool) -> str:
     """What the scope holds: configurations with >= 2 seeds (of the paper grid's), those left out, diverged
-    and unfinished runs."""
+    and unfinished runs; an empty d 32 scope says where d 32 runs come from, or, where the evidence has
+    some (`has_d32`), that they leave this scope out."""
     slice_ = ", ".join(
         f"{AXIS_NAMES.get(k, k)} in {'/'.join(map(str, v))}"
         if isinstance(v, tuple)
@@ -55,8 +56,9 @@ def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | 
     name = f"runs tagged `{subgrid}`" + (f" with {slice_}" if slice_ else "")
     expected = f"/{len(scope(grid, subgrid, where))}" if grid is not None else ""
     if runs.empty:
+        elsewhere = D32_CUT if has_d32 else D32_RUNS
         return f"{name}: none, 0{expected} configurations (the `{subgrid}` sub-grid of sweep=paper)" + (
-            f"; {D32_RUNS}" if where.get(D) == 32 else ""
+            f"; {elsewhere}" if where.get(D) == 32 else ""
         )
     ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
     name += f" (judged at {setting(ended if len(ended) else runs)})"
@@ -70,6 +72,10 @@ def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | 
 
 
 D32_RUNS = "the d 32 runs are sweep=lite32's (`make reproduce-d32`), none in this store and experiment"
+D32_CUT = (
+    "the d 32 runs judged here hold none of them (sweep=lite32 cuts some to fit its budget: "
+    "conf/sweep/lite32.yaml names them)"
+)
 
 
 def setting(runs: pd.DataFrame) -> str:
@@ -106,7 +112,7 @@ def threshold_cases(
     """Per configuration: holds(its median - level, 0); the margin is that median - level."""
     keys = label_keys(per_seed)
     return [
-        compare(config_label(row, keys), values["value"], level, holds, "{a}")
+        compare(config_label(row, keys), values["value"], level, holds, "{a}", (config_of(row),))
         for row, values in by_configuration(per_seed, ["value"])
     ]
 
@@ -123,7 +129,14 @@ def pair_cases(
     keys = label_keys(per_seed[per_seed[key].isin((a, b))], drop=(key,))
     words = f"{short(key, a)} {{a}} vs {short(key, b)} {{b}}"
     return [
-        compare(config_label(row, keys), values["value"], right[match], holds, words)
+        compare(
+            config_label(row, keys),
+            values["value"],
+            right[match],
+            holds,
+            words,
+            (config_of(row), config_of({**row, key: b})),
+        )
         for row, values in by_configuration(per_seed[per_seed[key] == a], ["value"])
         if (match := tuple(row[k] for k in others)) in right
     ]
@@ -153,5 +166,7 @@ def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "on
             f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "
             f"vs {short(EMB, steady)} {rise[steady]:+.3f}"
         )
-        cases.append(Case(config_label(part.iloc[0], keys), words, float(margin), gt, iqr(diffs)))
+        ends = part[part[EMB].isin((rising, steady)) & part[K].isin((ks[0], ks[-1]))]
+        configs = tuple(dict.fromkeys(config_of(row) for _, row in ends.iterrows()))
+        cases.append(Case(config_label(part.iloc[0], keys), words, float(margin), gt, iqr(diffs), configs))
     return cases

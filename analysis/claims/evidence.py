@@ -15,10 +15,11 @@ from typing import Callable
 
 import pandas as pd
 
-from analysis.claims.cases import Part, verdict
+from analysis.claims.cases import UNTESTED, Part, partial, verdict
 from analysis.claims.configurations import seed_values, summary, with_enough_seeds
+from analysis.claims.coverage import judged_on, missing
 from analysis.claims.grid import flat_history, grid_runs
-from analysis.claims.scopes import Scope
+from analysis.claims.scopes import D, Scope
 from analysis.context import scope
 from analysis.runs import config_keys
 from tracking.names import DIVERGED, OUTCOME, SEED, VAL_REL_LLOYD
@@ -40,6 +41,11 @@ class Evidence:
     speed_source: str = ""
     blocks: pd.DataFrame | None = None
 
+    @property
+    def has_d32(self) -> bool:
+        """Whether any run is at d 32 (sweep=lite32's, or the paper grid's)."""
+        return bool(D in self.runs and (self.runs[D] == 32).any())
+
 
 @dataclass
 class View:
@@ -49,7 +55,7 @@ class View:
     evidence: Evidence
     scope: Scope | None
     notes: list[str] = field(default_factory=list)
-    probed: bool = False  # it read a probe (whose cases the paper grid cannot count)
+    probed: list[Scope] = field(default_factory=list)  # the scopes whose probes it read, in order
     read_diverged: bool = False  # a scope it read holds a diverged run
 
     @property
@@ -59,7 +65,7 @@ class View:
     def runs(self, where: Scope | None = None) -> pd.DataFrame:
         subgrid, slice_ = where or self.scope
         runs = scope(self.evidence.runs, subgrid, slice_)
-        note = summary(runs, subgrid, slice_, self.evidence.grid)
+        note = summary(runs, subgrid, slice_, self.evidence.grid, self.evidence.has_d32)
         if note not in self.notes:
             self.notes.append(note)
         self.read_diverged |= bool(OUTCOME in runs and (runs[OUTCOME] == DIVERGED).any())
@@ -86,7 +92,7 @@ class View:
 
     def probe(self, evaluation: str, where: Scope | None = None) -> pd.DataFrame:
         """Per-seed rows of `evaluation` on the scope's runs; why they are missing goes into the notes."""
-        self.probed = True
+        self.probed.append(where or self.scope)
         runs = self.runs(where)
         if self.evidence.probe is None or runs.empty:  # no model in the scope: nothing to evaluate
             return pd.DataFrame(columns=["panel", "series", "method", SEED, "step", "value"])
@@ -99,7 +105,7 @@ class View:
 @dataclass
 class Claim:
     name: str
-    status: str  # PASS, FAIL or UNTESTED
+    status: str  # PASS, PARTIAL, FAIL or UNTESTED
     numbers: str  # what was measured, and what is missing
     paper: str  # the paper's words (docs/science.md section 7.1)
     source: str = ""  # where the words stand in the paper
@@ -126,20 +132,31 @@ class Record:
     scope: Scope | None  # None: judged on a benchmark or on sampled tasks, not on runs
     judge: Callable[[View], list[Part]]
     beyond: bool = False
+    # Slice values its scope takes in the paper grid when they differ from its own: a `_lite` twin's scope is
+    # counted at the paper's d and k, where the grid holds the statement's configurations.
+    counted_at: dict = field(default_factory=dict)
+
+    def counted(self) -> Scope:
+        """Its scope as counted in the paper grid."""
+        subgrid, where = self.scope
+        return subgrid, {**where, **self.counted_at}
 
 
 def judge(record: Record, evidence: Evidence) -> Claim:
-    """A claim's verdict on the evidence; with evidence.grid, each part also says how many cases the paper
-    grid has (not for probe parts: the grid has no curves; not beyond the paper: the grid has none)."""
+    """A claim's verdict on the evidence. With evidence.grid the same judge also reads the paper grid's
+    configurations in the claim's scope: each part says how many cases the grid has (not for probe parts: the
+    grid has no curves), and a PASS on part of them reads PARTIAL, naming what is missing (coverage)."""
     view = View(evidence, record.scope)
     parts = record.judge(view)
-    if evidence.grid is not None and record.scope is not None and not record.beyond:
-        full = View(Evidence(grid_runs(evidence.grid), None, evidence.T, history=flat_history), record.scope)
-        for part, counted in zip(parts, record.judge(full)):
-            part.expected = None if full.probed else len(counted.cases)
-    status = verdict(parts)
-    alone = without_diverged(record, evidence, parts) if view.read_diverged else status
-    numbers = "; ".join([*view.notes, *(part.describe() for part in parts)])
+    grid = in_paper_grid(record, evidence)
+    if grid is not None:
+        for part, counted in zip(parts, grid[1]):
+            part.expected = None if grid[0].probed else len(counted.cases)
+    left_out = _left_out(record, view, parts, grid)
+    status = partial(verdict(parts), left_out)
+    alone = without_diverged(record, evidence, parts, grid) if view.read_diverged else status
+    scoped = [left_out] if left_out and status != UNTESTED else []
+    numbers = "; ".join([*view.notes, *scoped, *(part.describe() for part in parts)])
     marginal = sum(c.marginal for part in parts for c in part.cases)
     return Claim(
         record.name,
@@ -153,13 +170,35 @@ def judge(record: Record, evidence: Evidence) -> Claim:
     )
 
 
-def without_diverged(record: Record, evidence: Evidence, parts: list[Part]) -> str:
-    """The verdict on the evidence less its diverged runs; each of `parts` (the judge's on all of it) whose
-    own verdict that changes notes the other (Part.without_diverged). A diverged run counts as +inf, which
-    beats nothing: a verdict that rests on that says so beside itself."""
+def in_paper_grid(record: Record, evidence: Evidence) -> tuple[View, list[Part]] | None:
+    """The claim's judge on two seeds of every paper-grid configuration (grid.grid_runs) in its counted
+    scope: its view and parts; None without a grid or a scope."""
+    if evidence.grid is None or record.scope is None:
+        return None
+    full = View(Evidence(grid_runs(evidence.grid), None, evidence.T, history=flat_history), record.counted())
+    return full, record.judge(full)
+
+
+def _left_out(record: Record, view: View, parts: list[Part], grid: tuple[View, list[Part]] | None) -> str:
+    """What of the claim's scope in the paper grid its cases leave out, in words ('' for none)."""
+    if grid is None:
+        return ""
+    judged = judged_on(view.evidence.runs, parts, view.probed)
+    in_grid = judged_on(grid[0].evidence.runs, grid[1], grid[0].probed)
+    return missing(judged, in_grid, frozenset(record.counted_at))
+
+
+def without_diverged(
+    record: Record, evidence: Evidence, parts: list[Part], grid: tuple[View, list[Part]] | None = None
+) -> str:
+    """The verdict on the evidence less its diverged runs (PARTIAL where that PASS rests on part of the
+    scope); each of `parts` (the judge's on all of it) whose own verdict that changes notes the other
+    (Part.without_diverged). A diverged run counts as +inf, which beats nothing: a verdict that rests on that
+    says so beside itself."""
     kept = replace(evidence, runs=evidence.runs[evidence.runs[OUTCOME] != DIVERGED], grid=None)
-    rejudged = record.judge(View(kept, record.scope))
+    view = View(kept, record.scope)
+    rejudged = record.judge(view)
     for part, other in zip(parts, rejudged):
         if verdict([other]) != verdict([part]):
             part.without_diverged = verdict([other])
-    return verdict(rejudged)
+    return partial(verdict(rejudged), _left_out(record, view, rejudged, grid))

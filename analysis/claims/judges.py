@@ -22,7 +22,19 @@ from analysis.claims.configurations import (
 )
 from analysis.claims.evidence import View
 from analysis.claims.probes import course, vs_lloyd, vs_step1
-from analysis.claims.scopes import EMB, EMBEDDED, FAMILY, LR, OTHER_FAMILIES, REG, TAU, D, K, transfer_from
+from analysis.claims.scopes import (
+    EMB,
+    EMBEDDED,
+    FAMILY,
+    LR,
+    OTHER_FAMILIES,
+    REG,
+    TAU,
+    D,
+    K,
+    config_of,
+    transfer_from,
+)
 from tracking.names import TRAIN_LOSS, VAL_REL_LLOYD
 
 SHIFTED = tuple(name for name, changes in SHIFTS.items() if changes)  # weights, anisotropy, scale 0.05, 0.2
@@ -237,6 +249,7 @@ def ne_val_rises(v: View) -> list[Part]:
                     values["lowest"] * (1 + RISE),
                     gt,
                     above,
+                    (config_of(row),),
                 )
                 for row, values in by_configuration(ne, ["value", "lowest"])
             ],
@@ -244,7 +257,14 @@ def ne_val_rises(v: View) -> list[Part]:
         Part(
             "l2 ends below its first val_rel_lloyd after training began (not step 0)",
             [
-                compare(config_label(row, label_keys(l2)), values["value"], values["first"], lt, words)
+                compare(
+                    config_label(row, label_keys(l2)),
+                    values["value"],
+                    values["first"],
+                    lt,
+                    words,
+                    (config_of(row),),
+                )
                 for row, values in by_configuration(l2, ["value", "first"])
             ],
         ),

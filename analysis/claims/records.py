@@ -191,6 +191,7 @@ def at_lite_scale(record: Record) -> Record:
         (subgrid, {**where, **LITE_FAMILY}),
         record.judge,
         beyond=True,
+        counted_at=PAPER_FAMILY,  # the paper grid holds the statement's configurations at its d and k
     )
 
 

@@ -7,6 +7,9 @@ slice's values (analysis.context.scope). A probe claim's scope is the models its
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from numbers import Number
+
 from analysis.eval_figures import PROBES
 from tasks.sampler import FAMILIES
 
@@ -24,6 +27,18 @@ EMBEDDED = ("onehot", "binary")
 OTHER_FAMILIES = tuple(f for f in FAMILIES if f != "cauchy")
 
 Scope = tuple[str, dict]  # (sub-grid, slice): a slice maps a config key to a value or a tuple of values
+# A configuration as the claims compare them: its values of AXES, (key, value) pairs in AXES' order, numbers
+# as floats, so a store's typed params and the paper grid's values meet.
+Config = tuple[tuple[str, object], ...]
+
+
+def config_of(row: Mapping[str, object]) -> Config:
+    """The configuration of a run, per-seed row or paper-grid row: its AXES values."""
+    return tuple(
+        (key, float(row[key]) if isinstance(row[key], Number) else str(row[key]))
+        for key in AXES
+        if key in row
+    )
 
 
 def within(probe: str, **narrower: object) -> Scope:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims.cases import FAIL, PASS, UNTESTED
+from analysis.claims.cases import STATUSES
 from analysis.claims.evidence import Claim
 
 COLUMNS = ["name", "status", "numbers", "paper", "source", "marginal", "beyond"]
@@ -43,10 +43,11 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
         return "\n".join(lines)
 
     paper = [c for c in claims if not c.beyond]
-    counts = ", ".join(f"{sum(c.status == s for c in paper)} {s}" for s in (PASS, FAIL, UNTESTED))
+    counts = ", ".join(f"{sum(c.status == s for c in paper)} {s}" for s in STATUSES)
     heading = "#" * level
     text = (
-        f"{heading} The paper's claims\n\n{len(paper)} claims: {counts}. A case is *marginal* when the "
+        f"{heading} The paper's claims\n\n{len(paper)} claims: {counts}. PARTIAL: every case judged holds, "
+        "but on part of the claim's scope (its numbers name what is missing). A case is *marginal* when the "
         f"seeds' IQR of its margin straddles zero; it still counts as it falls.\n\n{table(paper)}\n"
     )
     beyond = [c for c in claims if c.beyond]
