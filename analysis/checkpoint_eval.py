@@ -9,6 +9,9 @@ seed, the evaluation and condition), never the training or validation
 stream, and the same for every model of that seed, so models and Lloyd's
 are compared on identical tasks.
 
+`final` measures what training's validation logs, and the training loss, on fresh tasks of any n: the claims
+read the d 32 runs' final values there at the paper's n 512 (eval.d32_n), whatever n they trained at.
+
 Iterating a model T times (`multistep`) comes in three forms:
   reembed    C_{t+1} = model(X, C_t): points and current centers embedded afresh each step;
   naive      the layer applied to its own output tokens (points and centers carried, never re-embedded);
@@ -54,6 +57,9 @@ from tracking.names import (
     LAST_CHECKPOINT,
     RESULT_ARTIFACT,
     SEED,
+    TRAIN_LOSS,
+    VAL_KMEANS,
+    VAL_REL_LLOYD,
 )
 from tracking.run_tags import evaluation_link
 from training.loop import pick_device
@@ -82,8 +88,8 @@ LENGTH_RATIOS = (0.25, 0.5, 2.0, 4.0)
 @dataclass(frozen=True)
 class EvalSettings:
     """Sizes of the evaluations and the checkpoint they load: the report's `eval.*` keys, whose defaults and
-    meanings live in conf/report/default.yaml (`configured`; tests use small ones). All but device,
-    threads and max_elements are part of a cached result's key (Evaluator.key)."""
+    meanings live in conf/report/default.yaml (`configured`; tests use small ones). All but UNKEYED are part
+    of a cached result's key (Evaluator.key)."""
 
     seed: int
     batches: int
@@ -98,6 +104,7 @@ class EvalSettings:
     threads: int
     max_elements: int
     checkpoint: str  # a key of CHECKPOINTS
+    d32_n: int | None  # the n the claims read d 32 runs' final values at (`final`); None: the logged ones
 
     @classmethod
     def of(cls, values: dict) -> "EvalSettings":
@@ -294,6 +301,30 @@ def family_transfer(model, run: pd.Series, settings: EvalSettings) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+FINAL_METRICS = (VAL_KMEANS, VAL_REL_LLOYD, TRAIN_LOSS)
+
+
+@torch.no_grad()
+def final(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
+    """A row per metric of FINAL_METRICS, on fresh tasks of the run's task spec: val_kmeans and val_rel_lloyd
+    as training's validation computes them (training.loop.Validation: the mean over tasks of the objective
+    after one model step, and of its ratio to one Lloyd step's) and train_loss, the mean surrogate at the
+    run's tau and regularizer (the loss it trained on)."""
+    device = settings.torch_device()
+    tau, regularizer = float(run["loss.tau"]), str(run["loss.regularizer"])
+    parts: dict[str, list[torch.Tensor]] = {metric: [] for metric in FINAL_METRICS}
+    for X, C0 in fresh_tasks(spec_of(run), settings, run[SEED], f"final/{run['task.n']}"):
+        for Xc, Cc in _chunks(X.to(device), C0.to(device), settings):
+            centers = model(Xc, Cc)
+            objective = kmeans_objective(Xc, centers)
+            parts[VAL_KMEANS].append(objective)
+            parts[VAL_REL_LLOYD].append(objective / kmeans_objective(Xc, lloyd_step(Xc, Cc)))
+            parts[TRAIN_LOSS].append(smoothed_objective(Xc, centers, tau, regularizer))
+    return pd.DataFrame(
+        [{"metric": metric, "value": torch.cat(values).mean().item()} for metric, values in parts.items()]
+    )
+
+
 def filter_normalized_direction(
     model: torch.nn.Module, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
@@ -339,7 +370,11 @@ EVALUATIONS: dict[str, Callable[[ClusteringTransformer, pd.Series, EvalSettings]
     "length": length,
     "family_transfer": family_transfer,
     "loss_surface": loss_surface,
+    "final": final,
 }
+# Settings no cached table depends on: where and how fast it is computed, and d32_n, which reaches an
+# evaluation as the n it is asked for (Evaluator.__call__), part of that table's key.
+UNKEYED = ("device", "threads", "max_elements", "d32_n")
 
 
 class Evaluator:
@@ -357,15 +392,18 @@ class Evaluator:
         self._read: dict[Path, pd.DataFrame] = {}  # tables this report already has: the claims reuse them
         cache_dir.mkdir(parents=True, exist_ok=True)
 
-    def key(self, name: str, run_id: str) -> str:
-        settings = {
-            k: v for k, v in asdict(self.settings).items() if k not in ("device", "threads", "max_elements")
-        }
-        text = json.dumps([VERSION, name, run_id, settings], sort_keys=True, default=list)
+    def key(self, name: str, run_id: str, n: int | None = None) -> str:
+        settings = {k: v for k, v in asdict(self.settings).items() if k not in UNKEYED}
+        at = [n] if n is not None else []  # a table at the training n keeps the key it always had
+        text = json.dumps([VERSION, name, run_id, settings, *at], sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
-    def __call__(self, name: str, run: pd.Series) -> pd.DataFrame:
-        key = self.key(name, run["run_id"])
+    def __call__(self, name: str, run: pd.Series, n: int | None = None) -> pd.DataFrame:
+        """Evaluation `name` of a training run (cached), on tasks of its training n or of `n`."""
+        key = self.key(name, run["run_id"], n)
+        if n is not None:
+            run = run.copy()
+            run["task.n"] = n
         local = self.cache_dir / f"{name}-{key}.csv"
         if local not in self._read:
             self._read[local] = self._table(name, key, local, run)
@@ -384,7 +422,10 @@ class Evaluator:
                 )
                 table = pd.read_csv(path)
         else:
-            model = load_model(self.uri, run, self.settings.torch_device(), self.settings.checkpoint)
+            checkpoint = (
+                "last" if name == "final" else self.settings.checkpoint
+            )  # final: the model as trained
+            model = load_model(self.uri, run, self.settings.torch_device(), checkpoint)
             threads = torch.get_num_threads()
             torch.set_num_threads(self.settings.threads)
             try:

@@ -313,6 +313,7 @@ def validate_analysis(cfg: DictConfig) -> None:
     _require(all(n >= 1 for n in e.lengths), "eval.lengths", list(e.lengths), "a list of integers >= 1")
     _device("eval.device", e.device)
     _one_of("eval.checkpoint", e.checkpoint, EVAL_CHECKPOINTS)
+    _require(e.d32_n is None or e.d32_n >= 1, "eval.d32_n", e.d32_n, "null or an integer >= 1")
 
 
 def validate(cfg: DictConfig) -> None:

@@ -165,6 +165,7 @@ class EvalConfig:
     threads: int = MISSING
     max_elements: int = MISSING
     checkpoint: str = MISSING
+    d32_n: Optional[int] = MISSING
 
 
 @dataclass

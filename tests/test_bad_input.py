@@ -130,6 +130,7 @@ ANALYSIS_OUT_OF_RANGE = {
     "eval.surface_points": below(2),
     "eval.surface_span": NOT_POSITIVE,
     "eval.checkpoint": none_of("last", "best"),
+    "eval.d32_n": below(1),
     "eval.device": none_of("auto", "cpu", "cuda", "mps"),
     "figures": st.lists(none_of(), min_size=1, max_size=3).map(lambda names: f"[{','.join(names)}]"),
     "tracking.outage_s": NOT_POSITIVE,

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.cases import Case, compare, gt, iqr
-from analysis.claims.scopes import AXES, EMB, D, K, config_of
+from analysis.claims.scopes import AXES, EMB, MEASURED_D, D, K, config_of
 from analysis.context import scope, varying
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, short
@@ -41,9 +41,17 @@ def with_enough_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
     return per_seed[seeds >= 2]
 
 
-def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | None, has_d32: bool) -> str:
+def summary(
+    runs: pd.DataFrame,
+    subgrid: str,
+    where: dict,
+    grid: pd.DataFrame | None,
+    has_d32: bool,
+    final_n: int | None = None,
+) -> str:
     """What the scope holds: configurations with >= 2 seeds (of the paper grid's), those left out, diverged
-    and unfinished runs; an empty d 32 scope says where d 32 runs come from, or, where the evidence has
+    and unfinished runs, and the setting they were judged at (`final_n`: the d 32 runs' final values were
+    measured at that n); an empty d 32 scope says where d 32 runs come from, or, where the evidence has
     some (`has_d32`), that they leave this scope out."""
     slice_ = ", ".join(
         f"{AXIS_NAMES.get(k, k)} in {'/'.join(map(str, v))}"
@@ -61,7 +69,7 @@ def summary(runs: pd.DataFrame, subgrid: str, where: dict, grid: pd.DataFrame | 
             f"; {elsewhere}" if where.get(D) == 32 else ""
         )
     ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
-    name += f" (judged at {setting(ended if len(ended) else runs)})"
+    name += f" (judged at {setting(ended if len(ended) else runs, final_n)})"
     seeds = ended.groupby(config_keys(runs.columns), dropna=False)[SEED].nunique()
     few = f" ({int((seeds < 2).sum())} with fewer left out)" if (seeds < 2).any() else ""
     diverged, unfinished = int((runs[OUTCOME] == DIVERGED).sum()), len(runs) - len(ended)
@@ -78,14 +86,21 @@ D32_CUT = (
 )
 
 
-def setting(runs: pd.DataFrame) -> str:
-    """The d, k and n the runs trained at, e.g. 'd 32, k 10/25, n 128/256'."""
+def setting(runs: pd.DataFrame, final_n: int | None = None) -> str:
+    """The d, k and n the runs trained at, e.g. 'd 32, k 10/25, n 128/256'; with `final_n`, and d 32 runs
+    among them, where their final values were measured: 'd 32, k 10/25, n 128/256 in training, the d 32
+    runs' final values measured at n 512 (eval.d32_n) on fresh tasks from each last checkpoint'."""
     parts = []
     for key, word in ((D, "d"), (K, "k"), ("task.n", "n")):
         if key in runs:
             values = sorted(runs[key].dropna().unique())
             parts.append(f"{word} {'/'.join(f'{v:g}' for v in values)}")
-    return ", ".join(parts)
+    if final_n is None or not (runs[D] == MEASURED_D).any():
+        return ", ".join(parts)
+    return (
+        f"{', '.join(parts)} in training, the d {MEASURED_D} runs' final values measured at n {final_n} "
+        "(eval.d32_n) on fresh tasks from each last checkpoint"
+    )
 
 
 def label_keys(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[str]:

@@ -30,7 +30,8 @@ class Evidence:
     """What the judges read. runs: training runs (an `outcome` column); grid: paper_grid() to count the cases
     the paper grid has (None: no counts); T: the probes' re-applications (the report's eval.steps);
     probe(runs, evaluation) -> (per-seed rows, why missing); history(runs) -> val_rel_lloyd points (run_id,
-    step, value); speed: speed_memory rows; blocks: task_dissimilarity's family_blocks."""
+    step, value); speed: speed_memory rows; blocks: task_dissimilarity's family_blocks; final(runs) -> (the
+    same runs with the final metrics of their d 32 ones measured at n final_n, why some are missing)."""
 
     runs: pd.DataFrame
     grid: pd.DataFrame | None
@@ -40,6 +41,8 @@ class Evidence:
     speed: list[dict] | None = None
     speed_source: str = ""
     blocks: pd.DataFrame | None = None
+    final: Callable[[pd.DataFrame], tuple[pd.DataFrame, str]] | None = None
+    final_n: int | None = None
 
     @property
     def has_d32(self) -> bool:
@@ -62,24 +65,34 @@ class View:
     def T(self) -> int:
         return self.evidence.T
 
-    def runs(self, where: Scope | None = None) -> pd.DataFrame:
+    def runs(self, where: Scope | None = None, measured: bool = False) -> pd.DataFrame:
+        """The scope's runs, summarised in the notes; `measured`: their final values are read where the
+        evidence measures them (Evidence.final), which the summary names."""
         subgrid, slice_ = where or self.scope
         runs = scope(self.evidence.runs, subgrid, slice_)
-        note = summary(runs, subgrid, slice_, self.evidence.grid, self.evidence.has_d32)
+        at = self.evidence.final_n if measured else None
+        note = summary(runs, subgrid, slice_, self.evidence.grid, self.evidence.has_d32, at)
         if note not in self.notes:
             self.notes.append(note)
         self.read_diverged |= bool(OUTCOME in runs and (runs[OUTCOME] == DIVERGED).any())
         return runs
 
-    def finals(self, metric: str, where: Scope | None = None) -> pd.DataFrame:
-        """Per seed, the final `metric` of the scope's configurations with >= 2 seeds."""
-        return with_enough_seeds(seed_values(self.runs(where), metric))
+    def finals(self, metric: str, where: Scope | None = None, logged: bool = False) -> pd.DataFrame:
+        """Per seed, the final `metric` of the scope's configurations with >= 2 seeds: the d 32 runs' measured
+        at n final_n where the evidence measures them (Evidence.final) and not `logged`, else as logged."""
+        measured = self.evidence.final is not None and not logged
+        runs = self.runs(where, measured)
+        if measured:
+            runs, missing = self.evidence.final(runs)
+            if missing and missing not in self.notes:
+                self.notes.append(missing)
+        return with_enough_seeds(seed_values(runs, metric))
 
     def histories(self, where: Scope | None = None) -> pd.DataFrame:
         """Per seed: val_rel_lloyd's `first` evaluation after training began (not the untrained step 0), its
-        `lowest` over training, its final `value` (diverged: +inf)."""
+        `lowest` over training, its final `value` (diverged: +inf), all as logged: one curve, at one n."""
         runs = self.runs(where)
-        per_seed = self.finals(VAL_REL_LLOYD, where)
+        per_seed = self.finals(VAL_REL_LLOYD, where, logged=True)
         if self.evidence.history is None or per_seed.empty:
             return per_seed.assign(first=math.nan, lowest=math.nan)
         points = self.evidence.history(runs).sort_values("step")

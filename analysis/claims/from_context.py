@@ -1,5 +1,6 @@
-"""The claims' evidence read from a store: its runs, their probes' evaluations (cached), val_rel_lloyd's
-histories, the speed_memory benchmark and the sampled tasks' dissimilarity; every claim checked against it.
+"""The claims' evidence read from a store: its runs, their probes' evaluations (cached), the d 32 runs' final
+values measured at the paper's n (cached), val_rel_lloyd's histories, the speed_memory benchmark and the
+sampled tasks' dissimilarity; every claim checked against it.
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ from typing import Callable
 
 import pandas as pd
 
-from analysis.checkpoint_eval import LLOYD_METHOD
+from analysis.checkpoint_eval import FINAL_METRICS, LLOYD_METHOD
 from analysis.claims.evidence import Claim, Evidence, judge
 from analysis.claims.grid import paper_grid
 from analysis.claims.records import CLAIMS
-from analysis.claims.scopes import EMB
+from analysis.claims.scopes import EMB, MEASURED_D, D
 from analysis.context import Context, count_once, evaluation_rows, series_labels, varying
 from analysis.eval_figures import dissimilarity
 from analysis.plot import Figure, MissingInput
 from analysis.style import LLOYD
-from tracking.names import DIVERGED, OUTCOME, SEED, VAL_REL_LLOYD
+from tracking.names import DIVERGED, FINISHED, OUTCOME, SEED, VAL_REL_LLOYD
 
 # Per probe: the column of its evaluation table that names a panel, and the iterations the claims read.
 PANELS = {"multistep": "init", "length": "n", "mixture_shift": "shift", "family_transfer": "test_family"}
@@ -65,6 +66,30 @@ def _history(ctx: Context) -> Callable[[pd.DataFrame], pd.DataFrame]:
     return points
 
 
+def _final(ctx: Context) -> Callable[[pd.DataFrame], tuple[pd.DataFrame, str]] | None:
+    """Runs -> (the same runs, their finished d 32 ones' final metrics measured at n eval.d32_n on fresh tasks
+    from each last checkpoint (checkpoint_eval.final, cached), why some are missing); None when eval.d32_n is
+    null. Other runs keep the values they logged at their training n."""
+    n = ctx.settings.d32_n
+    if n is None:
+        return None
+
+    def measured(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+        runs, failed = runs.copy(), []
+        for i, run in runs[(runs[D] == MEASURED_D) & (runs[OUTCOME] == FINISHED)].iterrows():
+            try:
+                values = ctx.evaluator("final", run, n=n).set_index("metric")["value"]
+            except (FileNotFoundError, ValueError) as err:  # no checkpoint; tasks of n it cannot have (n < k)
+                runs.loc[i, list(FINAL_METRICS)] = math.nan  # not judged, never read as logged at another n
+                failed.append(f"{run['run_id']}: {err}")
+            else:
+                runs.loc[i, list(values.index)] = values.to_numpy()
+        why = f"final values at n {n} not measured for {len(failed)} runs ({'; '.join(failed[:2])})"
+        return runs, why if failed else ""
+
+    return measured
+
+
 def _speed_rows(path: Path | None) -> list[dict] | None:
     return json.loads(path.read_text()).get("rows", []) if path is not None and path.exists() else None
 
@@ -84,6 +109,8 @@ def evidence(ctx: Context, drawn: dict[str, Figure] | None = None) -> Evidence:
         _speed_rows(ctx.speed_json),
         f"{ctx.speed_json} (`python -m bench speed_memory --out FILE`, then speed_json=FILE)",
         blocks,
+        _final(ctx),
+        ctx.settings.d32_n,
     )
 
 
@@ -115,6 +142,15 @@ def combined(found: list[Evidence]) -> Evidence:
             else pd.DataFrame(columns=["run_id", "step", "value"])
         )
 
+    def final(scoped: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+        frames, missing = [scoped.iloc[:0]], []
+        for e in found:
+            mine = own(scoped, e)
+            measured, why = e.final(mine) if e.final is not None and not mine.empty else (mine, "")
+            frames.append(measured)
+            missing += [why] if why else []
+        return pd.concat(frames), "; ".join(missing)
+
     def first(attr: str):
         return next((getattr(e, attr) for e in found if getattr(e, attr) is not None), None)
 
@@ -128,6 +164,8 @@ def combined(found: list[Evidence]) -> Evidence:
         with_speed.speed,
         with_speed.speed_source,
         first("blocks"),
+        final if any(e.final is not None for e in found) else None,
+        first("final_n"),
     )
 
 
