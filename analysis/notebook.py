@@ -41,7 +41,8 @@ def runs(
     loss.tau, ...), and the last value of each metric (val_rel_lloyd, best_val_rel_lloyd, train_loss, ...).
     A sweep's parent run and the report's evaluation runs are not training runs. Raises
     analysis.runs.NoRuns when the experiment does not exist, tracking.store.TrackingError when the store
-    cannot be read.
+    cannot be read or `uri` is no store's address (config.schema.ConfigError for a bad
+    $MLFLOW_TRACKING_URI, read as the commands read it).
     """
     uri, experiment = default_store(uri, experiment)
     found = loaders.load_runs(uri, experiment, sweep=sweep, subgrid=subgrid)

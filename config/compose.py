@@ -7,13 +7,14 @@ and what is allowed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import re
 import typing
 from pathlib import Path
-from typing import Any, Collection, Iterable
+from typing import Any, Collection, Iterable, Iterator
 
 from hydra import compose as hydra_compose
 from hydra import version
@@ -37,19 +38,39 @@ from config.schema import (
 )
 from models.options import EMBEDDINGS, REGULARIZERS
 from tasks.spec import TaskSpec
+from tracking import address
 
 # User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
 # replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (the form a sweep
 # hands its trials), then $LEANER_CONFIG_DIR (directories joined by os.pathsep), where `--config-dir DIR` on
 # a command line puts them for the command's life (cli.entry).
 SEARCHPATH = "hydra.searchpath"
+EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"  # MLflow's, the default of tracking.experiment (conf/tracking)
 
 
 def compose(overrides: Iterable[str] = (), config_name: str = "config", user_dirs: bool = True) -> DictConfig:
     """Compose conf/<config_name>.yaml with Hydra overrides, then validate it; user_dirs=False: conf/ alone,
-    without the user config directories (what conf/ itself says, e.g. of a sweep)."""
-    overrides = list(overrides)
-    dirs = user_config_dirs(overrides) if user_dirs else []
+    without the user config directories nor the environment's tracking defaults (what conf/ itself says,
+    e.g. of a sweep: the claims read it when imported, before a bad $MLFLOW_TRACKING_URI can be answered)."""
+    if user_dirs:
+        return _compose(list(overrides), config_name, user_config_dirs(overrides))
+    with _hidden(address.ENV, EXPERIMENT_ENV):
+        cfg = _compose(list(overrides), config_name, [])
+        OmegaConf.resolve(cfg)  # conf/tracking's ${oc.env:...} read while the variables are hidden
+    return cfg
+
+
+@contextlib.contextmanager
+def _hidden(*names: str) -> Iterator[None]:
+    """The environment without `names` for a moment, then as it was."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _compose(overrides: list[str], config_name: str, dirs: list[Path]) -> DictConfig:
     _check_overrides(overrides, SCHEMAS[config_name])
     try:
         _initialize(dirs)
@@ -293,9 +314,12 @@ def validate_trial_devices(cfg: DictConfig) -> None:
 
 
 def _tracking(cfg: DictConfig) -> None:
-    _require(
-        bool(cfg.tracking.uri), "tracking.uri", cfg.tracking.uri, "a tracking URI such as sqlite:///mlflow.db"
-    )
+    uri = cfg.tracking.uri
+    _require(bool(uri), "tracking.uri", uri, f"a store address: {address.FORMS}")
+    why = address.problem(uri)
+    # The default reads $MLFLOW_TRACKING_URI: a bad one set long ago is nowhere on the command line.
+    source = f" (it comes from ${address.ENV})" if os.environ.get(address.ENV) == uri else ""
+    _require(why is None, "tracking.uri", uri, f"the address {why}{source}")
     _require(
         bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name"
     )

@@ -278,10 +278,11 @@ def answer(command: str, argv: list[str], sandbox: Sandbox, capfd) -> tuple[int,
     return code, printed
 
 
-def check(command: str, argv: list[str], expected: int, sandbox: Sandbox, capfd) -> None:
+def check(command: str, argv: list[str], expected: int, sandbox: Sandbox, capfd) -> str:
     code, printed = answer(command, argv, sandbox, capfd)
     assert code == expected, f"{command} {argv}: exit code {code}, not {expected}; stderr: {printed[-2000:]}"
     assert printed.startswith("error: ") and printed.count("\n") == 1, f"{command} {argv}: {printed!r}"
+    return printed
 
 
 # --- the in-process properties --------------------------------------------------------------------------
@@ -386,6 +387,58 @@ def test_bad_stores(command, data, sandbox, capfd):
     check(command, argv, exit_codes.TRACKING, sandbox, capfd)
 
 
+@pytest.mark.parametrize("command", ["train", "sweep", "rerun", "report"])
+def test_an_unreachable_database(command, sandbox, capfd):
+    """Nothing answers at a PostgreSQL address: exit code 4 in seconds (MLflow retries for minutes)."""
+    uri = "postgresql://leaner:secret@127.0.0.1:1/mlflow"
+    first = {"sweep": ["sweep=smoke", "cluster.address=127.0.0.1:1"], "rerun": ["0123abcd"]}  # not a dry run
+    argv = [*first.get(command, PREFIX.get(command, [])), f"tracking.uri={uri}"]
+    start = time.monotonic()
+    printed = check(command, argv, exit_codes.TRACKING, sandbox, capfd)
+    assert time.monotonic() - start < 15 and "unreachable" in printed and "secret" not in printed, printed
+
+
+# Store addresses as people type them (MLflow's docs allow a bare path for its file store, which its
+# current versions refuse): relative paths only, for sqlite:// + an absolute path is a sound address.
+PATHS = st.one_of(NAMES.map(lambda name: f"{name}.db"), st.sampled_from(["./mlruns", "mlruns", "db/x.db"]))
+SCHEMES = ("sqlite", "http", "https", "postgresql")
+
+
+@st.composite
+def misspelt_scheme(draw) -> str:
+    scheme = draw(st.sampled_from(SCHEMES))
+    i = draw(st.integers(0, len(scheme) - 1))
+    typo = draw(st.sampled_from([scheme[:i] + scheme[i + 1 :], scheme[:i] + "x" + scheme[i:]]))
+    return typo if typo not in SCHEMES else f"{scheme}x"
+
+
+MALFORMED_URIS = st.one_of(
+    PATHS,
+    PATHS.map(lambda path: f"file:{path}"),
+    PATHS.map(lambda path: f"sqlite://{path}"),  # two slashes
+    PATHS.map(lambda path: f"sqlite:/{path}"),
+    st.tuples(misspelt_scheme(), PATHS).map(lambda t: f"{t[0]}:///{t[1]}"),
+    st.sampled_from(["sqlite://", "sqlite:///:memory:", "http://", "http:/127.0.0.1:5000", "postgresql:/db"]),
+)
+
+
+@pytest.mark.parametrize("given_as", ["tracking.uri", "$MLFLOW_TRACKING_URI"])
+@pytest.mark.parametrize("command", ["train", "sweep", "rerun", "report", "claims"])
+@settings(SETTINGS, max_examples=4)
+@given(data=st.data())
+def test_an_address_of_no_store_form(command, given_as, data, sandbox, capfd):
+    """Rejected with the configuration (exit code 2) in one line that names the forms a store takes."""
+    uri = data.draw(MALFORMED_URIS, label="uri")
+    argv = [*PREFIX.get(command, []), *(["0123abcd"] if command == "rerun" else [])]
+    with pytest.MonkeyPatch.context() as patch:
+        if given_as == "tracking.uri":
+            argv.append(f"tracking.uri='{uri}'")
+        else:
+            patch.setenv("MLFLOW_TRACKING_URI", uri)
+        printed = check(command, argv, exit_codes.CONFIG, sandbox, capfd)
+    assert "sqlite:///" in printed, printed
+
+
 @pytest.mark.parametrize("command", ["report", "claims"])
 def test_an_empty_store_has_nothing_to_analyse(command, sandbox, capfd):
     check(command, [f"tracking.uri={sandbox.healthy}"], exit_codes.NO_RUNS, sandbox, capfd)
@@ -432,3 +485,21 @@ def test_bad_input_through_both_forms(command, kind, data, tmp_path_factory):
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr[-3000:]
     assert list(cwd.iterdir()) == [], f"{argv} wrote {list(cwd.iterdir())}"
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow  # an interpreter importing torch and MLflow
+def test_a_bad_default_address_is_answered_not_met_on_import(tmp_path):
+    """The claims read conf/'s sweeps when imported (analysis.claims.records): a bad $MLFLOW_TRACKING_URI
+    must wait for the command, which answers it in one line."""
+    env = {**subprocess_env(), "MLFLOW_TRACKING_URI": "mlflow.db"}
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.report"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == exit_codes.CONFIG, done.stderr[-3000:]
+    assert done.stderr.count("\n") == 1 and "$MLFLOW_TRACKING_URI" in done.stderr, done.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []

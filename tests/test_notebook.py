@@ -9,6 +9,7 @@ from mlflow import MlflowClient
 from analysis import notebook
 from analysis.runs import NoRuns
 from tracking.names import CONFIG_HASH, VAL_REL_LLOYD
+from tracking.store import TrackingError
 
 EXPERIMENT = "leaner-clustering"  # where the smoke sweep writes (the tracking config's default)
 
@@ -45,3 +46,15 @@ def test_runs_and_histories_are_mlflows(smoke_store: str, monkeypatch) -> None:
 
     with pytest.raises(NoRuns, match="no-such-experiment"):
         notebook.runs(smoke_store, "no-such-experiment")
+
+
+@pytest.mark.parametrize(
+    "uri", ["mlflow.db", "./mlruns", "file:./mlruns", "sqlite://mlflow.db", "sqlte:///x.db"]
+)
+def test_an_address_of_no_store_form_raises_the_documented_error(uri: str, tmp_path, monkeypatch) -> None:
+    """MLflow meets these with its own errors (a file store it refuses, SQLAlchemy's parse error); the
+    notebook's documented one names the forms it takes, and nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TrackingError, match=r"sqlite:///FILE|sqlite:///mlflow\.db"):
+        notebook.runs(uri)
+    assert list(tmp_path.iterdir()) == []

@@ -2,8 +2,10 @@
 
 Training (tracking.recorder), the sweep driver (sweeper.session), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
-  connect        fail fast, naming the URI, when the store cannot be reached or used; else a client (a
-                 store another process is creating is waited for; the analysis and reruns create none)
+  connect        fail fast, naming the URI, when the store cannot be reached or used, or its address has
+                 no form of tracking.address (a PostgreSQL server too: MLflow would retry it for minutes);
+                 else a client (a store another process is creating is waited for; the analysis and reruns
+                 create none)
   explain        a SQLite error met later, as one line naming the store
   ensure_experiment  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows
                  runs) and with the runs view of tracking.view; find_experiment only finds one
@@ -22,6 +24,7 @@ import base64
 import fcntl
 import logging
 import os
+import socket
 import sqlite3
 import time
 import urllib.error
@@ -37,7 +40,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from cli import exit_codes
-from tracking import moved, view
+from tracking import address, moved, view
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 
 log = logging.getLogger(__name__)
@@ -65,7 +68,14 @@ class _Passing(TrackingError):
 
 
 def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached."""
+    """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached (or has no
+    form it could have: tracking.address)."""
+    why = address.problem(uri)
+    if why:
+        raise TrackingError(f"tracking store {uri}: the address {why}")
+    if address.database_host(uri):
+        _probe_database(uri, timeout)
+        return
     if uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
         if not folder.is_dir():
@@ -83,6 +93,36 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
             f"(mlflow server --host HOST --port PORT) or set tracking.uri"
         ) from None
     _probe_access(uri, timeout)
+
+
+def _probe_database(uri: str, timeout: float) -> None:
+    """An SQL server's address: its host answers within `timeout`, its driver is installed and it lets this
+    user in; once each (MLflow would retry an engine it cannot create for minutes)."""
+    import sqlalchemy
+
+    host, port = address.database_host(uri)
+    shown = sqlalchemy.make_url(uri).render_as_string(hide_password=True)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        raise TrackingError(
+            f"database {shown} is unreachable ({err.strerror or err}): start it, or set tracking.uri"
+        ) from None
+    try:
+        engine = sqlalchemy.create_engine(uri)
+    except ImportError as err:
+        raise TrackingError(
+            f"tracking store {shown}: its driver {err.name} is not installed: install it (postgresql://: "
+            f"pip install 'psycopg[binary]')"
+        ) from None
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
+        raise TrackingError(f"database {shown} refused the connection ({reason}): set tracking.uri") from None
+    finally:
+        engine.dispose()
 
 
 def _probe_access(uri: str, timeout: float) -> None:
