@@ -74,7 +74,6 @@ def connect(cluster: DictConfig) -> None:
     if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
         host = cluster.dashboard_host if dashboard_installed(cluster.dashboard_host) else None  # null: none
         ray.init(address="local", include_dashboard=host is not None, dashboard_host=host)
-        fits_this_machine(cluster, ray.cluster_resources())
         return
     reachable(cluster.address)
     # A cluster's workers inherit their node's environment, not this driver's: the test-only faults set
@@ -86,6 +85,25 @@ def connect(cluster: DictConfig) -> None:
         raise ClusterError(
             f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"
         ) from None
+
+
+def check_this_machine(cluster: DictConfig) -> None:
+    """Refuse, before Ray starts or the store is opened, a trial that a new local Ray instance could never
+    place (fits_this_machine), counting this machine's CPUs and GPUs as that instance will."""
+    import ray
+
+    if cluster.address is None and not ray.is_initialized():  # else: a cluster, or the caller's instance
+        fits_this_machine(cluster, local_resources())
+
+
+def local_resources() -> dict[str, float]:
+    """The CPUs and GPUs a local Ray instance started here would have, counted by Ray's own code before it
+    starts (cgroup limits, CUDA_VISIBLE_DEVICES, RAY_OVERRIDE_RESOURCES: as ray.init counts them). A private
+    class of Ray's: pyproject.toml pins Ray's one version, and the sweep tests run this on it."""
+    from ray._private.resource_and_label_spec import ResourceAndLabelSpec
+
+    spec = ResourceAndLabelSpec().resolve(is_head=True, node_ip_address="127.0.0.1")
+    return {"CPU": spec.num_cpus, "GPU": spec.num_gpus}
 
 
 def fits_this_machine(cluster: DictConfig, resources: dict[str, float]) -> None:

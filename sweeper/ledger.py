@@ -6,11 +6,12 @@ or plain `sweeper.train` it ran, and is not scheduled again. This sweep's runs
 without an outcome are continued in place, from the Tune checkpoint they
 recorded. The parent run is found by one rule (tracking.parent_run.is_parent).
 
-A driver claims the sweep (claim): it reads the store once (one search of the experiment), adopts the
-finished runs it skips, and, when anything is left to run, locks the sweep's parent run against a second
-driver (sweeper.lock). Between the read and the lock another driver could have run the sweep: the parent run
-then has another end time, or is not the one the read found nor the one this driver made, and the ledger is
-read again.
+A driver claims the sweep (claim): it reads the store once (one search of the experiment) and adopts the
+finished runs it skips; when anything is left to run, and once its Ray cluster has accepted the sweep (a
+refusal leaves no parent run behind), it locks the sweep's parent run against a second driver
+(Claim.locked, sweeper.lock). Between the read and the lock another driver could have run the sweep: the
+parent run then has another end time, or is not the one the read found nor the one this driver made, and
+the ledger is read again.
 """
 
 from __future__ import annotations
@@ -175,19 +176,13 @@ class Claim:
         return oldest, oldest == mine
 
 
-@contextlib.contextmanager
-def claim(uri: str, experiment: str, sweep: str, jobs: list[Job]) -> Iterator[Claim]:
-    """The sweep's ledger read once, the finished runs it skips adopted, and the sweep locked for this driver
-    while anything is left to run (a sweep with nothing left is not locked)."""
+def claim(uri: str, experiment: str, sweep: str, jobs: list[Job]) -> Claim:
+    """The sweep's ledger read once and the finished runs it skips adopted; not locked yet (Claim.locked)."""
     claimed = Claim(uri, experiment, sweep, jobs)
     adopted = claimed.adopt()
     if adopted:
         print(f"{adopted} runs finished outside this sweep now carry sweep={sweep} too")
-    if not claimed.pending():
-        yield claimed
-        return
-    with claimed.locked():
-        yield claimed
+    return claimed
 
 
 def _ended(run: Run) -> tuple:

@@ -40,6 +40,7 @@ from tracking import ui
 from tracking.names import STEP_RATE
 
 if TYPE_CHECKING:
+    from sweeper.ledger import Claim
     from sweeper.session import Summary
 
 NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
@@ -79,25 +80,32 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
 
     budget = Budget.from_now(cfg.cluster.time_budget_s)
     check_store_reachable(cfg)
+    cluster.check_this_machine(cfg.cluster)  # before the store is touched: nothing to undo
     jobs = grid.jobs(cfg, plan)
-    with claim(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs) as claimed:  # read once; locked
-        pending = claimed.pending()
-        print(f"{len(jobs) - len(pending)} of {len(jobs)} trials already in MLflow; {len(pending)} to run")
-        if not pending:
+    claimed = claim(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs)  # read once
+    pending = announce(claimed)
+    if not pending:
+        return Summary(plan.name, claimed.experiment)
+
+    def account_now() -> Account:  # of the ledger as last read
+        return Account.of(jobs, cfg.train.steps, claimed.ledger.done, claimed.ledger.resume_step)
+
+    account = account_now()
+    if budget.seconds is not None:  # at the rate of the sweep's last allocation, if it had one
+        rate = claimed.ledger.parent.data.metrics.get(STEP_RATE) if claimed.ledger.parent else None
+        print(outlook(account, budget, rate), flush=True)
+    if budget.spent():  # spent before Ray started: nothing was begun, nothing to stop
+        reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
+        stopped(plan.name, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
+        return Summary(plan.name, claimed.experiment, len(pending), out_of_time=True)
+    storage = cluster.join(cfg.cluster, cfg.tracking.uri)  # before the lock: a refusal opens no parent run
+    with claimed.locked():  # the ledger read again if another driver ran the sweep meanwhile
+        if not claimed.pending():  # another driver ran the sweep between the read and the lock
+            announce(claimed)
             return Summary(plan.name, claimed.experiment)
-        ledger = claimed.ledger
-        account = Account.of(jobs, cfg.train.steps, ledger.done, ledger.resume_step)
-        if budget.seconds is not None:  # at the rate of the sweep's last allocation, if it had one
-            rate = ledger.parent.data.metrics.get(STEP_RATE) if ledger.parent else None
-            print(outlook(account, budget, rate), flush=True)
-        if budget.spent():  # spent before Ray started: nothing was begun, nothing to stop
-            reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
-            stopped(plan.name, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
-            return Summary(plan.name, claimed.experiment, len(pending), out_of_time=True)
         work = plan_work(cfg, plan, argv, claimed)
-        storage = cluster.join(cfg.cluster, cfg.tracking.uri)
         with recording(
-            claimed, cfg, plan, argv, work, budget, account
+            claimed, cfg, plan, argv, work, budget, account_now()
         ) as session:  # the parent run, the writer
             tune.fit(cfg, plan, work, storage, session, trainable)
     summary = session.summary
@@ -105,6 +113,13 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
         print(summary)
         print(ui.where_to_look(cfg.tracking.uri, cfg.tracking.experiment, summary.experiment))
     return summary
+
+
+def announce(claimed: Claim) -> list[grid.Job]:
+    """Print how much of the sweep the store holds; the jobs left to run."""
+    jobs, pending = claimed.jobs, claimed.pending()
+    print(f"{len(jobs) - len(pending)} of {len(jobs)} trials already in MLflow; {len(pending)} to run")
+    return pending
 
 
 def check_store_reachable(cfg: DictConfig) -> None:

@@ -102,28 +102,49 @@ def test_a_sweep_takes_cuda_with_gpus_reserved(gpus, capsys):
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.slow  # starts a local Ray instance
-@pytest.mark.skipif(
-    torch.cuda.is_available(), reason="a trial reserves one GPU at most, and this machine has one"
-)
-def test_a_local_sweep_refuses_more_gpus_than_this_machine_has(sqlite_uri, tmp_path, capsys):
-    """A local Ray instance (cluster.address null) is this machine: a trial reserving a GPU it lacks would
-    wait forever, Tune only warning; the sweep exits 2 with one line once Ray started, before any trial."""
-    import ray
+LACKING = {  # a trial's reservation this machine cannot give, and the line that refuses it
+    "cpus": ("cluster.cpus_per_trial", os.cpu_count() + 1, "CPUs"),
+    "gpus": ("cluster.gpus_per_trial", 1, "GPUs"),  # one at most per trial: needs a machine with none
+}
 
-    want = 1
-    args = ["sweep=smoke", f"cluster.gpus_per_trial={want}", f"tracking.uri={sqlite_uri}", NO_DASHBOARD]
-    try:
-        assert sweep.main([*args, f"cluster.storage={tmp_path / 'ray'}"]) == exit_codes.CONFIG
-    finally:
-        ray.shutdown()
-    err = capsys.readouterr().err.strip().splitlines()  # Ray's own lines first ("Started a local Ray ...")
-    assert err[-1] == (
-        f"error: cluster.gpus_per_trial={want} is not allowed with a local Ray instance "
-        "(cluster.address=null): this machine has 0 GPUs; reserve at most that, or join a cluster "
-        "that has more (cluster.address)"
+
+@pytest.mark.slow  # a sweep's interpreter (Ray, MLflow)
+@pytest.mark.parametrize("lacking", sorted(LACKING))
+def test_a_local_sweep_refuses_what_this_machine_lacks_before_any_work(lacking, tmp_path):
+    """A local Ray instance (cluster.address null) is this machine: a trial reserving more than it has would
+    wait forever, Tune only warning. The sweep exits 2 in one line before Ray starts or the store is made."""
+    if lacking == "gpus" and torch.cuda.device_count() > 0:
+        pytest.skip("a trial reserves one GPU at most, and this machine has one")
+    key, want, what = LACKING[lacking]
+    store = tmp_path / "home" / "mlflow.db"
+    store.parent.mkdir()
+    args = ["sweep=smoke", f"{key}={want}", f"tracking.uri=sqlite:///{store}", NO_DASHBOARD]
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
     )
-    assert not (tmp_path / "ray").exists()  # no trial started
+    assert done.returncode == exit_codes.CONFIG, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        f"error: {key}={want:g} is not allowed with a local Ray instance (cluster.address=null): this "
+        f"machine has {LACKING['cpus'][1] - 1 if lacking == 'cpus' else 0} {what}; reserve at most that, or "
+        "join a cluster that has more (cluster.address)"
+    ]
+    assert list(store.parent.iterdir()) == []  # no store, no Ray storage: nothing was begun
+
+
+def test_a_sweep_refused_by_its_cluster_opens_no_parent_run(sqlite_uri):
+    """A cluster that refuses the sweep (here: nothing listens at its address) leaves the store's runs as
+    they were: no parent run made, none RUNNING."""
+    args = ["sweep=smoke", f"tracking.uri={sqlite_uri}", "cluster.address=127.0.0.1:1"]
+    assert sweep.main(args) == exit_codes.CLUSTER
+    runs = MlflowClient(sqlite_uri).search_runs(
+        [e.experiment_id for e in MlflowClient(sqlite_uri).search_experiments()]
+    )
+    assert runs == []
 
 
 def test_a_single_run_is_checked_against_its_own_machine(tmp_path: Path, monkeypatch, capsys):
