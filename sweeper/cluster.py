@@ -30,6 +30,13 @@ def join(cluster: DictConfig, uri: str) -> str | None:
     return where
 
 
+def gcs_address() -> str:
+    """The joined Ray cluster's GCS address (HOST:PORT), which answers while the cluster lives."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
 def reachable(address: str, timeout: float = 5.0) -> None:
     """Fail fast, naming the address, when nothing listens there (ray.init would retry for a minute)."""
     if address == "auto":

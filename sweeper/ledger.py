@@ -130,6 +130,7 @@ class Claim:
         self.experiment = store.ensure_experiment(self.client, experiment)
         self.ledger = self._read()
         self.parent_id: str | None = None  # the parent run this driver locked
+        self.lock: DriverLock | None = None  # its lock, while held
 
     def _read(self) -> Ledger:
         found = read(store.search(self.client, [self.experiment]), self.sweep)
@@ -153,7 +154,7 @@ class Claim:
         parent_id, created = self._parent()
         lock = DriverLock(self.client, parent_id, self.sweep)
         lock.take()
-        self.parent_id = parent_id
+        self.parent_id, self.lock = parent_id, lock
         try:
             if not created and (seen is None or _ended(self.client.get_run(parent_id)) != _ended(seen)):
                 self.ledger = self._read()  # another driver made the parent, or ran the sweep, after the read

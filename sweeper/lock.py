@@ -11,6 +11,14 @@ behind, and it is stale, not blocking a restart, when its process is gone
 from this host (or, on another host, when its heartbeat, renewed every BEAT_S,
 is older than STALE_S). The driver's claim on the sweep (sweeper.ledger) decides when to lock: after
 its one read of the store, checking that no other driver wrote in between.
+
+A driver killed with its host (a lost head pod, an allocation's end) is retried on a new Ray cluster on
+another host, which cannot see whether its process is gone. So once a driver has joined Ray it adds its
+cluster's GCS address to the tag (joined), and a driver that finds a lock whose cluster no longer answers
+there takes it over once the holder's heartbeat is older than TAKEOVER_S (it waits for that, watching the
+tag): a holder that still runs, whose cluster a network split hides, keeps beating and keeps its lock. Both
+at once (its cluster unreachable from here and its store writes failing for TAKEOVER_S) is the one case
+two drivers can overlap. A lock without a cluster (a driver killed before it joined Ray) waits for STALE_S.
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ from cli import exit_codes
 from tracking.names import DRIVER
 
 SETTLE_S = 1.0  # longer than one tag write and read: the last of simultaneous locks is seen by all
-BEAT_S = 60.0  # heartbeat period
+BEAT_S = 10.0  # heartbeat period
 STALE_S = 600.0  # a lock from another host silent this long belongs to a dead driver
+TAKEOVER_S = 4 * BEAT_S  # ... and this long, when its Ray cluster no longer answers
+PROBE_S = 5.0  # how long a connection to the holder's GCS may take to be an answer
 
 
 class SweepLocked(RuntimeError, exit_codes.CommandError):
@@ -53,10 +63,21 @@ def alive(holder: dict) -> bool:
         return False
 
 
+def answers(address: str) -> bool:
+    """Whether anything listens at a GCS address (HOST:PORT): a cluster that is gone answers nothing."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def describe(holder: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"]))
+    on = f", Ray cluster {holder['gcs']}" if holder.get("gcs") else ""
     return (
-        f"host {holder['host']}, pid {holder['pid']}, started {started} "
+        f"host {holder['host']}, pid {holder['pid']}, started {started}{on} "
         f"(last heard {time.time() - holder['beat']:.0f} s ago)"
     )
 
@@ -81,6 +102,9 @@ class DriverLock:
     def take(self) -> None:
         """Lock the sweep, or raise SweepLocked naming the driver that runs it."""
         holder = self._holder()
+        if holder is not None and self._gone(holder):
+            print(f"sweep: taking over the lock of a driver whose Ray cluster is gone ({describe(holder)})")
+            holder = None
         if holder is None:  # write, settle, read back: of simultaneous locks only the last one stays
             self.client.set_tag(self.parent_id, DRIVER, json.dumps(self.mine))
             time.sleep(SETTLE_S)
@@ -92,11 +116,40 @@ class DriverLock:
             )
         threading.Thread(target=self._beat, daemon=True).start()
 
+    def _gone(self, holder: dict) -> bool:
+        """Whether a live-looking holder on another host is dead with its cluster: its GCS answers nothing
+        and its heartbeat stays silent for TAKEOVER_S (waited for here: a live holder beats meanwhile)."""
+        if holder["host"] == socket.gethostname() or not holder.get("gcs") or answers(holder["gcs"]):
+            return False  # on this host its process is alive (alive): a live driver, whatever its cluster
+        wait = holder["beat"] + TAKEOVER_S - time.time()
+        if wait > 0:
+            print(
+                f"sweep: the driver holding the lock ({describe(holder)}) is on a Ray cluster that no longer "
+                f"answers; waiting {wait:.0f} s for its heartbeat before taking over",
+                flush=True,
+            )
+        while time.time() < holder["beat"] + TAKEOVER_S:
+            time.sleep(min(BEAT_S / 2, max(holder["beat"] + TAKEOVER_S - time.time(), 0)))
+            if self._read() != holder:  # it beat, released or was taken: not ours to take
+                return False
+        return True
+
+    def joined(self, gcs: str) -> None:
+        """Record the Ray cluster this driver joined (its GCS address): the lock's holder can be told dead by
+        it from another host (the module docstring)."""
+        self.mine["gcs"] = gcs
+        self._write()
+
+    def _write(self) -> None:
+        """The tag renewed (beat, cluster), unless another driver holds it now: never taken back."""
+        self.mine["beat"] = time.time()
+        if self._holder() is None:
+            self.client.set_tag(self.parent_id, DRIVER, json.dumps(self.mine))
+
     def _beat(self) -> None:
         while not self._stop.wait(BEAT_S):
             try:
-                self.mine["beat"] = time.time()
-                self.client.set_tag(self.parent_id, DRIVER, json.dumps(self.mine))
+                self._write()
             except Exception:  # the store is away: the writer says so; a missed beat costs nothing here
                 pass
 

@@ -104,6 +104,9 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
             announce(claimed)
             return Summary(plan.name, claimed.experiment)
         work = plan_work(cfg, plan, argv, claimed)
+        claimed.lock.joined(
+            cluster.gcs_address()
+        )  # a retry on another cluster can tell when this one is gone
         with recording(
             claimed, cfg, plan, argv, work, budget, account_now()
         ) as session:  # the parent run, the writer

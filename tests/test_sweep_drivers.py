@@ -4,12 +4,18 @@ twice. The drivers attach to a running Ray cluster (the session's), as a retried
 
 from __future__ import annotations
 
+import contextlib
+import json
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED
 from support.histories import point_counts
+from support.ray_nodes import RayNodes
 from support.repo import subprocess_env
 from support.sweeps import (
     children,
@@ -97,3 +103,84 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri, ray_cluster
         f"duplicates {duplicated}, lost {lost}"
     )
     assert (duplicated, lost) == (0, 0)
+
+
+# The first driver's own host name (a UTS namespace): on this machine, it is a driver on another host, whose
+# process the second cannot see, as a lost head pod's is to a retried RayJob's driver.
+LOST_HOST = "lost-head"
+ELSEWHERE = ("unshare", "--uts", "sh", "-c", f'hostname {LOST_HOST} && exec "$0" "$@"')
+
+
+@contextlib.contextmanager
+def head_node(root: Path):
+    """A fresh one-node Ray cluster (a head of 2 CPUs, paced trials), killed at the end."""
+    root.mkdir()
+    nodes = RayNodes(root, env=PACED, dashboard=False)
+    try:
+        nodes.start("head", cpus=2, gpus=0, head=True)
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+def elsewhere_works() -> bool:
+    try:
+        return subprocess.run([*ELSEWHERE, "true"], capture_output=True, timeout=30).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not elsewhere_works(), reason="no UTS namespace here (unshare --uts) to stand for a host")
+def test_a_retried_driver_on_a_new_cluster_takes_over_the_lock_of_one_lost_with_its_cluster(sqlite_uri):
+    uri = sqlite_uri
+    root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    common = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={root}/ray"]
+    env = {**subprocess_env(), **PACED}
+    try:
+        with head_node(root / "old") as old, head_node(root / "new") as new:
+            lost = start_sweep(
+                [*common, f"cluster.address={old.address}"], root / "lost.log", env=env, prefix=ELSEWHERE
+            )
+            try:
+                wait_for(lambda: interrupted_runs(uri) and "gcs" in held(uri), lost, 300, "a checkpoint")
+                assert held(uri)["host"] == LOST_HOST
+                # Its cluster answers: the lock holds, however the retry came.
+                retry = [*common, f"cluster.address={new.address}"]
+                refused = second_driver(retry)
+                assert refused.returncode == exit_codes.LOCKED, refused.stdout[-3000:] + refused.stderr
+                assert f"host {LOST_HOST}, pid " in refused.stderr
+            finally:
+                kill_group(lost)  # the head pod lost: its driver and its cluster at once
+                old.stop()
+            retried = second_driver(retry)
+        out = retried.stdout
+        assert retried.returncode == 0, out[-3000:] + retried.stderr[-3000:]
+        assert "taking over the lock of a driver whose Ray cluster is gone" in out, out[-3000:]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    client = MlflowClient(tracking_uri=uri)
+    runs = children(uri, "smoke")
+    trials = sweep_jobs(SMOKE)
+    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
+    points, duplicated, lost_points = point_counts(client, runs, [])
+    print(
+        f"driver lost with its cluster, retried on a new one: runs {len(runs)}, points {points}, "
+        f"duplicates {duplicated}, lost {lost_points}"
+    )
+    assert (duplicated, lost_points) == (0, 0)
+    assert held(uri) == {}  # released at the end
+
+
+def held(uri: str) -> dict:
+    """The lock on the smoke sweep's parent run: its holder, or {}."""
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("leaner-clustering")
+    if experiment is None:
+        return {}
+    parents = [
+        r
+        for r in client.search_runs([experiment.experiment_id], f"tags.{SWEEP} = 'smoke'")
+        if CONFIG_HASH not in r.data.tags
+    ]
+    return json.loads(parents[0].data.tags.get(DRIVER, "{}")) if parents else {}

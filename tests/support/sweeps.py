@@ -59,11 +59,14 @@ def sweep_jobs(overrides: list[str]) -> list[grid.Job]:
 # ---- sweep drivers as subprocesses: started, signalled, killed ----
 
 
-def start_sweep(overrides: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """`python -m sweeper.sweep` in its own session (the driver, its local Ray and trials form one group)."""
+def start_sweep(
+    overrides: list[str], log: Path, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.Popen:
+    """`python -m sweeper.sweep` in its own session (the driver, its local Ray and trials form one group);
+    prefix: a command that runs it (`unshare ...`)."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "sweeper.sweep", *overrides],
+            [*prefix, sys.executable, "-m", "sweeper.sweep", *overrides],
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
