@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from analysis.checkpoint_eval import EvalSettings
 from analysis.context import Context
-from analysis.runs import NoRuns, load_runs
+from analysis.runs import NoRuns, selected_runs
 from config.compose import compose
 from config.grid import expand
 from config.schema import ConfigError
@@ -89,13 +89,13 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
     uri, experiment = tracking.uri, tracking.experiment
     select = own["select"]
     try:
-        runs = load_runs(uri, experiment, sweep=select["sweep"], subgrid=select["subgrid"])
+        runs = selected_runs(uri, experiment, select["sweep"], select["subgrid"])
     except NoRuns as err:
-        raise NoRuns(f"nothing to analyse: {err}. {_how_to_fill(uri, experiment)}") from None
-    if runs.empty:
-        chosen = ", ".join(f"{k}={v}" for k, v in select.items() if v) or "no filter"
+        advice = "" if err.choices else f". {_how_to_fill(uri, experiment)}"
+        raise NoRuns(f"nothing to analyse: {err}{advice}") from None
+    if runs.empty:  # a selection that matched nothing was answered above, naming what the store holds
         raise NoRuns(
-            f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs ({chosen}). "
+            f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs. "
             f"Every figure needs training runs with checkpoints and metrics (train_loss, "
             f"val_rel_lloyd ...). {_how_to_fill(uri, experiment)}"
         )

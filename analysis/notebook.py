@@ -40,12 +40,13 @@ def runs(
     (comma-separated), every configuration value under its dotted key, typed (task.d, model.embedding,
     loss.tau, ...), and the last value of each metric (val_rel_lloyd, best_val_rel_lloyd, train_loss, ...).
     A sweep's parent run and the report's evaluation runs are not training runs. Raises
-    analysis.runs.NoRuns when the experiment does not exist, tracking.store.TrackingError when the store
+    analysis.runs.NoRuns when the experiment does not exist or holds no run of the sweep or sub-grid asked
+    for (naming those it holds), tracking.store.TrackingError when the store
     cannot be read or `uri` is no store's address (config.schema.ConfigError for a bad
     $MLFLOW_TRACKING_URI, read as the commands read it).
     """
     uri, experiment = default_store(uri, experiment)
-    found = loaders.load_runs(uri, experiment, sweep=sweep, subgrid=subgrid)
+    found = loaders.selected_runs(uri, experiment, sweep, subgrid)
     if not found.empty:
         found[OUTCOME] = loaders.outcome_of(found)
     found.attrs["uri"] = uri  # where histories() reads their points; pandas keeps it through a selection

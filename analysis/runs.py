@@ -34,9 +34,15 @@ RUN_COLUMNS = ["run_id", "run_name", "status", "start_time", "end_time", "experi
 
 
 class NoRuns(LookupError, exit_codes.CommandError):
-    """Nothing to analyse; the message says what is missing and where it was looked for."""
+    """Nothing to analyse; the message says what is missing and where it was looked for. `choices`: the
+    message lists what the store holds instead (a selection that matched nothing), so the advice is to
+    choose among them, not to fill the store."""
 
     exit_code = exit_codes.NO_RUNS
+
+    def __init__(self, message: str, choices: bool = False) -> None:
+        super().__init__(message)
+        self.choices = choices
 
 
 def config_keys(columns: Iterable[str]) -> list[str]:
@@ -108,6 +114,30 @@ def load_runs(
         allowed = wanted if isinstance(wanted, (list, tuple, set)) else [wanted]
         runs = runs[runs[key].isin(allowed)]
     return runs.sort_values(["start_time", "run_id"]).reset_index(drop=True)
+
+
+def selected_runs(uri: str, experiment: str, sweep: str | None, subgrid: str | None) -> pd.DataFrame:
+    """load_runs of one sweep and/or sub-grid, as a reader chose them; NoRuns naming the sweeps and sub-grids
+    the experiment holds when the choice matches no run (a typo, another store's sweep)."""
+    runs = load_runs(uri, experiment, sweep=sweep, subgrid=subgrid)
+    if not runs.empty or not (sweep or subgrid):
+        return runs
+    every = load_runs(uri, experiment)
+    held = {key: _names(every, key) for key in (SWEEP, SUBGRIDS)}
+    chosen = " ".join(f"{key}={value}" for key, value in (("sweep", sweep), ("subgrid", subgrid)) if value)
+    raise NoRuns(
+        f"experiment {experiment!r} in {uri} holds no training run of {chosen}: "
+        f"{len(every)} runs of the sweeps {', '.join(held[SWEEP]) or '(none)'}, "
+        f"sub-grids {', '.join(held[SUBGRIDS]) or '(none)'}; choose one (select.sweep=NAME, "
+        "select.subgrid=NAME), or none for every run",
+        choices=True,
+    )
+
+
+def _names(runs: pd.DataFrame, tag: str) -> list[str]:
+    """The names a comma-separated tag (sweep, subgrids) takes over `runs`, sorted."""
+    values = runs[tag].dropna() if tag in runs else []
+    return sorted({name for value in values for name in value.split(",") if name})
 
 
 def _row(run) -> dict:

@@ -36,18 +36,21 @@ from analysis.plot import MissingInput
 from analysis.runs import load_runs
 from analysis.style import EMBEDDING_COLORS, LLOYD
 from bench.step_seconds import bench_step_seconds
+from cli import exit_codes
 from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import (
+    CONFIG_HASH,
     EVAL_OF,
     EVALUATION_LINK,
     MLFLOW_PARENT_RUN_ID,
     REPORT_DIR,
     SEED,
     SUBGRIDS,
+    SWEEP,
     UI_RUN_COLOR,
     VAL_REL_LLOYD,
 )
@@ -411,6 +414,23 @@ def test_report_on_an_empty_experiment_explains_and_fails(tmp_path: Path, sqlite
             and "python -m sweeper.sweep" in err
         )
         assert not (tmp_path / experiment / "index.md").exists()
+
+
+def test_a_sweep_the_experiment_lacks_is_answered_with_those_it_holds(
+    tmp_path: Path, sqlite_uri: str, capsys
+) -> None:
+    """A typo in select.sweep (or select.subgrid) is not an empty store: the answer lists the sweeps and
+    sub-grids there, and sends nobody to fill the store with the demo sweep."""
+    client = MlflowClient(sqlite_uri)
+    experiment = client.create_experiment("held", artifact_location=(tmp_path / "artifacts").as_uri())
+    for seed in (1, 2):
+        client.create_run(experiment, tags={CONFIG_HASH: f"h{seed}", SWEEP: "smoke", SUBGRIDS: "smoke,tau"})
+    for select in ("select.sweep=smokey", "select.subgrid=taus"):
+        argv = [f"tracking.uri={sqlite_uri}", "tracking.experiment=held", select, f"out={tmp_path}"]
+        assert report.main(argv) == exit_codes.NO_RUNS
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "sweeps smoke, sub-grids smoke, tau" in err, err
+        assert "sweep=demo" not in err and "no training runs" not in err, err
 
 
 def test_bad_arguments_are_rejected_before_any_work(tmp_path: Path, capsys) -> None:

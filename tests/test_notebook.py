@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 
 from analysis import notebook
 from analysis.runs import NoRuns
-from tracking.names import CONFIG_HASH, VAL_REL_LLOYD
+from tracking.names import CONFIG_HASH, SUBGRIDS, SWEEP, VAL_REL_LLOYD
 from tracking.store import TrackingError
 
 EXPERIMENT = "leaner-clustering"  # where the smoke sweep writes (the tracking config's default)
@@ -58,3 +58,15 @@ def test_an_address_of_no_store_form_raises_the_documented_error(uri: str, tmp_p
     with pytest.raises(TrackingError, match=r"sqlite:///FILE|sqlite:///mlflow\.db"):
         notebook.runs(uri)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_the_store_lacks_raises_naming_those_it_holds(sqlite_uri: str, tmp_path) -> None:
+    """Not an empty frame without columns, on which a notebook's next line dies with a KeyError."""
+    client = MlflowClient(sqlite_uri)
+    experiment = client.create_experiment(EXPERIMENT, artifact_location=(tmp_path / "artifacts").as_uri())
+    client.create_run(experiment, tags={CONFIG_HASH: "h1", SWEEP: "smoke", SUBGRIDS: "smoke"})
+    with pytest.raises(NoRuns, match=r"no training run of sweep=demo: 1 runs of the sweeps smoke,"):
+        notebook.runs(sqlite_uri, sweep="demo")
+    assert list(notebook.runs(sqlite_uri, sweep="smoke").run_id) == [
+        client.search_runs([experiment])[0].info.run_id
+    ]
