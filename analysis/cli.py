@@ -43,8 +43,8 @@ def options_help(figures: list[str] = ()) -> str:
             flat[key] = value
     lines = [
         "Options (key=value, default after the =; conf/report/default.yaml):",
-        "  tracking.uri, tracking.experiment: the store and experiment (docs/configuration.md;",
-        "    $MLFLOW_TRACKING_URI and $MLFLOW_EXPERIMENT_NAME when set)",
+        "  tracking.uri, tracking.experiment: the store (sqlite:///FILE, http://HOST:PORT or postgresql://...)",
+        "    and experiment ($MLFLOW_TRACKING_URI and $MLFLOW_EXPERIMENT_NAME when set)",
         "  select.sweep, select.subgrid: only the runs of that sweep / sub-grid",
     ]
     lines += [f"  {key}={_shown(value)}" for key, value in flat.items()]

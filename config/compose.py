@@ -183,6 +183,8 @@ def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
             if cause.child_node is not None
             else ""
         )
+        if typing.get_origin(_schema_type(schema, key)) is list and not isinstance(cause.value, list):
+            return f"{key}={cause.value!r} is not allowed: a list, in brackets: {key}=[{cause.value}]"
         expected = _TYPE_WORDS.get(kind, str(cause.msg).splitlines()[0])
         return f"{key}={cause.value!r} is not allowed: {expected}"
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
@@ -197,6 +199,7 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
     added with + or ++ (or Hydra's own hydra.*, which no command reads), a key added under no chosen sweep,
     a word without a key, and a boolean set to anything but true or false (OmegaConf reads 2, 0, yes and on
     as booleans)."""
+    check_spacing(overrides)
     parser = OverridesParser.create()
     for word in overrides:
         try:
@@ -219,6 +222,26 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
             raise ConfigError(f"{key} is set but no sweep is chosen: add sweep=NAME")
         if kind is bool and not override.is_delete() and not isinstance(override.value(), bool):
             raise ConfigError(f"{key}={override.value()!r} is not allowed: true or false")
+
+
+def check_spacing(words: list[str]) -> None:
+    """Refuse an override the shell split at spaces around its `=` (`sweep = smoke`, `sweep =smoke`,
+    `sweep= smoke`), naming the one word it should be: the parts alone read as a stray `=`, a key without
+    a value and a word that is no override."""
+    for i, word in enumerate(words):
+        before, after = words[i - 1] if i else "", words[i + 1] if i + 1 < len(words) else ""
+        if word == "=" and before and after and "=" not in before:
+            parts = [before, word, after]
+        elif word.startswith("=") and word != "=" and before and "=" not in before:
+            parts = [before, word]
+        elif word.endswith("=") and word.count("=") == 1 and after and "=" not in after:
+            parts = [word, after]
+        else:
+            continue
+        raise ConfigError(
+            f"{' '.join(parts)!r}: the shell split one override at the spaces around its '=' into "
+            f"{len(parts)} words; write {''.join(parts)} (no spaces; quote a value that has some: key='a b')"
+        )
 
 
 def _sweep_chosen(overrides: list[str]) -> bool:

@@ -29,5 +29,8 @@ def config_groups() -> str:
         "any key is set as group.key=value):"
     ]
     lines += [f"  {g}: {', '.join(group_options(g))}" for g in (*RUN_GROUPS, "tracking", "cluster", "sweep")]
-    lines.append("Every key, its default and allowed values: docs/configuration.md.")
+    lines.append(
+        "Every key and its value: --cfg job; what each allows: docs/configuration.md of the source "
+        "repository (a pip install has no docs/)."
+    )
     return "\n".join(lines)

@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 from cli import console
 from cli.entry import command
 from config import grid
-from config.compose import compose, group_options, user_config_dirs
+from config.compose import check_spacing, compose, group_options, user_config_dirs
 from config.help import composed_config, config_groups
 from config.schema import ConfigError
 from tracking import ui
@@ -53,6 +53,7 @@ def sweep_names(overrides: Iterable[str] = ()) -> list[str]:
 
 def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
     """Compose, expand and validate: every error here comes before Ray starts."""
+    check_spacing(overrides)  # `sweep = smoke` is a spacing mistake, not a missing sweep
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
     names = sweep_names(overrides)
     if not chosen or chosen[-1] not in names:

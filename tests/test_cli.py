@@ -190,6 +190,31 @@ def test_a_baseline_key_on_the_command_line_names_the_baseline(capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "main, words, joined",
+    [
+        (sweep.main, ["sweep", "=", "smoke", "sweep.dry_run=true"], "sweep=smoke"),
+        (sweep.main, ["sweep=", "smoke", "sweep.dry_run=true"], "sweep=smoke"),
+        (train.main, ["train.steps", "=3"], "train.steps=3"),
+        (report.main, ["select.sweep", "=", "smoke"], "select.sweep=smoke"),
+    ],
+)
+def test_an_override_split_at_its_spaces_is_named_whole(main, words, joined, capsys):
+    """The shell makes `sweep = smoke` three words: neither 'no sweep chosen' nor "'=' is not an
+    override", but what was meant."""
+    code, _, err = run_main(main, words, capsys)
+    assert code == exit_codes.CONFIG and err.count("\n") == 1, err
+    assert f"write {joined} (no spaces" in err and "at the spaces around its '='" in err, err
+
+
+def test_a_list_given_as_one_value_is_shown_in_brackets(capsys):
+    code, _, err = run_main(report.main, ["figures=convergence"], capsys)
+    assert (code, err) == (
+        exit_codes.CONFIG,
+        "error: figures='convergence' is not allowed: a list, in brackets: figures=[convergence]\n",
+    )
+
+
 def test_sweep_keys_without_a_sweep_are_rejected():
     with pytest.raises(
         ConfigError,

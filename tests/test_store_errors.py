@@ -241,7 +241,8 @@ def test_commands_that_write_refuse_a_read_only_store(module, args, read_only_st
     assert done.returncode == exit_codes.TRACKING, done.stderr[-3000:]
     assert done.stderr == (
         f"error: tracking store {uri} is read-only (no write permission on {read_only_store} or its folder): "
-        "make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri\n"
+        "make it writable, or copy its folder whole (the store with its artifacts beside it) elsewhere "
+        "and set tracking.uri to the copy there\n"
     )
     assert digest(read_only_store) == before
 

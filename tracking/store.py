@@ -53,6 +53,11 @@ PROBE_TIMEOUT_S = 5.0
 MIGRATION_WAIT_S = 60.0
 QUIET_S = 5.0
 WATCH_S = 0.1
+# Said whole in the message: a pip install has no docs/ folder to point at.
+READ_ONLY_ADVICE = (
+    "make it writable, or copy its folder whole (the store with its artifacts beside it) elsewhere and set "
+    "tracking.uri to the copy there"
+)
 PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 
 
@@ -177,7 +182,7 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
     if not writable(uri):
         raise TrackingError(
             f"tracking store {uri} is read-only (no write permission on {path} or its folder): "
-            f"make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
+            f"{READ_ONLY_ADVICE}"
         )
     if (
         path.exists() and path.stat().st_size > 0
@@ -372,9 +377,7 @@ def explain(err: BaseException) -> TrackingError | None:
     uri = _opened[-1]
     reason = str(cause).splitlines()[0]
     if "readonly" in reason:
-        advice = (
-            "make it writable, or copy it (docs/faults.md: Moving or copying a store) and set tracking.uri"
-        )
+        advice = READ_ONLY_ADVICE
     elif "locked" in reason:
         advice = (
             "another process holds it; try again when it is done, or use a tracking server for many writers"

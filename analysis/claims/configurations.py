@@ -79,7 +79,10 @@ def summary(
     )
 
 
-D32_RUNS = "the d 32 runs are sweep=lite32's (`make reproduce-d32`), none in this store and experiment"
+D32_RUNS = (
+    "the d 32 runs are sweep=lite32's (`leaner-sweep sweep=lite32`, or `make reproduce-d32` in a clone), "
+    "none in this store and experiment"
+)
 D32_CUT = (
     "the d 32 runs judged here hold none of them (sweep=lite32 cuts some to fit its budget: "
     "conf/sweep/lite32.yaml names them)"
