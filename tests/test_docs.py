@@ -6,7 +6,8 @@ modules and make targets it names exist.
 A ```bash block right after a line `<!-- runnable -->` is run by test_runnable_blocks, all of
 them in one shell, page by page in the order README links the pages (support/readme.py: pages), as a
 newcomer would type them after `make demo` on a fresh clone:
-in a directory holding what the Makefile's demo sweep writes (its command, at a few steps).
+in a directory holding what the Makefile's demo sweep writes (its command, at a few steps). A marked
+```python block is a notebook's cell: it runs in Python after the page's earlier marked cells.
 `<!-- runnable smoke="k=v ..." -->` appends those overrides to the block's
 `python -m sweeper.train` lines, so a 10,000-step command runs at smoke scale.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from support.configs import NO_DASHBOARD
-from support.readme import blocks, commands, page_holding, pages
+from support.readme import blocks, commands, page_holding, pages, runnable_blocks
 from support.repo import README, REPO
 
 from cli import exit_codes
@@ -230,10 +231,12 @@ def demo_sweep() -> str:
 
 def runnable_script() -> str:
     parts = ["set -euo pipefail", 'echo "### make demo\'s sweep"', demo_sweep()]
-    for block in blocks():
-        if not block.runnable:
-            continue
+    for block in runnable_blocks():
         text = block.text
+        if block.lang == "python":  # a notebook's cells so far, in one interpreter
+            cells = [b for b in runnable_blocks() if (b.page, b.lang) == (block.page, "python")]
+            so_far = [b.text for b in cells if b.line <= block.line]
+            text = "python - <<'EOF'\n" + "\n".join(so_far) + "\nEOF"
         if block.smoke:
             smoke = " ".join(block.smoke)
             text = re.sub(
@@ -244,14 +247,13 @@ def runnable_script() -> str:
 
 
 def test_runnable_blocks_are_marked():
-    runnable = [b for b in blocks() if b.runnable]
-    assert len(runnable) >= 5
-    # A marker must sit right above a bash fence, or it would silently mark nothing.
+    assert len(runnable_blocks()) >= 5
+    # A marker must sit right above a bash or python fence, or it would silently mark nothing.
     for page in pages():
         lines = page.read_text().splitlines()
         for i, line in enumerate(lines):
             if line.startswith("<!-- runnable"):
-                assert lines[i + 1].strip() == "```bash", f"{page.name} line {i + 1}: marker not above a bash"
+                assert lines[i + 1].strip() in ("```bash", "```python"), f"{page.name} line {i + 1}: no block"
 
 
 @pytest.mark.slow
@@ -275,10 +277,11 @@ def test_runnable_blocks(tmp_path):
     assert result.returncode == 0, (
         f"the block of {ran[-1] if ran else '?'} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )
-    assert len(ran) == len([b for b in blocks() if b.runnable])
+    assert len(ran) == len(runnable_blocks())
     out = result.stdout
     assert "300 configurations x 10 seeds = 3000 trials" in out
     assert "BN-L2 tau0.1 d4 k6 n128" in out, "the median across seeds reads the demo's runs"
+    assert "varying: ['model.embedding']" in out, "docs/notebook.md's cells read the demo's runs"
     assert re.search(r"finished 20 steps: val_rel_lloyd", out)
     assert "torch.Size([4, 6, 4])" not in out  # the trained configuration is d 32, k 10
     assert "torch.Size([4, 10, 32])" in out

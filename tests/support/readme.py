@@ -34,6 +34,7 @@ class Block:
     text: str
     runnable: bool
     smoke: list[str]
+    lang: str = "bash"  # or python: a notebook's cell, run after the page's earlier runnable cells
 
     @property
     def where(self) -> str:
@@ -50,7 +51,7 @@ def page_blocks(page: Path, lang: str = "bash") -> list[Block]:
             runnable = re.fullmatch(r"<!-- runnable( smoke=\"[^\"]*\")? -->", marker) is not None
             smoke = re.search(r'smoke="([^"]*)"', marker)
             text = "\n".join(lines[i + 1 : end])
-            out.append(Block(page, i + 1, text, runnable, smoke.group(1).split() if smoke else []))
+            out.append(Block(page, i + 1, text, runnable, smoke.group(1).split() if smoke else [], lang))
             i = end
         i += 1
     return out
@@ -59,6 +60,13 @@ def page_blocks(page: Path, lang: str = "bash") -> list[Block]:
 def blocks(lang: str = "bash") -> list[Block]:
     """Every block of every page, in pages() order."""
     return [b for page in pages() for b in page_blocks(page, lang)]
+
+
+def runnable_blocks() -> list[Block]:
+    """Every runnable block, bash or python, of every page, in pages() order and the page's own."""
+    found = [b for page in pages() for b in (*page_blocks(page, "bash"), *page_blocks(page, "python"))]
+    order = {page: i for i, page in enumerate(pages())}
+    return sorted((b for b in found if b.runnable), key=lambda b: (order[b.page], b.line))
 
 
 def commands(text: str) -> list[list[str]]:
