@@ -4,3 +4,10 @@ One module per benchmark; bench/common.py holds what they share. Nothing in
 sweeper/, models/ or tasks/ imports from here, and nothing here imports sweeper/: `python -m bench scale`
 runs the driver's side of its measurement as a process of its own (sweeper/scale_probe.py).
 """
+
+import runpy
+from pathlib import Path
+
+# First of all: `python -m` in a folder with a config.py or models/ of its own would import those in place of
+# the project's packages (cli/shadowing.py says so in one line; loaded by its path: `cli` may be shadowed).
+runpy.run_path(str(Path(__file__).resolve().parent.parent / "cli" / "shadowing.py"))["check"]()

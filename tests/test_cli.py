@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,7 +22,7 @@ from omegaconf import OmegaConf
 from support.repo import REPO
 
 from analysis import claims, report
-from cli import console, exit_codes
+from cli import console, exit_codes, shadowing
 from config.compose import compose
 from config.schema import ConfigError
 from sweeper import rerun, sweep, train
@@ -273,3 +274,34 @@ def test_every_console_script_is_a_command_of_that_name():
         module, function = target.split(":")
         main = getattr(importlib.import_module(module), function)
         assert main.script == script, f"{target} is not wrapped by @command({script!r}) of cli/entry.py"
+
+
+@pytest.mark.slow  # interpreters importing Ray and MLflow
+def test_a_folder_with_its_own_config_and_models_is_named_not_imported(tmp_path):
+    """`python -m` puts the current folder first on the import path: a user's config.py and models/ there
+    would be imported in place of the project's packages. The command names them in one line (exit 2),
+    and the console script, which that folder does not shadow, runs."""
+    (tmp_path / "config.py").write_text("x = 1\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper.sweep", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == exit_codes.CONFIG and done.stdout == "", done.stderr[-3000:]
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ") and "leaner-* commands" in line, line
+    for shadow, package in ((tmp_path / "config.py", "config"), (f"{tmp_path / 'models'}/", "models")):
+        assert f"{shadow} shadows the package {package} of {REPO}" in line, line
+    script = shutil.which("leaner-sweep", path=str(Path(sys.executable).parent))
+    assert subprocess.run([script, "--help"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+
+
+def test_the_shadowing_check_knows_every_package_and_the_config_exit_code():
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert set(shadowing.PACKAGES) == {name.rstrip("*") for name in find["include"]} - {"conf"}
+    assert shadowing.CONFIG_EXIT == exit_codes.CONFIG
