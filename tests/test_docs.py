@@ -340,3 +340,18 @@ def test_no_reference_points_outside_the_repository():
     assert not found, found
     cited = {int(n) for p in files for n in re.findall(r"docs/science\.md,? sections? (\d+)", p.read_text())}
     assert cited <= set(range(1, 9)), cited
+
+
+def test_the_pip_section_shows_make_demo_as_the_makefile_runs_it():
+    """docs/commands.md spells `make demo` out for an install, in the leaner-* commands: the Makefile's
+    recipe, each `$(PY) -m MODULE` as its console script (the page's own table pairs them)."""
+    page = REPO / "docs" / "commands.md"
+    scripts = dict(
+        (m, s) for s, m in re.findall(r"\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", page.read_text())
+    )
+    recipe = (REPO / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    expected = [
+        re.sub(r"^\$\(PY\) -m ([\w.]+)", lambda m: scripts[m.group(1)], line.strip()) for line in recipe
+    ]
+    shown = [b for b in blocks() if b.page == page and b.text.startswith("leaner-sweep sweep=demo")]
+    assert [b.text.splitlines() for b in shown] == [expected]

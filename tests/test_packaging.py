@@ -121,11 +121,16 @@ def test_the_wheel_holds_every_package_and_the_config_tree():
     ), "a file of conf/ that package-data leaves out"
 
 
+def sources() -> list[str]:
+    """What a build reads: the packages, conf/, pyproject.toml and the README it names."""
+    return [*top_level_packages(), "conf", "pyproject.toml", "README.md"]
+
+
 def build_wheel(tmp_path: Path) -> Path:
     """The project's wheel, built from a copy (the build writes nothing into the checkout); its METADATA
     declares pyproject.toml's dependencies."""
     source = tmp_path / "source"
-    for name in [*top_level_packages(), "conf", "pyproject.toml", "README.md"]:
+    for name in sources():
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
         copy(
             REPO / name,
@@ -141,6 +146,19 @@ def build_wheel(tmp_path: Path) -> Path:
     runtime = {str(Requirement(r)) for r in requires if "extra ==" not in r}
     assert runtime == {str(Requirement(r)) for r in PROJECT["dependencies"]}, runtime
     return wheel
+
+
+@pytest.mark.slow  # pip builds the wheel
+def test_what_a_build_leaves_in_a_checkout_git_ignores(tmp_path):
+    """`pip install .` (or `pip wheel .`) writes its build folders beside the sources: in a clone, git
+    must not show them as untracked files."""
+    build_wheel(tmp_path)
+    left = [p for p in (tmp_path / "source").iterdir() if p.name not in sources()]
+    assert left, "the build left nothing beside the sources: this test checks nothing"
+    for path in left:
+        name = f"{path.name}/" if path.is_dir() else path.name
+        ignored = subprocess.run(["git", "-C", REPO, "check-ignore", "-q", "--no-index", name])
+        assert ignored.returncode == 0, f"{name}: a build leaves it, and .gitignore does not ignore it"
 
 
 def install_with_dependencies(wheel: Path, venv_dir: Path) -> Path:
