@@ -357,6 +357,8 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
     printed = capsys.readouterr().out
     assert PAPER["tau01_beats_lloyd"] in printed and printed.strip().endswith("claims.csv")
     table = pd.read_csv(tmp_path / experiment / "claims.csv").set_index("name")
+    paper = table[~table["beyond"]]
+    assert f"\ntotals: the paper's {len(paper)} claims: {(paper['status'] == PASS).sum()} PASS, " in printed
     assert list(table.index) == [record.name for record in CLAIMS]
     status = table["status"]
     assert status["tau01_beats_lloyd"] == FAIL and "0/2 cases" in table.loc["tau01_beats_lloyd", "numbers"]

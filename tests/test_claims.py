@@ -26,7 +26,7 @@ from analysis.claims.grid import flat_history, grid_runs, paper_grid
 from analysis.claims.probes import vs_lloyd
 from analysis.claims.records import CLAIMS, FAMILY_CLAIMS, PAPER, RECORDS
 from analysis.claims.scopes import AXES, EMB, FAMILY, LR, REG, TAU, D, K
-from analysis.claims.table import claims_table, markdown, write_csv, write_markdown
+from analysis.claims.table import claims_table, markdown, totals, write_csv, write_markdown
 from analysis.context import eval_curves, scope
 from analysis.eval_figures import PROBES
 from analysis.page import table_html
@@ -982,3 +982,19 @@ def test_claims_judged_once_on_the_runs_of_two_stores() -> None:
     assert (paper.status, lite.status) == (PASS, PASS)
     assert "judged at d 32, k 10" in paper.numbers and "judged at d 4, k 6" in lite.numbers
     assert sorted(asked) == [(4,), (32,)]
+
+
+def test_the_totals_count_every_status_a_judge_gives():
+    """The command's totals line: the paper's claims by status (each status the metrics count, zeros too),
+    then those beyond the paper apart; a status no list names yet is counted as well."""
+    made = [
+        Claim("a", PASS, "", ""),
+        Claim("b", PASS, "", ""),
+        Claim("c", UNTESTED, "", ""),
+        Claim("d", "PARTIAL", "", ""),
+        Claim("e", FAIL, "", "", beyond=True),
+    ]
+    assert totals(made) == (
+        "totals: the paper's 4 claims: 2 PASS, 0 FAIL, 1 UNTESTED, 1 PARTIAL; 1 beyond it: 0 PASS, 1 FAIL, "
+        "0 UNTESTED"
+    )

@@ -39,7 +39,7 @@ Prints every claim beside the paper's words and writes claims.csv and claims.md 
 from __future__ import annotations
 
 from analysis.claims.from_context import check
-from analysis.claims.table import write_csv, write_markdown
+from analysis.claims.table import totals, write_csv, write_markdown
 from analysis.cli import job_config, open_context, options_help
 from cli.entry import command
 
@@ -56,5 +56,6 @@ def main(argv: list[str]) -> int:
             f"{'':9}measured: {claim.numbers}"
         )
     write_markdown(claims, ctx.out_dir)
+    print(totals(claims))
     print(write_csv(claims, ctx.out_dir).resolve())
     return 0

@@ -3,13 +3,14 @@ beyond the paper under their own heading)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims.cases import STATUSES
 from analysis.claims.evidence import Claim
+from tracking.names import CLAIM_COUNTS
 
 COLUMNS = ["name", "status", "numbers", "paper", "source", "marginal", "beyond"]
 
@@ -43,12 +44,11 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
         return "\n".join(lines)
 
     paper = [c for c in claims if not c.beyond]
-    counts = ", ".join(f"{sum(c.status == s for c in paper)} {s}" for s in STATUSES)
     heading = "#" * level
     text = (
-        f"{heading} The paper's claims\n\n{len(paper)} claims: {counts}. PARTIAL: every case judged holds, "
-        "but on part of the claim's scope (its numbers name what is missing). A case is *marginal* when the "
-        f"seeds' IQR of its margin straddles zero; it still counts as it falls.\n\n{table(paper)}\n"
+        f"{heading} The paper's claims\n\n{len(paper)} claims: {counts(paper)}. PARTIAL: every case judged "
+        "holds, but on part of the claim's scope (its numbers name what is missing). A case is *marginal* when "
+        f"the seeds' IQR of its margin straddles zero; it still counts as it falls.\n\n{table(paper)}\n"
     )
     beyond = [c for c in claims if c.beyond]
     if beyond:
@@ -57,6 +57,23 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
             f"\n\n{table(beyond)}\n"
         )
     return text
+
+
+def counts(claims: list[Claim]) -> str:
+    """How many claims have each status, '7 PASS, 5 FAIL, 2 UNTESTED': every status the MLflow metrics count
+    (tracking.names.CLAIM_COUNTS, zeros shown), in that order, then any other status a judge gave."""
+    found = Counter(c.status for c in claims)
+    statuses = [*CLAIM_COUNTS, *sorted(set(found) - set(CLAIM_COUNTS))]
+    return ", ".join(f"{found[s]} {s}" for s in statuses)
+
+
+def totals(claims: list[Claim]) -> str:
+    """The command's last line before the table's path: the counts of the paper's claims, and apart (never
+    counted among them) those beyond the paper."""
+    paper, beyond = [c for c in claims if not c.beyond], [c for c in claims if c.beyond]
+    return (
+        f"totals: the paper's {len(paper)} claims: {counts(paper)}; {len(beyond)} beyond it: {counts(beyond)}"
+    )
 
 
 def write_markdown(claims: list[Claim], out_dir: Path) -> Path:
