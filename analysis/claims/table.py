@@ -47,8 +47,8 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
     heading = "#" * level
     text = (
         f"{heading} The paper's claims\n\n{len(paper)} claims: {counts(paper)}. PARTIAL: every case judged "
-        "holds, but on part of the claim's scope (its numbers name what is missing). A case is *marginal* when "
-        f"the seeds' IQR of its margin straddles zero; it still counts as it falls.\n\n{table(paper)}\n"
+        "holds, but on part of the claim's scope (its numbers name what is missing). A case is *marginal* "
+        f"when the seeds' IQR of its margin straddles zero; it still counts as it falls.\n\n{table(paper)}\n"
     )
     beyond = [c for c in claims if c.beyond]
     if beyond:
