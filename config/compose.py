@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from cli.entry import CONFIG_DIR_ENV
+from config import address
 from config.schema import (
     COMPILE_MODES,
     CONF_DIR,
@@ -38,7 +39,6 @@ from config.schema import (
 )
 from models.options import EMBEDDINGS, REGULARIZERS
 from tasks.spec import TaskSpec
-from tracking import address
 
 # User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
 # replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (the form a sweep

@@ -3,7 +3,7 @@
 Training (tracking.recorder), the sweep driver (sweeper.session), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
   connect        fail fast, naming the URI, when the store cannot be reached or used, or its address has
-                 no form of tracking.address (a PostgreSQL server too: MLflow would retry it for minutes);
+                 no form of config.address (a PostgreSQL server too: MLflow would retry it for minutes);
                  else a client (a store another process is creating is waited for; the analysis and reruns
                  create none)
   explain        a SQLite error met later, as one line naming the store
@@ -40,7 +40,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from cli import exit_codes
-from tracking import address, moved, view
+from config import address
+from tracking import moved, view
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class _Passing(TrackingError):
 
 def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached (or has no
-    form it could have: tracking.address)."""
+    form it could have: config.address)."""
     why = address.problem(uri)
     if why:
         raise TrackingError(f"tracking store {uri}: the address {why}")

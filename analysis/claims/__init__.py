@@ -12,7 +12,7 @@ makes the claim FAIL, else a part without cases, or a case without a margin
 (no seed on both sides: not judged), makes it UNTESTED (never PASS on zero
 cases), else PASS; a PASS whose cases leave out configurations the paper grid
 holds in its scope reads PARTIAL, naming them (never PASS on part of its
-scope: analysis.claims.coverage). Probes compare the models' median (over seeds) mean
+scope). Probes compare the models' median (over seeds) mean
 log objective with Lloyd's after the same T steps, on the models the figures
 draw (the report's probe figures).
 
