@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 from omegaconf import OmegaConf
 
 from analysis.checkpoint_eval import EvalSettings
@@ -77,7 +78,18 @@ def job_config(argv: list[str]) -> str:
 
 
 def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dict]:
-    """Parse, load the runs and build the Context; bad input raises ConfigError, an empty store NoRuns."""
+    """The report's: one experiment's Context (it draws one experiment's figures), as open_contexts; a list
+    of `experiments` is refused before any work."""
+    contexts, own = open_contexts(argv, figures, several=False)
+    return contexts[0], own
+
+
+def open_contexts(
+    argv: list[str], figures: list[str] = (), several: bool = True
+) -> tuple[list[Context], dict]:
+    """Parse, load the runs and build a Context per experiment of tracking.uri: `experiments` (the claims
+    judged on several at once), else tracking.experiment; each caches its evaluations in its own report
+    folder. Bad input raises ConfigError, an experiment without runs NoRuns."""
     own, tracking = parse(argv)
     settings = EvalSettings.of(own["eval"])
     unknown = [name for name in own["figures"] or [] if name not in figures]
@@ -86,8 +98,32 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
             f"figures={own['figures']!r} is not allowed: {', '.join(unknown)} unknown; "
             f"choose from {', '.join(figures)}"
         )
-    uri, experiment = tracking.uri, tracking.experiment
-    select = own["select"]
+    if own["experiments"] and not several:
+        raise ConfigError(
+            f"experiments={own['experiments']!r} is not allowed here: the report draws one experiment's "
+            "figures (tracking.experiment=NAME); `python -m analysis.claims experiments=[a,b]` judges "
+            "several in one table"
+        )
+    found = {e: _runs(tracking.uri, e, own["select"]) for e in own["experiments"] or [tracking.experiment]}
+    extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
+    extra["expected"] = expected_sizes()
+    contexts = [  # once every experiment has runs: a missing one leaves no folder behind
+        Context.build(tracking.uri, e, runs, settings, Path(own["out"]) / e, **extra)
+        for e, runs in found.items()
+    ]
+    return contexts, own
+
+
+def claims_dir(own: dict, contexts: list[Context]) -> Path:
+    """Where the claims are written: the experiment's report folder, or for several experiments judged
+    together <out>/<a>+<b>/."""
+    if len(contexts) == 1:
+        return contexts[0].out_dir
+    return Path(own["out"]) / "+".join(c.experiment for c in contexts)
+
+
+def _runs(uri: str, experiment: str, select: dict) -> pd.DataFrame:
+    """The experiment's training runs (select.*); NoRuns, saying how to fill it, when it has none."""
     try:
         runs = selected_runs(uri, experiment, select["sweep"], select["subgrid"])
     except NoRuns as err:
@@ -99,10 +135,7 @@ def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dic
             f"Every figure needs training runs with checkpoints and metrics (train_loss, "
             f"val_rel_lloyd ...). {_how_to_fill(uri, experiment)}"
         )
-    benchmarks = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
-    out_dir = Path(own["out"]) / experiment
-    ctx = Context.build(uri, experiment, runs, settings, out_dir, expected=expected_sizes(), **benchmarks)
-    return ctx, own
+    return runs
 
 
 def _how_to_fill(uri: str, experiment: str) -> str:

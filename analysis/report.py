@@ -281,7 +281,7 @@ def claims_section(claims: list[Claim], out_dir: Path) -> list[Block]:
     """The paper's claims (analysis.claims) written as claims.csv and claims.md; their part of the index."""
     write_csv(claims, out_dir)
     write_markdown(claims, out_dir)
-    table = claims_table(claims)[["status", "name", "numbers", "marginal", "beyond", "paper"]]
+    table = claims_table(claims)[["status", "name", "numbers", "marginal", "seeds", "beyond", "paper"]]
     return [
         ("h2", "claims"),
         (

@@ -352,6 +352,14 @@ def _tracking(cfg: DictConfig) -> None:
 def validate_analysis(cfg: DictConfig) -> None:
     """The report's and the claims' ranges (conf/analysis.yaml); figure names are checked by the report."""
     _tracking(cfg)
+    if cfg.experiments is not None:
+        names = list(cfg.experiments)
+        _require(
+            bool(names) and all(names) and len(set(names)) == len(names),
+            "experiments",
+            names,
+            "null or a list of distinct experiment names, [a,b,...]",
+        )
     e = cfg.eval
     for key in ("batches", "batch", "steps", "dissimilarity_tasks", "threads", "max_elements"):
         _at_least(f"eval.{key}", e[key], 1)

@@ -174,6 +174,7 @@ class AnalysisConfig:
 
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     figures: Optional[List[str]] = MISSING
+    experiments: Optional[List[str]] = MISSING
     out: str = MISSING
     select: SelectConfig = field(default_factory=SelectConfig)
     speed_json: Optional[str] = MISSING

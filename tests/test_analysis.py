@@ -438,7 +438,10 @@ def test_a_sweep_the_experiment_lacks_is_answered_with_those_it_holds(
 def test_bad_arguments_are_rejected_before_any_work(tmp_path: Path, capsys) -> None:
     for bad, named in (
         ("eval.colour=red", "allowed keys are seed, batches, batch, steps"),  # eval's keys (conf/report)
-        ("colour=red", "allowed keys are tracking, figures, out, select, speed_json, step_json, eval"),
+        (
+            "colour=red",
+            "allowed keys are tracking, figures, experiments, out, select, speed_json, step_json, eval",
+        ),
         ("figures=[multistep,nope]", "family_transfer"),
     ):
         assert report.main([f"tracking.uri=sqlite:///{tmp_path}/x.db", bad]) == 2

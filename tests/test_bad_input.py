@@ -131,6 +131,7 @@ ANALYSIS_OUT_OF_RANGE = {
     "eval.surface_span": NOT_POSITIVE,
     "eval.checkpoint": none_of("last", "best"),
     "eval.d32_n": below(1),
+    "experiments": st.sampled_from(["[]", "[a,a]", "['']", "[a,'',b]"]),
     "eval.device": none_of("auto", "cpu", "cuda", "mps"),
     "figures": st.lists(none_of(), min_size=1, max_size=3).map(lambda names: f"[{','.join(names)}]"),
     "tracking.outage_s": NOT_POSITIVE,

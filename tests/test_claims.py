@@ -30,6 +30,7 @@ from analysis.claims.table import claims_table, markdown, totals, write_csv, wri
 from analysis.context import eval_curves, scope
 from analysis.eval_figures import PROBES
 from analysis.page import table_html
+from analysis.report import claims_section
 from analysis.style import LLOYD
 from config.compose import compose
 from config.grid import expand
@@ -435,12 +436,13 @@ def test_a_verdict_that_rests_on_diverged_runs_says_so_beside_itself(tmp_path) -
     assert "at 0.01: 12/12 cases of 12 in the paper grid [rests on diverged runs: UNTESTED without them]" in (
         claim.numbers
     )
-    assert "| PASS (UNTESTED without its diverged runs) | `large_lr_worse` |" in markdown([claim])
+    seeds = "3 seeds, the paired margin's IQR straddles zero in no case"  # it read d 32 runs
+    assert f"| PASS ({seeds}, UNTESTED without its diverged runs) | `large_lr_worse` |" in markdown([claim])
     runs.loc[lr1_d4, "outcome"] = FINISHED
     runs.loc[lr1_d4 & (runs[SEED] == 3), "outcome"] = DIVERGED
     claim = judged("large_lr_worse", runs)
     assert (claim.status, claim.without_diverged) == (PASS, "") and "rests on" not in claim.numbers
-    assert "| PASS | `large_lr_worse` |" in markdown([claim])
+    assert f"| PASS ({seeds}) | `large_lr_worse` |" in markdown([claim])
 
 
 # ---- margins, their IQR, marginal cases ----
@@ -474,16 +476,41 @@ def test_a_verdict_never_disagrees_with_its_printed_paired_margin() -> None:
 
 
 def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> None:
-    runs = holding("tau01_beats_lloyd", seeds=(1, 2, 3))
-    one = (runs[TAU] == 0.1) & (runs[EMB] == "binary") & (runs[REG] == "ne") & (runs[D] == 32)
-    runs.loc[one, VAL_REL_LLOYD] = runs.loc[one, SEED].map({1: 0.9, 2: 0.95, 3: 1.2})  # median 0.95 < 1
-    claim = judged("tau01_beats_lloyd", runs)
+    runs = holding("l2_better_val_tau1_d4", seeds=(1, 2, 3))
+    one = (runs[TAU] == 1.0) & (runs[EMB] == "binary") & (runs[REG] == "l2") & (runs[D] == 4)
+    runs.loc[one, VAL_REL_LLOYD] = runs.loc[one, SEED].map({1: 0.9, 2: 1.0, 3: 1.5})  # against ne's 1.1
+    claim = judged("l2_better_val_tau1_d4", runs)
     assert claim.status == PASS and claim.marginal == 1, claim.numbers
-    assert "NE-BN-d=32 0.950 (margin -0.050, IQR [-0.075, +0.075], marginal)" in claim.numbers
+    assert "BN L2 1.000 vs NE 1.100 (margin -0.100, IQR [-0.150, +0.150], marginal)" in claim.numbers
     text = markdown([claim])
-    assert "| PASS (1 marginal) | `tau01_beats_lloyd` |" in text
+    assert "| PASS (1 marginal) | `l2_better_val_tau1_d4` |" in text  # a d 4 verdict: no seeds stated
     write_markdown([claim], tmp_path)
     assert (tmp_path / "claims.md").read_text() == text
+
+
+def test_a_d32_verdict_says_how_many_seeds_it_rests_on_and_where_its_iqr_straddles_zero(tmp_path) -> None:
+    """At d 32, tau 0.1, k 25 OH had numerical issues in 3 of the paper's 10 trials: clusters_d32 on 3 seeds
+    can turn on the seeds drawn, so beside its verdict stand its seeds and the cases whose paired margin's
+    IQR straddles zero, in claims.md, claims.csv and the report's table; a d 4 verdict keeps its marginal
+    count alone."""
+    runs = holding("clusters_d32", seeds=(1, 2, 3))
+    oh_k25 = (
+        (runs[D] == 32) & (runs[K] == 25) & (runs[EMB] == "onehot") & (runs[REG] == "l2") & (runs[TAU] == 1)
+    )
+    runs.loc[oh_k25, VAL_REL_LLOYD] = runs.loc[oh_k25, SEED].map({1: 0.8, 2: 0.9, 3: 1.3})  # one unstable
+    claim = judged("clusters_d32", runs)
+    assert (claim.status, claim.seeds, claim.marginal, claim.cases) == (PASS, "3", 1, 24), claim.numbers
+    seeds = "3 seeds, the paired margin's IQR straddles zero in 1 of 24 cases"
+    assert f"| PASS ({seeds}) | `clusters_d32` |" in markdown([claim])
+    assert pd.read_csv(write_csv([claim], tmp_path))["seeds"].tolist() == [3]
+    ((_, table),) = [block for block in claims_section([claim], tmp_path) if block[0] == "table"]
+    assert table["seeds"].tolist() == ["3"]  # the report's table
+    steady = judged("clusters_d32", holding("clusters_d32", seeds=(1, 2, 3)))
+    assert "| PASS (3 seeds, the paired margin's IQR straddles zero in no case) |" in markdown([steady])
+    thinned = runs[~(oh_k25 & (runs[SEED] == 3))]
+    assert judged("clusters_d32", thinned).seeds == "2-3"
+    d4 = judged("l2_better_val_tau1_d4", holding("l2_better_val_tau1_d4", seeds=(1, 2, 3)))
+    assert d4.seeds == "" and "| PASS | `l2_better_val_tau1_d4` |" in markdown([d4])
 
 
 # ---- probe claims: per-seed rows as probe_rows returns them ----
@@ -794,7 +821,16 @@ def test_the_eighteen_claims_in_the_specs_order_and_one_beyond() -> None:
     assert [r.name for r in CLAIMS if r.beyond] == ["reembed_from_good_inits", *lite]
     assert all(r.source for r in CLAIMS)
     table = claims_table([speed(None)])
-    assert list(table.columns) == ["name", "status", "numbers", "paper", "source", "marginal", "beyond"]
+    assert list(table.columns) == [
+        "name",
+        "status",
+        "numbers",
+        "paper",
+        "source",
+        "marginal",
+        "seeds",
+        "beyond",
+    ]
 
 
 def test_claims_md_puts_findings_beyond_the_paper_under_their_own_heading() -> None:

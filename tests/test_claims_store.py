@@ -4,6 +4,10 @@ checkpoints with models/ directly."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,14 +16,18 @@ import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
+from support.repo import REPO, subprocess_env
 
+from analysis import claims, report
 from analysis.checkpoint_eval import EvalSettings, Evaluator, fresh_tasks, load_model, spec_of
+from analysis.claims.cases import UNTESTED
 from analysis.claims.evidence import judge
 from analysis.claims.from_context import evidence
-from analysis.claims.records import RECORDS
+from analysis.claims.records import CLAIMS, RECORDS
 from analysis.claims.scopes import D
 from analysis.context import Context
 from analysis.runs import load_runs
+from cli import exit_codes
 from config.compose import compose
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
@@ -31,7 +39,6 @@ SEEDS = (153476998, 235510766)
 # A few steps at n 16: the claims need finished runs with checkpoints, not trained models.
 QUICK = [
     "task.n=16",
-    "task.k=4",
     "train.batch=4",
     "train.steps=3",
     "train.eval_every=1",
@@ -42,6 +49,7 @@ QUICK = [
     "model.embedding=onehot",
 ]
 SETTINGS = EvalSettings.configured(batches=1, batch=4, device="cpu", d32_n=64)
+QUICK_EVAL = ["eval.batches=1", "eval.batch=4", "eval.steps=2", "eval.device=cpu", "eval.d32_n=64"]
 
 
 def trained(uri: str, experiment: str, folder: Path, subgrid: str, *overrides: str) -> None:
@@ -50,15 +58,17 @@ def trained(uri: str, experiment: str, folder: Path, subgrid: str, *overrides: s
     for seed in SEEDS:
         where = [f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"seed={seed}"]
         train(
-            compose([*QUICK, *overrides, *where]), recorder, folder / f"{experiment}-{seed}-{len(overrides)}"
+            compose([*QUICK, *overrides, *where]),
+            recorder,
+            folder / "_".join([experiment, str(seed), *overrides]),
         )
 
 
 @pytest.fixture
 def d32_store(sqlite_uri: str, tmp_path: Path) -> str:
-    """`clusters` runs at d 32 and at d 4 (onehot, l2, tau 1, k 4), trained at n 16."""
-    trained(sqlite_uri, "lite32", tmp_path, "clusters", "task.d=32")
-    trained(sqlite_uri, "lite32", tmp_path, "clusters", "task.d=4", "optim.lr=0.001")
+    """`clusters` runs at d 32, k 10 and at d 4, k 6 (onehot, l2, tau 1), trained at n 16."""
+    trained(sqlite_uri, "lite32", tmp_path, "clusters", "task.d=32", "task.k=10")
+    trained(sqlite_uri, "lite32", tmp_path, "clusters", "task.d=4", "task.k=6")
     return sqlite_uri
 
 
@@ -100,7 +110,7 @@ def test_d32_runs_final_values_are_measured_at_eval_d32_n_from_their_checkpoints
     claim = judge(RECORDS["clusters_d32"], found)
     assert f"{np.median(measured.loc[d32, VAL_REL_LLOYD]):.3f} (margin" in claim.numbers, claim.numbers
     assert (
-        "(judged at d 32, k 4, n 16 in training, the d 32 runs' final values measured at n 64 (eval.d32_n) "
+        "(judged at d 32, k 10, n 16 in training, the d 32 runs' final values measured at n 64 (eval.d32_n) "
         "on fresh tasks from each last checkpoint)"
     ) in claim.numbers
     client = MlflowClient(d32_store)
@@ -118,7 +128,7 @@ def test_d32_runs_final_values_are_measured_at_eval_d32_n_from_their_checkpoints
         evidence(context(d32_store, "lite32", tmp_path / "out", replace(SETTINGS, d32_n=None))),
     )
     assert f"{np.median(ctx.runs.loc[d32, VAL_REL_LLOYD]):.3f} (margin" in as_logged.numbers
-    assert "measured at" not in as_logged.numbers and "(judged at d 32, k 4, n 16)" in as_logged.numbers
+    assert "measured at" not in as_logged.numbers and "(judged at d 32, k 10, n 16)" in as_logged.numbers
 
 
 def test_d32_n_keys_only_the_tables_measured_at_it(sqlite_uri: str, tmp_path: Path) -> None:
@@ -128,3 +138,95 @@ def test_d32_n_keys_only_the_tables_measured_at_it(sqlite_uri: str, tmp_path: Pa
     other = Evaluator(sqlite_uri, "e", replace(SETTINGS, d32_n=7), tmp_path / "b")
     assert ours.key("multistep", "r") == other.key("multistep", "r")
     assert len({ours.key("final", "r", 64), ours.key("final", "r", 128), ours.key("final", "r")}) == 3
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory: pytest.TempPathFactory, _empty_store: Path) -> str:
+    """sweep=lite's part of `lr` in one experiment (d 4: lr 1.0 beside 0.01), sweep=lite32's in another
+    (d 32: 0.1 and 1.0 beside 0.01), as `make reproduce` and `make reproduce-d32` leave them in one store;
+    trained once for the tests that read it."""
+    folder = tmp_path_factory.mktemp("two_sweeps")
+    shutil.copyfile(_empty_store, folder / "mlflow.db")
+    uri, lr = f"sqlite:///{folder / 'mlflow.db'}", ["loss.tau=0.1", "train.steps=2"]
+    for rate in (0.01, 1.0):
+        trained(uri, "lite", folder, "lr", *lr, "task.d=4", "task.k=6", f"optim.lr={rate}")
+    for rate in (0.01, 0.1, 1.0):
+        trained(uri, "lite32", folder, "lr", *lr, "task.d=32", "task.k=10", f"optim.lr={rate}")
+    return uri
+
+
+def claims_of(folder: Path) -> pd.DataFrame:
+    return pd.read_csv(folder / "claims.csv").set_index("name")
+
+
+def test_one_claims_command_judges_several_experiments_in_one_table(
+    two_sweeps: str, tmp_path: Path, capsys
+) -> None:
+    """Alone, neither experiment gives large_lr_worse both halves (UNTESTED in each); `experiments=[...]`
+    judges both as one, into <out>/<a>+<b>/, and the claim names the setting each experiment's runs were
+    judged at."""
+    words = [f"tracking.uri={two_sweeps}", f"out={tmp_path}", "speed_json=null", *QUICK_EVAL]
+    for experiment in ("lite", "lite32"):
+        assert claims.main([*words, f"tracking.experiment={experiment}"]) == 0
+        assert claims_of(tmp_path / experiment).loc["large_lr_worse", "status"] == UNTESTED
+    assert claims.main([*words, "experiments=[lite,lite32]"]) == 0
+    assert capsys.readouterr().out.strip().endswith(str(tmp_path / "lite+lite32" / "claims.csv"))
+    table = claims_of(tmp_path / "lite+lite32")
+    assert list(table.index) == [record.name for record in CLAIMS]
+    lr = table.loc["large_lr_worse"]
+    assert lr["status"] != UNTESTED, lr["numbers"]  # both halves judged, whatever two steps trained
+    setting = "judged at lite: d 4, k 6, n 16; lite32: d 32, k 10, n 16 in training, the d 32 runs' final"
+    assert setting in lr["numbers"], lr["numbers"]
+    assert "d 32 (sweep=lite32): final train_loss at lr 0.1 and 1.0 > at 0.01: " in lr["numbers"]
+    assert re.search(r"at 0.01: \d/2 cases of 24 in the paper grid", lr["numbers"])  # lr 0.1 and 1.0, d 32
+    assert re.search(r"d 4: final train_loss at lr 1.0 > at 0.01: \d/1 cases of 12", lr["numbers"])
+
+
+def test_several_experiments_are_checked_before_any_work(two_sweeps: str, tmp_path: Path, capsys) -> None:
+    words = [f"tracking.uri={two_sweeps}", f"out={tmp_path}", "speed_json=null", *QUICK_EVAL]
+    assert claims.main([*words, "experiments=[lite,lite]"]) == exit_codes.CONFIG
+    assert (
+        "experiments=['lite', 'lite'] is not allowed: null or a list of distinct experiment names, [a,b,...]"
+        in capsys.readouterr().err
+    )
+    assert claims.main([*words, "experiments=[lite,lite64]"]) == exit_codes.NO_RUNS
+    assert "experiment 'lite64' does not exist" in capsys.readouterr().err
+    assert report.main([*words, "experiments=[lite,lite32]"]) == exit_codes.CONFIG
+    assert (
+        "experiments=['lite', 'lite32'] is not allowed here: the report draws one" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "lite+lite32").exists() and not (tmp_path / "lite").exists()
+
+
+def test_make_targets_end_with_the_claims_on_both_experiments_once_the_store_holds_both(
+    sqlite_uri: str, tmp_path: Path
+) -> None:
+    """Both targets' last recipe line is the claims on both experiments. Run as make runs it, in a folder
+    whose ./mlflow.db holds lite's experiment only, it names the missing experiment and ends the target
+    without failing it (exit code 7, no runs); any other exit code still fails it."""
+    trained(sqlite_uri, "leaner-clustering-lite", tmp_path, "lr", "task.d=4", "task.k=6")
+    claims_cli = f"{sys.executable} -m analysis.claims"
+    lines = []
+    for target in ("reproduce", "reproduce-d32"):
+        recipe = subprocess.run(
+            ["make", "-n", target, f"PY={sys.executable}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        lines.append(recipe.stdout.strip().splitlines()[-1])
+        assert lines[-1].startswith(
+            f"{claims_cli} experiments=[leaner-clustering-lite,leaner-clustering-lite32] "
+        )
+    env = {k: v for k, v in subprocess_env().items() if not k.startswith("MLFLOW_")}  # ./mlflow.db, as make
+
+    def run(line: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    skipped = run(lines[0])
+    assert skipped.returncode == 0, skipped.stderr
+    assert "experiment 'leaner-clustering-lite32' does not exist" in skipped.stderr
+    for line in lines:  # in both targets: exit code 7 ends it, any other (1 here) fails it
+        assert run(line.replace(claims_cli, "sh -c 'exit 7' --")).returncode == 0, line
+        assert run(line.replace(claims_cli, "false")).returncode != 0, line

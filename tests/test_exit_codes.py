@@ -31,7 +31,7 @@ FIRST_CALL = {
     "leaner-sweep": ("sweeper.sweep", "load"),
     "leaner-rerun": ("sweeper.rerun", "rerun"),
     "leaner-report": ("analysis.report", "open_context"),
-    "leaner-claims": ("analysis.claims", "open_context"),
+    "leaner-claims": ("analysis.claims", "open_contexts"),
     "leaner-bench": ("bench.cli", "parse"),
 }
 ARGV = {"leaner-rerun": ["0123abcd"]}  # the one command with a required argument

@@ -1,4 +1,6 @@
-"""`python -m analysis.claims [tracking.*] [select.*] [eval.*]`: the paper's 18 claims (docs/science.md 7.1).
+"""`python -m analysis.claims [tracking.*] [experiments=[a,b]] [select.*] [eval.*]`: the paper's 18 claims
+(docs/science.md 7.1), on one experiment or on several judged as one (`experiments`: sweep=lite's d 4 runs
+and sweep=lite32's d 32 runs, each in its own experiment, give large_lr_worse both its halves).
 
 Each claim has a name, the paper's words and where they
 stand, its scope (the sub-grid and slice it is about) and its judge. A claim is
@@ -38,16 +40,16 @@ Prints every claim beside the paper's words and writes claims.csv and claims.md 
 
 from __future__ import annotations
 
-from analysis.claims.from_context import check
+from analysis.claims.from_context import check_together
 from analysis.claims.table import totals, write_csv, write_markdown
-from analysis.cli import job_config, open_context, options_help
+from analysis.cli import claims_dir, job_config, open_contexts, options_help
 from cli.entry import command
 
 
 @command("leaner-claims", show_config=job_config, options=options_help)
 def main(argv: list[str]) -> int:
-    ctx, _ = open_context(argv)
-    claims = check(ctx)
+    contexts, own = open_contexts(argv)
+    claims, out_dir = check_together(contexts), claims_dir(own, contexts)
     for claim in claims:
         beyond = " [beyond the paper]" if claim.beyond else ""
         print(
@@ -55,7 +57,7 @@ def main(argv: list[str]) -> int:
             f'{"":9}paper:    "{claim.paper}" ({claim.source})\n'
             f"{'':9}measured: {claim.numbers}"
         )
-    write_markdown(claims, ctx.out_dir)
+    write_markdown(claims, out_dir)
     print(totals(claims))
-    print(write_csv(claims, ctx.out_dir).resolve())
+    print(write_csv(claims, out_dir).resolve())
     return 0

@@ -31,8 +31,9 @@ SHOWN = 4  # cases printed per part and outcome
 class Case:
     """One comparison: `measured` in words, the margin (the median over seeds of the paired difference model
     minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge),
-    the seeds' IQR of that difference, and the configurations its values come from (scopes.config_of; none
-    for a probe's or a benchmark's case), which tell whether a claim was judged on all of its scope."""
+    the seeds' IQR of that difference and how many seeds it rests on (0: one measurement, no seeds), and
+    the configurations its values come from (scopes.config_of; none for a probe's or a benchmark's case),
+    which tell whether a claim was judged on all of its scope."""
 
     label: str
     measured: str
@@ -40,6 +41,7 @@ class Case:
     claimed: Callable[[float, float], bool]
     iqr: tuple[float, float] = (math.nan, math.nan)
     configs: tuple[Config, ...] = ()
+    seeds: int = 0
 
     @property
     def judged(self) -> bool:
@@ -166,7 +168,7 @@ def compare(
         b = float(reference)
         diffs = np.array([_margin(v, b) for v in model], dtype=float)
     margin = float(np.median(diffs)) if len(diffs) else math.nan
-    return Case(label, words.format(a=fmt(a), b=fmt(b)), margin, holds, iqr(diffs), configs)
+    return Case(label, words.format(a=fmt(a), b=fmt(b)), margin, holds, iqr(diffs), configs, len(diffs))
 
 
 # The claimed signs a case is judged on: holds(margin, 0).

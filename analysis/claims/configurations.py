@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.cases import Case, compare, gt, iqr
-from analysis.claims.scopes import AXES, EMB, MEASURED_D, D, K, config_of
+from analysis.claims.scopes import AXES, D32, EMB, EXPERIMENT, D, K, config_of
 from analysis.context import scope, varying
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, short
@@ -69,7 +69,7 @@ def summary(
             f"; {elsewhere}" if where.get(D) == 32 else ""
         )
     ended = runs[runs[OUTCOME].isin((FINISHED, DIVERGED))]
-    name += f" (judged at {setting(ended if len(ended) else runs, final_n)})"
+    name += f" (judged at {judged_at(ended if len(ended) else runs, final_n)})"
     seeds = ended.groupby(config_keys(runs.columns), dropna=False)[SEED].nunique()
     few = f" ({int((seeds < 2).sum())} with fewer left out)" if (seeds < 2).any() else ""
     diverged, unfinished = int((runs[OUTCOME] == DIVERGED).sum()), len(runs) - len(ended)
@@ -89,6 +89,14 @@ D32_CUT = (
 )
 
 
+def judged_at(runs: pd.DataFrame, final_n: int | None = None) -> str:
+    """The runs' setting (`setting`), experiment by experiment where they come from several judged as one:
+    'leaner-clustering-lite: d 4, k 6, n 128; leaner-clustering-lite32: d 32, ...'."""
+    if EXPERIMENT not in runs or runs[EXPERIMENT].nunique() < 2:
+        return setting(runs, final_n)
+    return "; ".join(f"{name}: {setting(part, final_n)}" for name, part in runs.groupby(EXPERIMENT))
+
+
 def setting(runs: pd.DataFrame, final_n: int | None = None) -> str:
     """The d, k and n the runs trained at, e.g. 'd 32, k 10/25, n 128/256'; with `final_n`, and d 32 runs
     among them, where their final values were measured: 'd 32, k 10/25, n 128/256 in training, the d 32
@@ -98,10 +106,10 @@ def setting(runs: pd.DataFrame, final_n: int | None = None) -> str:
         if key in runs:
             values = sorted(runs[key].dropna().unique())
             parts.append(f"{word} {'/'.join(f'{v:g}' for v in values)}")
-    if final_n is None or not (runs[D] == MEASURED_D).any():
+    if final_n is None or not (runs[D] == D32).any():
         return ", ".join(parts)
     return (
-        f"{', '.join(parts)} in training, the d {MEASURED_D} runs' final values measured at n {final_n} "
+        f"{', '.join(parts)} in training, the d {D32} runs' final values measured at n {final_n} "
         "(eval.d32_n) on fresh tasks from each last checkpoint"
     )
 
@@ -186,5 +194,6 @@ def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "on
         )
         ends = part[part[EMB].isin((rising, steady)) & part[K].isin((ks[0], ks[-1]))]
         configs = tuple(dict.fromkeys(config_of(row) for _, row in ends.iterrows()))
-        cases.append(Case(config_label(part.iloc[0], keys), words, float(margin), gt, iqr(diffs), configs))
+        label = config_label(part.iloc[0], keys)
+        cases.append(Case(label, words, float(margin), gt, iqr(diffs), configs, len(diffs)))
     return cases

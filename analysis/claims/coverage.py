@@ -73,7 +73,8 @@ def _named(left_out: set[Config], every: set[Config]) -> str:
         if value not in values[key]
     ]
     if absent:
-        return f"none with {' or '.join(absent)}"
+        more = f" +{len(absent) - 2 * SHOWN} more" if len(absent) > 2 * SHOWN else ""
+        return f"none with {' or '.join(absent[: 2 * SHOWN])}{more}"
     varying = [key for key, _ in next(iter(every)) if len({dict(c)[key] for c in every}) > 1]
     names = sorted("-".join(short(k, dict(c)[k]) for k in varying) for c in left_out)
     more = f" +{len(names) - SHOWN} more" if len(names) > SHOWN else ""

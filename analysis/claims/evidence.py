@@ -15,11 +15,11 @@ from typing import Callable
 
 import pandas as pd
 
-from analysis.claims.cases import UNTESTED, Part, partial, verdict
+from analysis.claims.cases import UNTESTED, Case, Part, partial, verdict
 from analysis.claims.configurations import seed_values, summary, with_enough_seeds
 from analysis.claims.coverage import judged_on, missing
 from analysis.claims.grid import flat_history, grid_runs
-from analysis.claims.scopes import D, Scope
+from analysis.claims.scopes import D32, D, Scope
 from analysis.context import scope
 from analysis.runs import config_keys
 from tracking.names import DIVERGED, OUTCOME, SEED, VAL_REL_LLOYD
@@ -47,7 +47,7 @@ class Evidence:
     @property
     def has_d32(self) -> bool:
         """Whether any run is at d 32 (sweep=lite32's, or the paper grid's)."""
-        return bool(D in self.runs and (self.runs[D] == 32).any())
+        return bool(D in self.runs and (self.runs[D] == D32).any())
 
 
 @dataclass
@@ -60,6 +60,7 @@ class View:
     notes: list[str] = field(default_factory=list)
     probed: list[Scope] = field(default_factory=list)  # the scopes whose probes it read, in order
     read_diverged: bool = False  # a scope it read holds a diverged run
+    read_d32: bool = False  # a scope it read holds a d 32 run: its verdict says how many seeds it rests on
 
     @property
     def T(self) -> int:
@@ -75,6 +76,7 @@ class View:
         if note not in self.notes:
             self.notes.append(note)
         self.read_diverged |= bool(OUTCOME in runs and (runs[OUTCOME] == DIVERGED).any())
+        self.read_d32 |= bool(D in runs and (runs[D] == D32).any())
         return runs
 
     def finals(self, metric: str, where: Scope | None = None, logged: bool = False) -> pd.DataFrame:
@@ -125,11 +127,19 @@ class Claim:
     marginal: int = 0  # cases whose seeds' IQR of the margin straddles zero
     beyond: bool = False  # a finding beyond the paper: its own heading, not among the paper's claims
     without_diverged: str = ""  # the verdict without the diverged runs, where that differs from `status`
+    seeds: str = ""  # a d 32 verdict's seeds per judged case, "3" or "2-3"; "" for the others
+    cases: int = 0  # judged cases
 
     def mark(self) -> str:
-        """What is printed beside the verdict: the marginal cases, and the verdict it rests on diverged runs
-        for."""
-        marks = [f"{self.marginal} marginal"] if self.marginal else []
+        """What is printed beside the verdict: for a d 32 verdict how many seeds it rests on and in how many
+        cases the seeds' IQR of the paired margin straddles zero (OH had numerical issues in 3 of the paper's
+        10 trials at d 32, tau 0.1, k 25, so a verdict on 3 seeds can turn on which were drawn), else its
+        marginal cases; and the verdict it rests on diverged runs for."""
+        if self.seeds:
+            straddle = f"in {self.marginal} of {self.cases} cases" if self.marginal else "in no case"
+            marks = [f"{self.seeds} seeds, the paired margin's IQR straddles zero {straddle}"]
+        else:
+            marks = [f"{self.marginal} marginal"] if self.marginal else []
         if self.without_diverged:
             marks.append(f"{self.without_diverged} without its diverged runs")
         return f" ({', '.join(marks)})" if marks else ""
@@ -170,17 +180,25 @@ def judge(record: Record, evidence: Evidence) -> Claim:
     alone = without_diverged(record, evidence, parts, grid) if view.read_diverged else status
     scoped = [left_out] if left_out and status != UNTESTED else []
     numbers = "; ".join([*view.notes, *scoped, *(part.describe() for part in parts)])
-    marginal = sum(c.marginal for part in parts for c in part.cases)
+    judged = [c for part in parts for c in part.cases if c.judged]
     return Claim(
         record.name,
         status,
         numbers,
         record.paper,
         record.source,
-        marginal,
-        record.beyond,
-        "" if alone == status else alone,
+        marginal=sum(c.marginal for c in judged),
+        beyond=record.beyond,
+        without_diverged="" if alone == status else alone,
+        seeds=_seeds(judged) if view.read_d32 else "",
+        cases=len(judged),
     )
+
+
+def _seeds(cases: list[Case]) -> str:
+    """How many seeds the cases rest on: '3', or '2-3' where they differ; '' without seeds."""
+    counts = sorted({c.seeds for c in cases if c.seeds})
+    return "" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
 def in_paper_grid(record: Record, evidence: Evidence) -> tuple[View, list[Part]] | None:

@@ -16,7 +16,7 @@ from analysis.checkpoint_eval import FINAL_METRICS, LLOYD_METHOD
 from analysis.claims.evidence import Claim, Evidence, judge
 from analysis.claims.grid import paper_grid
 from analysis.claims.records import CLAIMS
-from analysis.claims.scopes import EMB, MEASURED_D, D
+from analysis.claims.scopes import D32, EMB, EXPERIMENT, D
 from analysis.context import Context, count_once, evaluation_rows, series_labels, varying
 from analysis.eval_figures import dissimilarity
 from analysis.plot import Figure, MissingInput
@@ -76,7 +76,7 @@ def _final(ctx: Context) -> Callable[[pd.DataFrame], tuple[pd.DataFrame, str]] |
 
     def measured(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         runs, failed = runs.copy(), []
-        for i, run in runs[(runs[D] == MEASURED_D) & (runs[OUTCOME] == FINISHED)].iterrows():
+        for i, run in runs[(runs[D] == D32) & (runs[OUTCOME] == FINISHED)].iterrows():
             try:
                 values = ctx.evaluator("final", run, n=n).set_index("metric")["value"]
             except (FileNotFoundError, ValueError) as err:  # no checkpoint; tasks of n it cannot have (n < k)
@@ -101,7 +101,7 @@ def evidence(ctx: Context, drawn: dict[str, Figure] | None = None) -> Evidence:
     figure = drawn.get("task_dissimilarity")
     blocks = figure.tables["family_blocks"] if figure is not None else dissimilarity(ctx)[4]
     return Evidence(
-        ctx.runs,
+        ctx.runs.assign(**{EXPERIMENT: ctx.experiment}),
         paper_grid(),
         ctx.settings.steps,
         _probe(ctx),
@@ -173,4 +173,12 @@ def check(ctx: Context, drawn: dict[str, Figure] | None = None) -> list[Claim]:
     """Every claim of docs/science.md section 7.1 against ctx's store, in order, then the ones beyond it;
     `drawn`: the figures the report drew, whose data the claims reuse (see `evidence`)."""
     found = evidence(ctx, drawn)
+    return [judge(record, found) for record in CLAIMS]
+
+
+def check_together(contexts: list[Context]) -> list[Claim]:
+    """Every claim, as `check`, on the runs of several experiments judged as one (`combined`)."""
+    if len(contexts) == 1:
+        return check(contexts[0])
+    found = combined([evidence(ctx) for ctx in contexts])
     return [judge(record, found) for record in CLAIMS]

@@ -24,9 +24,11 @@ TAU, REG, EMB, D, K, FAMILY, LR = (
 )
 AXES = (TAU, REG, EMB, D, K, FAMILY, LR)
 EMBEDDED = ("onehot", "binary")
-# The d whose runs' final values the claims measure at the paper's n (eval.d32_n), however small an n they
-# trained at: the paper's d 32 claims, trained smaller as App. F (p. 25) suggests (sweep=lite32).
-MEASURED_D = 32
+EXPERIMENT = "experiment"  # a run's experiment, beside its config keys: claims judged on several name theirs
+# The paper's d 32 claims, trained at a smaller n as App. F (p. 25) suggests (sweep=lite32) and on 3 of its
+# 10 seeds: their runs' final values are measured at the paper's n (eval.d32_n), and their verdicts say how
+# many seeds they rest on.
+D32 = 32
 OTHER_FAMILIES = tuple(f for f in FAMILIES if f != "cauchy")
 
 Scope = tuple[str, dict]  # (sub-grid, slice): a slice maps a config key to a value or a tuple of values
