@@ -995,3 +995,37 @@ def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
         assert node_gpus >= 1
         by_gpu, by_cpu = round(node_gpus / gpus_per_trial), int(node_cpus // cpus_per_trial)
         assert by_gpu == TRIALS_PER_GPU * node_gpus and by_cpu >= by_gpu, (group["groupName"], by_gpu, by_cpu)
+
+
+# --- SLURM ------------------------------------------------------------------------------
+
+SBATCH = DOCKER / "slurm" / "sweep.sbatch"
+
+
+def test_slurm_script_trains_the_recipes_sweep_and_stops_before_slurms_warning(capsys):
+    """Its run is tests/test_slurm.py; here what only a real allocation would show: its default sweep is the
+    other recipes' (dry run), its nodes have the CPUs for ten trials per GPU and the driver, its budget's
+    margin ends the sweep before SLURM's warning signal, it may be requeued, and bash parses it."""
+    text = SBATCH.read_text()
+    assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
+    options = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?$", text, flags=re.M))
+    (default,) = re.findall(r"^    set -- (sweep=.*)$", text, flags=re.M)
+    args = ["python", "-m", "sweeper.sweep", *default.split()]
+    assert [override(args, key) for key in RESOURCES] == ["seeds", "1", "0.1", "cuda"]
+    assert dry_run(args, capsys).strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
+    gpus, cpus = int(options["gpus-per-node"]), int(options["cpus-per-task"])
+    assert cpus >= round(gpus / 0.1) * 1 + 1, "ten trials of one CPU per GPU, and the driver's"
+    warning = int(re.fullmatch(r"B:USR1@(\d+)", options["signal"]).group(1))
+    margin = int(re.search(r"^MARGIN_S=\$\{MARGIN_S:-(\d+)\}$", text, flags=re.M).group(1))
+    assert margin > warning, "the budget ends the sweep before SLURM's warning"
+    assert "requeue" in options and 'scontrol requeue "$SLURM_JOB_ID"' in text
+
+
+def test_apptainer_image_is_the_dockerfiles_gpu_image():
+    text = (DOCKER / "slurm" / "leaner-clustering.def").read_text()
+    assert re.search(rf"^Bootstrap: docker-daemon\nFrom: {IMAGE}:{{{{ TAG }}}}$", text, flags=re.M)
+    assert re.search(r"^%arguments\n    TAG=gpu$", text, flags=re.M), (
+        "the default is the Dockerfile's GPU tag"
+    )
+    assert re.search(rf"-t {IMAGE}:gpu\b", (DOCKER / "Dockerfile").read_text())
+    assert "RUN=${RUN-apptainer exec --nv $IMAGE}" in SBATCH.read_text()
