@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -97,8 +99,9 @@ def node_args() -> str:
     return f"{ports} --min-worker-port=0 --max-worker-port=0 --object-store-memory=80000000"
 
 
-def job_env(tmp_path: Path, uri: str, marker: str) -> dict[str, str]:
-    """What SLURM sets (and the script's options) for the job's runs on this machine."""
+def job_env(tmp_path: Path, ray_temp: Path, uri: str, marker: str) -> dict[str, str]:
+    """What SLURM sets (and the script's options) for the job's runs on this machine; ray_temp: Ray's
+    folder, short (its socket paths must fit 107 bytes)."""
     return {
         **subprocess_env(),
         **PACED,
@@ -113,7 +116,7 @@ def job_env(tmp_path: Path, uri: str, marker: str) -> dict[str, str]:
         "MARGIN_S": str(MARGIN_S),
         "RAY_PORT": str(free_port()),
         "RAY_HEAD_IP": "127.0.0.1",
-        "RAY_HEAD_ARGS": f"{node_args()} --temp-dir={tmp_path / 'r'} --include-dashboard=false "
+        "RAY_HEAD_ARGS": f"{node_args()} --temp-dir={ray_temp} --include-dashboard=false "
         f"--ray-client-server-port={free_port()}",
         "RAY_WORKER_ARGS": f"{node_args()} --node-ip-address=127.0.0.1",
         "RAY_AUTH_MODE": "disabled",
@@ -168,7 +171,8 @@ def test_the_slurm_script_runs_the_sweep_in_allocations_requeued_until_it_ends(t
     uri, calls, log = sqlite_uri, tmp_path / "calls.jsonl", tmp_path / "job.log"
     stand_ins(tmp_path / "bin", calls)
     marker = uuid.uuid4().hex
-    env = job_env(tmp_path, uri, marker)
+    ray_temp = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
+    env = job_env(tmp_path, ray_temp, uri, marker)
     try:
         # Run 1: the time left from squeue; the budget is spent mid-sweep: exit 75, requeued.
         first = start_job(env, log, STANDIN_END_TIME=str(int(time.time()) + MARGIN_S + 60))
@@ -191,6 +195,7 @@ def test_the_slurm_script_runs_the_sweep_in_allocations_requeued_until_it_ends(t
         assert requeues(calls) == 2
     finally:
         end_job(marker)
+        shutil.rmtree(ray_temp, ignore_errors=True)
     out = log.read_text()
     assert "time budget" in out and "SIGTERM received" in out
     srun = [json.loads(line) for line in calls.read_text().splitlines() if line.startswith('["srun"')]
