@@ -434,3 +434,23 @@ def validate(cfg: DictConfig) -> None:
             c.time_budget_s,
             "null (no budget) or a number of seconds > 0, finite",
         )
+    _cost(c)
+
+
+def _cost(c: DictConfig) -> None:
+    """The cost preview's keys (sweeper.cost): its step times' file, its prices."""
+    _require(
+        c.step_seconds is None or Path(c.step_seconds).is_file(),
+        "cluster.step_seconds",
+        c.step_seconds,
+        "null (no preview of hours) or an existing file: the JSON `python -m bench step_seconds --out FILE` "
+        "wrote for the sweep",
+    )
+    for key in ("price_per_gpu_hour", "price_per_core_hour"):
+        price = c[key]
+        _require(
+            price is None or 0 <= price < math.inf,
+            f"cluster.{key}",
+            price,
+            "null (no price) or a number >= 0, finite",
+        )

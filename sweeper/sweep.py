@@ -36,6 +36,7 @@ from config import grid
 from config.compose import check_spacing, compose, group_options, user_config_dirs
 from config.help import composed_config, config_groups
 from config.schema import ConfigError
+from sweeper import cost
 from tracking import ui
 from tracking.names import STEP_RATE
 
@@ -141,6 +142,7 @@ def main(argv: list[str]) -> int:
     console.outlive_readers()  # a stop in progress outlives a reader that left (`| tee`, Ctrl-C to both)
     cfg, plan = load(argv)
     print(plan.table())
+    print("\n".join(cost.preview(cfg, plan)))
     if cfg.cluster.pack == "seeds":
         print(
             f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "

@@ -1,0 +1,86 @@
+"""A sweep's cost preview, printed before it starts and by its dry run: its model-steps and, at the step
+times `python -m bench step_seconds` measured (cluster.step_seconds=FILE, its JSON), the device-hours they
+need and, at a price per device-hour (cluster.price_per_gpu_hour, or cluster.price_per_core_hour for step
+times measured on a CPU), their cost.
+
+The hours are those of one model at a time on the measured device (a pack of one, as the benchmark times
+it): an upper bound where packs and shared GPUs train faster (docs/cluster.md "The arithmetic", `python -m
+bench pack`). Models whose shape the file has no time for are counted apart, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from config.grid import Configuration, Plan
+from config.schema import ConfigError
+
+
+def preview(cfg: DictConfig, plan: Plan) -> list[str]:
+    """The preview's lines: the model-steps, then their hours and cost where step times are given."""
+    seeds = len(plan.seeds)
+    steps = [(c, _value(cfg, c, "train.steps") * seeds) for c in plan.configurations]
+    total = sum(s for _, s in steps)
+    lines = [f"cost: {plan.job_count:,} models, {total:,} model-steps"]
+    c = cfg.cluster
+    if c.step_seconds is None:
+        how = f"`python -m bench step_seconds sweep={plan.name} --out FILE` on a node of the cluster's kind"
+        return [*lines[:1], f"cost: no step times to price them (cluster.step_seconds=FILE: {how})"]
+    measured = read(c.step_seconds)
+    seconds, unpriced = 0.0, 0
+    for configuration, model_steps in steps:
+        per_step = _seconds_per_step(measured, cfg, configuration)
+        if per_step is None:
+            unpriced += model_steps
+        else:
+            seconds += model_steps * per_step
+    gpu = str(measured["device"]).startswith("cuda")
+    unit, price_key = ("GPU-hours", "price_per_gpu_hour") if gpu else ("core-hours", "price_per_core_hour")
+    hours = seconds / 3600 * (1 if gpu else int(measured.get("threads", 1)))
+    left_out = f"; {unpriced:,} model-steps of shapes it has no time for left out" if unpriced else ""
+    lines.append(
+        f"cost: {hours:,.1f} {unit} at the step times of {c.step_seconds} (on {measured['device']}, "
+        f"one model at a time: packs and shared GPUs train faster){left_out}"
+    )
+    price = c[price_key]
+    if price is None:
+        lines.append(f"cost: no price per {unit[:-1]} (cluster.{price_key})")
+    else:
+        lines.append(f"cost: {hours * price:,.2f} at {price:g} per {unit[:-1]} (cluster.{price_key})")
+    return lines
+
+
+def read(path: str) -> dict:
+    """The step_seconds benchmark's JSON, or a ConfigError naming cluster.step_seconds."""
+    try:
+        measured = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"cluster.step_seconds={path} is not readable JSON ({type(err).__name__}): it must be the file "
+            "`python -m bench step_seconds sweep=NAME --out FILE` wrote, or null"
+        ) from None
+    if (
+        not isinstance(measured, dict)
+        or measured.get("command") != "step_seconds"
+        or "device" not in measured
+    ):
+        raise ConfigError(
+            f"cluster.step_seconds={path} is not the JSON of `python -m bench step_seconds` (no "
+            '"command": "step_seconds" with its device and rows): write it with --out FILE, or set null'
+        )
+    return measured
+
+
+def _seconds_per_step(measured: dict, cfg: DictConfig, configuration: Configuration) -> float | None:
+    """The measured row whose shape (every key it names) is the configuration's, its seconds per step."""
+    for row in measured.get("rows", []):
+        if all(_value(cfg, configuration, key) == value for key, value in row["config"].items()):
+            return float(row["seconds_per_step"])
+    return None
+
+
+def _value(cfg: DictConfig, configuration: Configuration, key: str):
+    return configuration.overrides.get(key, OmegaConf.select(cfg, key))
