@@ -777,6 +777,9 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert all("env-file" not in o for o in config["docker"]["run_options"]), (
         "only the driver needs MLflow secrets"
     )
+    # docs/cluster.md allows a head without a GPU: Docker refuses `--gpus all` there.
+    assert "--gpus all" not in options + config["docker"].get("head_run_options", [])
+    assert "--gpus all" in config["docker"]["worker_run_options"]
 
 
 def launcher_submit() -> list[str]:
