@@ -1027,10 +1027,11 @@ def test_the_totals_count_every_status_a_judge_gives():
         Claim("a", PASS, "", ""),
         Claim("b", PASS, "", ""),
         Claim("c", UNTESTED, "", ""),
-        Claim("d", "PARTIAL", "", ""),
-        Claim("e", FAIL, "", "", beyond=True),
+        Claim("d", PARTIAL, "", ""),
+        Claim("e", "ODD", "", ""),  # a status no list names
+        Claim("f", FAIL, "", "", beyond=True),
     ]
     assert totals(made) == (
-        "totals: the paper's 4 claims: 2 PASS, 0 FAIL, 1 UNTESTED, 1 PARTIAL; 1 beyond it: 0 PASS, 1 FAIL, "
-        "0 UNTESTED"
+        "totals: the paper's 5 claims: 2 PASS, 1 PARTIAL, 0 FAIL, 1 UNTESTED, 1 ODD; 1 beyond it: 0 PASS, "
+        "0 PARTIAL, 1 FAIL, 0 UNTESTED"
     )
