@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from support.readme import page_blocks
 from support.repo import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -214,9 +215,9 @@ def test_the_wheel_with_its_dependencies_runs_every_command_from_an_empty_folder
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    def run(*words: str | Path, code: int = 0) -> str:
+    def run(*words: str | Path, code: int = 0, cwd: Path = elsewhere) -> str:
         done = subprocess.run(
-            [str(w) for w in words], capture_output=True, text=True, cwd=elsewhere, env=env, timeout=900
+            [str(w) for w in words], capture_output=True, text=True, cwd=cwd, env=env, timeout=900
         )
         assert done.returncode == code, (
             f"{words}: {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
@@ -262,6 +263,25 @@ def test_the_wheel_with_its_dependencies_runs_every_command_from_an_empty_folder
     original = children(f"sqlite:///{elsewhere}/mlflow.db", "smoke")[0].info.run_id
     rerun = run(bin_dir / "leaner-rerun", original)
     assert rerun.splitlines()[-1] == "equal", rerun  # docs/rerun.md: both final values, equal on CPU
+
+    # docs/notebook.md's cells as written, in order, in the folder of a demo sweep (at smoke scale) made by
+    # the console script the page names: the wheel's python, no checkout on its path.
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    run(bin_dir / "leaner-sweep", "sweep=demo", *DEMO_AT_SMOKE_SCALE, cwd=demo)
+    cells = [b.text for b in page_blocks(REPO / "docs" / "notebook.md", "python") if b.runnable]
+    assert len(cells) >= 3, cells
+    notebook = run(python, "-c", "import matplotlib; matplotlib.use('Agg')\n" + "\n".join(cells), cwd=demo)
+    assert "varying: ['model.embedding']" in notebook, notebook[-2000:]
+
+
+# The demo sweep in seconds (docs/notebook.md's cells read its store): test_docs' DEMO_STEPS.
+DEMO_AT_SMOKE_SCALE = [
+    "train.steps=20",
+    "train.eval_every=10",
+    "train.val_batches=2",
+    "cluster.dashboard_host=null",
+]
 
 
 def imports_of(folder: str) -> set[str]:
