@@ -230,6 +230,3 @@ def run_trial(config: dict, *, work: Work) -> None:
     reporter.report(
         max(r.step for r in results), {}, checkpoint=False
     )  # the members' outcomes, artifacts, status
-    # Every member ended and its runs hold its checkpoints: the work folder holds copies only, which would
-    # stay in the sweep's folder (sweeper.home) for nothing.
-    shutil.rmtree(reporter.work, ignore_errors=True)

@@ -209,7 +209,7 @@ def test_make_targets_end_with_the_claims_on_both_experiments_once_the_store_hol
     lines = []
     for target in ("reproduce", "reproduce-d32"):
         recipe = subprocess.run(
-            ["make", "-n", target, f"PY={sys.executable}"],
+            ["make", "--no-print-directory", "-n", target, f"PY={sys.executable}"],  # also under `make test`
             cwd=REPO,
             capture_output=True,
             text=True,
