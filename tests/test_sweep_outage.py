@@ -118,18 +118,22 @@ def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, r
     check_store(pg_server.uri, experiment, LONG, "outage outlasted")
 
 
+def on_server(sweep: list[str], ray_cluster: str, uri: str, experiment: str, tmp_path: Path) -> list[str]:
+    """A sweep's overrides on the session's Ray cluster, writing to the server at `uri`."""
+    return [
+        *sweep,
+        ray_cluster,
+        f"tracking.uri={uri}",
+        f"tracking.experiment={experiment}",
+        f"cluster.storage={tmp_path}/ray",
+    ]
+
+
 def test_an_outage_beyond_tracking_outage_s_stops_the_driver_and_the_same_command_resumes(
     pg_server, ray_cluster, tmp_path
 ):
     experiment, log = "outage-limit", tmp_path / "sweep.log"
-    overrides = [
-        *SHORT,
-        ray_cluster,
-        f"tracking.uri={pg_server.uri}",
-        f"tracking.experiment={experiment}",
-        f"cluster.storage={tmp_path}/ray",
-        "tracking.outage_s=3",
-    ]
+    overrides = [*on_server(SHORT, ray_cluster, pg_server.uri, experiment, tmp_path), "tracking.outage_s=3"]
     env = {**subprocess_env(), **CLIENT, **PACED}
     driver = start_sweep(overrides, log, env=env)
     try:
@@ -168,13 +172,7 @@ def test_a_budget_that_ends_while_the_server_is_away_stops_the_driver_and_the_sa
     pg_server, ray_cluster, tmp_path
 ):
     experiment, log = "outage-budget", tmp_path / "sweep.log"
-    overrides = [
-        *BUDGETED,
-        ray_cluster,
-        f"tracking.uri={pg_server.uri}",
-        f"tracking.experiment={experiment}",
-        f"cluster.storage={tmp_path}/ray",
-    ]
+    overrides = on_server(BUDGETED, ray_cluster, pg_server.uri, experiment, tmp_path)
     env = {**subprocess_env(), **CLIENT, **PACED}
     driver = start_sweep([*overrides, f"cluster.time_budget_s={BUDGET_S}"], log, env=env)
     try:
