@@ -205,6 +205,7 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
         try:
             override = parser.parse_override(word)
         except HydraException:
+            _check_quoting(parser, word)
             continue  # compose reports Hydra's own parse error, in one line
         key = override.key_or_group
         if not key:
@@ -222,6 +223,22 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
             raise ConfigError(f"{key} is set but no sweep is chosen: add sweep=NAME")
         if kind is bool and not override.is_delete() and not isinstance(override.value(), bool):
             raise ConfigError(f"{key}={override.value()!r} is not allowed: true or false")
+
+
+def _check_quoting(parser: OverridesParser, word: str) -> None:
+    """A value with an `=` of its own (a database address through a socket: postgresql://USER@/DB?host=/tmp)
+    reads once quoted: say so, rather than Hydra's "mismatched input '='"."""
+    key, _, value = word.partition("=")
+    if not key or "=" not in value or value[0] in "'\"[{(" or "'" in value:
+        return
+    try:
+        parser.parse_override(f"{key}='{value}'")
+    except HydraException:
+        return
+    raise ConfigError(
+        f"{word!r}: the value of {key} holds an '=', which the override grammar reads as its own: "
+        f"quote it, {key}='{value}' (in a shell: \"{key}='{value}'\")"
+    )
 
 
 def check_spacing(words: list[str]) -> None:

@@ -198,6 +198,7 @@ def test_a_baseline_key_on_the_command_line_names_the_baseline(capsys):
         (sweep.main, ["sweep=", "smoke", "sweep.dry_run=true"], "sweep=smoke"),
         (train.main, ["train.steps", "=3"], "train.steps=3"),
         (report.main, ["select.sweep", "=", "smoke"], "select.sweep=smoke"),
+        (rerun.main, ["0123abcd", "tracking.uri", "=", "sqlite:///x.db"], "tracking.uri=sqlite:///x.db"),
     ],
 )
 def test_an_override_split_at_its_spaces_is_named_whole(main, words, joined, capsys):
@@ -206,6 +207,16 @@ def test_an_override_split_at_its_spaces_is_named_whole(main, words, joined, cap
     code, _, err = run_main(main, words, capsys)
     assert code == exit_codes.CONFIG and err.count("\n") == 1, err
     assert f"write {joined} (no spaces" in err and "at the spaces around its '='" in err, err
+
+
+def test_a_value_with_an_equals_sign_is_shown_quoted(capsys):
+    """A PostgreSQL address through a local socket (`?host=/tmp/...`) has an `=` the override grammar
+    cannot read unquoted: the command shows the quoted form, not Hydra's "mismatched input '='"."""
+    uri = "postgresql://postgres:@/mlflow?host=/tmp/pg"
+    code, _, err = run_main(report.main, [f"tracking.uri={uri}"], capsys)
+    assert code == exit_codes.CONFIG and err.count("\n") == 1, err
+    assert f"quote it, tracking.uri='{uri}'" in err, err
+    assert compose([f"tracking.uri='{uri}'"]).tracking.uri == uri
 
 
 def test_a_list_given_as_one_value_is_shown_in_brackets(capsys):

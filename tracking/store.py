@@ -79,7 +79,7 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     why = address.problem(uri)
     if why:
         raise TrackingError(f"tracking store {uri}: the address {why}")
-    if address.database_host(uri):
+    if address.is_database(uri):
         _probe_database(uri, timeout)
         return
     if uri.startswith("sqlite:///"):
@@ -102,18 +102,19 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
 
 
 def _probe_database(uri: str, timeout: float) -> None:
-    """An SQL server's address: its host answers within `timeout`, its driver is installed and it lets this
-    user in; once each (MLflow would retry an engine it cannot create for minutes)."""
+    """An SQL server's address: its host answers within `timeout` (a local socket answers or refuses at
+    once), its driver is installed and it lets this user in; once each (MLflow would retry an engine it
+    cannot create for minutes)."""
     import sqlalchemy
 
-    host, port = address.database_host(uri)
     shown = sqlalchemy.make_url(uri).render_as_string(hide_password=True)
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as err:
-        raise TrackingError(
-            f"database {shown} is unreachable ({err.strerror or err}): start it, or set tracking.uri"
-        ) from None
+    if address.database_host(uri):
+        try:
+            socket.create_connection(address.database_host(uri), timeout=timeout).close()
+        except OSError as err:
+            raise TrackingError(
+                f"database {shown} is unreachable ({err.strerror or err}): start it, or set tracking.uri"
+            ) from None
     try:
         engine = sqlalchemy.create_engine(uri)
     except ImportError as err:
