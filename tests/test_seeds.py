@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support import ray_local
+from support.configs import NO_DASHBOARD
+from support.sweeps import children
 
 from analysis.claims.cases import Case, lt
 from analysis.seeds import main as seeds_main
@@ -18,8 +21,10 @@ from analysis.seeds.record import changes
 from config.compose import compose, searchpath_override
 from config.grid import Configuration, jobs
 from config.identity import config_hash, flat_params, run_name
+from sweeper.sweep import main as sweep_main
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, SEED, SUBGRIDS, SWEEP, TRAIN_LOSS, VAL_REL_LLOYD
+from training.faults import CRASH_AT_STEP
 
 EXPERIMENT = "firm"
 PAPER = sweep_file.paper_seeds()
@@ -199,3 +204,46 @@ def test_a_case_needs_the_seeds_at_which_agreeing_seeds_would_make_it_firm(seeds
     (8 of 10 is p 0.055)."""
     case = Case("c", "", -0.1, lt, seeds=seeds, agree=agree, untied=seeds)
     assert need(case, len(PAPER)) == needed
+
+
+@pytest.mark.slow  # about 90 s: three tiny sweeps on a local Ray, the claims judged three times
+def test_a_round_stopped_midway_resumes_without_training_any_seed_twice(
+    sqlite_uri: str, tmp_path: Path, capsys
+):
+    """The ordinary sweep runs a round: the base sweep's 2 configurations x 3 seeds trained for real, the
+    round (the paper's 4th and 5th seeds of both) crashes in one model with no retry; the seeds command
+    then leaves the round as it is, the same sweep command resumes that model in its own run, and every
+    (configuration, seed) has one run."""
+    folder = config_dir(tmp_path)
+    (folder / "sweep" / "tiny.yaml").write_text(
+        BASE.replace("embedding: [onehot, binary]", "embedding: [onehot]")
+    )
+    where = [f"tracking.uri={sqlite_uri}", f"tracking.experiment={EXPERIMENT}", NO_DASHBOARD]
+    sweep = ["--config-dir", str(folder), *where, f"cluster.storage={tmp_path}/ray"]
+    ray_local.shared()
+    assert sweep_main([*sweep, "sweep=tiny"]) == 0
+    out = seeds_command(sqlite_uri, tmp_path, folder, 2 * 2 * STEPS, capsys)
+    assert "next:" in out, out
+    round_file = folder / "sweep" / "tiny-seeds.yaml"
+    written = round_file.read_text()
+    cfg = compose([*searchpath_override([folder.resolve()]), "sweep=tiny-seeds", *where[:2]])
+    round_jobs = jobs(cfg, sweep_file.plan_of("tiny-seeds", folder))
+    assert sorted(j.seed for j in round_jobs) == sorted(PAPER[:5] * 2)
+    crashed = next(j for j in round_jobs if j.seed == PAPER[3])
+    with ray_local.own(num_cpus=1, env={CRASH_AT_STEP: f"13@{crashed.key}"}):
+        assert sweep_main([*sweep, "sweep=tiny-seeds", "cluster.max_failures=0"]) == 1
+    (stopped,) = [r for r in children(sqlite_uri, "tiny-seeds", EXPERIMENT) if OUTCOME not in r.data.tags]
+    assert stopped.data.tags[CONFIG_HASH] == crashed.key
+
+    out = seeds_command(sqlite_uri, tmp_path, folder, 2 * 2 * STEPS, capsys)
+    assert "1 of its models have not ended; the sweep resumes it" in out and round_file.read_text() == written
+    ray_local.shared()
+    assert sweep_main([*sweep, "sweep=tiny-seeds"]) == 0
+    runs = children(sqlite_uri, "tiny", EXPERIMENT) + children(sqlite_uri, "tiny-seeds", EXPERIMENT)
+    by_job = {}
+    for run in {r.info.run_id: r for r in runs}.values():
+        by_job.setdefault(run.data.tags[CONFIG_HASH], []).append(run)
+    assert sorted(int(rs[0].data.tags[SEED]) for rs in by_job.values()) == sorted(PAPER[:5] * 2)
+    assert all(len(rs) == 1 for rs in by_job.values())  # no seed trained twice
+    assert by_job[crashed.key][0].info.run_id == stopped.info.run_id  # resumed in its own run
+    assert all(rs[0].data.tags[OUTCOME] == FINISHED for rs in by_job.values())
