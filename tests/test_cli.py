@@ -279,6 +279,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-archive",
         "leaner-report",
         "leaner-claims",
+        "leaner-seeds",
         "leaner-bench",
     }
     for script, target in SCRIPTS.items():

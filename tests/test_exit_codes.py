@@ -32,6 +32,7 @@ FIRST_CALL = {
     "leaner-rerun": ("sweeper.rerun", "rerun"),
     "leaner-report": ("analysis.report", "open_context"),
     "leaner-claims": ("analysis.claims", "open_contexts"),
+    "leaner-seeds": ("analysis.seeds", "settings_of"),
     "leaner-bench": ("bench.cli", "parse"),
 }
 ARGV = {"leaner-rerun": ["0123abcd"]}  # the one command with a required argument

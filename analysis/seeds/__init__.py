@@ -1,9 +1,9 @@
 """`python -m analysis.seeds seeds.sweep=NAME seeds.budget=MODEL_STEPS [seeds.config_dir=DIR] [tracking.*]
 [eval.*] [out=...]`: seeds where a verdict is marginal.
 
-Judges the claims (analysis.claims) on the runs of sweep NAME and of the rounds before (sweep NAME-seeds),
+Judges the paper's claims on the runs of sweep NAME and of the rounds before (sweep NAME-seeds),
 and writes the next round: DIR/sweep/NAME-seeds.yaml, a sweep that trains the paper's next seeds of the
-configurations behind marginal cases (analysis.seeds.plan), which the ordinary sweep runs
+configurations behind marginal cases (docs/science.md section 7.2), which the ordinary sweep runs
 (`python -m sweeper.sweep --config-dir DIR sweep=NAME-seeds`, the command printed on the `next:` line).
 Started again after it, it judges again over all seeds and writes the next round; when every case is firm,
 none more of the paper's ten seeds could settle, or the budget is spent, it deletes the round's file and

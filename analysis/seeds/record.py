@@ -84,7 +84,7 @@ def write_firmness(folder: Path, before: pd.DataFrame, claims: list[Claim], stat
     rounds = rounds_so_far(folder)
     text = (
         f"# Seeds where the verdict was marginal\n\n{state}\n\n"
-        f"{len(table)} cases were marginal at first; now {firm} are firm and {len(table) - firm} are not "
+        f"Cases marginal at first: {len(table)}; firm now: {firm}; still marginal: {len(table) - firm} "
         "(docs/science.md section 7.2).\n\n"
         + (f"## Rounds\n\n{_markdown(rounds)}\n\n" if len(rounds) else "")
         + "## Every case that was marginal\n\n"
