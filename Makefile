@@ -83,7 +83,7 @@ reproduce-d32: $(STAMP)
 FIRM_SWEEP ?= lite
 FIRM_EXPERIMENT ?= leaner-clustering-lite
 FIRM_BUDGET_S ?= 3600
-FIRM_DIR ?= reports/seeds-conf
+FIRM_DIR ?= reports/firm-sweeps
 FIRM_RESULTS ?= docs/results/seeds
 FIRM_OUT := reports/$(FIRM_EXPERIMENT)/seeds
 FIRM_WHERE := tracking.experiment=$(FIRM_EXPERIMENT)
