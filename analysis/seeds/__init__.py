@@ -117,7 +117,8 @@ def main(argv: list[str]) -> int:
     uri, experiment = tracking.uri, tracking.experiment
     runs = _runs(uri, experiment, {settings.sweep, settings.name})
     total = settings.budget or round(settings.budget_s * _rate(uri, experiment, settings.sweep))
-    folder = Path(own["out"]) / experiment / "seeds"
+    report = Path(own["out"]) / experiment  # the report's folder: its cached evaluations are reused
+    folder = report / "seeds"
     where = f"tracking.uri={uri} tracking.experiment={experiment}"
     sweep = f"python -m sweeper.sweep --config-dir {settings.config_dir} sweep={settings.name} {where}"
     if settings.path().exists():
@@ -129,9 +130,10 @@ def main(argv: list[str]) -> int:
             return 0
     settings_eval = EvalSettings.of(own["eval"])
     extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
-    ctx = Context.build(uri, experiment, runs, settings_eval, folder, expected=expected_sizes(), **extra)
+    ctx = Context.build(uri, experiment, runs, settings_eval, report, expected=expected_sizes(), **extra)
     claims = check(ctx)
-    write_markdown(claims, folder), write_csv(claims, folder)
+    write_markdown(claims, folder)
+    write_csv(claims, folder)
     before = record.first_judgement(claims, folder)
     state = _next_round(settings, claims, runs, total, folder, sweep)
     print(state)

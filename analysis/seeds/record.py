@@ -39,7 +39,10 @@ def rounds_so_far(folder: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.exists() else pd.DataFrame()
 
 
-def _verdict(holds: object, status: str) -> str:
+def _verdict(holds: object, status: object) -> str:
+    """'holds (PASS)': the case's verdict and its claim's; 'not judged now' for a case no longer there."""
+    if not isinstance(status, str):  # NaN: the merge found no such case in the later judgement
+        return "not judged now"
     case = "holds" if holds is True or holds == "True" else "fails"
     return f"{case} ({status})"
 
