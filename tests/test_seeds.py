@@ -16,7 +16,7 @@ from support.sweeps import children
 from analysis.claims.cases import Case, lt
 from analysis.seeds import main as seeds_main
 from analysis.seeds import sweep_file
-from analysis.seeds.plan import need
+from analysis.seeds.plan import Round, need
 from analysis.seeds.record import changes
 from config.compose import compose, searchpath_override
 from config.grid import Configuration, jobs
@@ -247,3 +247,25 @@ def test_a_round_stopped_midway_resumes_without_training_any_seed_twice(
     assert all(len(rs) == 1 for rs in by_job.values())  # no seed trained twice
     assert by_job[crashed.key][0].info.run_id == stopped.info.run_id  # resumed in its own run
     assert all(rs[0].data.tags[OUTCOME] == FINISHED for rs in by_job.values())
+
+
+def test_a_rounds_jobs_are_its_base_sweeps_own_so_the_seeds_a_store_holds_are_adopted(tmp_path: Path) -> None:
+    """A round of sweep=lite over configurations named by several of its sub-grids (the probed OH-L2 model
+    is in tau, family, clusters and lr) and at its two lengths: each job at lite's seeds has the config_hash
+    of lite's own job (the ledger skips it and adopts its run), with every sub-grid name; only the paper's
+    4th and 5th seeds are new."""
+    lite = sweep_file.plan_of("lite")
+    chosen = [c for c in lite.configurations if len(c.subgrids) > 1][:1]
+    chosen += [c for c in lite.configurations if c.overrides.get("train.steps") == 4000][:1]
+    keys = tuple(sweep_file.key_of(c) for c in chosen)
+    path = tmp_path / "sweep" / "lite-seeds.yaml"
+    sweep_file.write(path, lite, "lite-seeds", Round(5, keys, 4, 0, ()), PAPER, "a test round")
+    base_cfg = compose(["sweep=lite"])
+    own = {(j.key, j.configuration.subgrids) for j in jobs(base_cfg, lite)}
+    cfg = compose([*searchpath_override([tmp_path.resolve()]), "sweep=lite-seeds"])
+    round_jobs = jobs(cfg, sweep_file.plan_of("lite-seeds", tmp_path))
+    assert len(round_jobs) == 2 * 5
+    old = [j for j in round_jobs if j.seed in lite.seeds]
+    assert {(j.key, j.configuration.subgrids) for j in old} <= own and len(old) == 2 * 3
+    assert {j.seed for j in round_jobs} - set(lite.seeds) == set(PAPER[3:5])
+    assert all(j.key not in {k for k, _ in own} for j in round_jobs if j.seed not in lite.seeds)
