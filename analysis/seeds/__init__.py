@@ -16,6 +16,7 @@ into <out>/<experiment>/seeds/.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,7 +154,8 @@ def _next_round(
 
     spent = _spent(runs, settings.name, base)
     wanted = _wanted(claims, base, len(paper))
-    found, why = plan_round(wanted, lambda k: sweep_file.ended_seeds(runs, k), paper, steps_of, total - spent)
+    ended = functools.cache(lambda key: sweep_file.ended_seeds(runs, key))  # asked per case, read once
+    found, why = plan_round(wanted, ended, paper, steps_of, total - spent)
     budget = f"budget {total:,} model-steps, {spent:,} spent"
     if found is None:
         settings.path().unlink(missing_ok=True)
