@@ -16,7 +16,7 @@ from typing import Callable
 
 from analysis.claims.cases import LEVEL, Case, sign_p
 
-# A configuration of the base sweep as its overrides, sorted (config.grid.Key's, hashable).
+# A configuration of the base sweep as its overrides, sorted: config.grid.Configuration's, hashable.
 Key = tuple[tuple[str, object], ...]
 
 
