@@ -62,7 +62,7 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 from tracking.run_tags import evaluation_link
-from training.loop import pick_device
+from training.device import pick_device
 
 VERSION = 1  # bump when an evaluation's definition changes: older cached results are then ignored
 
@@ -307,7 +307,7 @@ FINAL_METRICS = (VAL_KMEANS, VAL_REL_LLOYD, TRAIN_LOSS)
 @torch.no_grad()
 def final(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
     """A row per metric of FINAL_METRICS, on fresh tasks of the run's task spec: val_kmeans and val_rel_lloyd
-    as training's validation computes them (training.loop.Validation: the mean over tasks of the objective
+    as training's validation computes them (training.trainer.Validation: the mean over tasks of the objective
     after one model step, and of its ratio to one Lloyd step's) and train_loss, the mean surrogate at the
     run's tau and regularizer (the loss it trained on)."""
     device = settings.torch_device()

@@ -46,10 +46,12 @@ from tasks.sampler import TaskSpec, sample_tasks
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load
 from training.determinism import set_deterministic
+from training.device import cuda_index, pick_device
 from training.fused import Pack
 from training.gpu_share import cap_memory, memory_fraction
-from training.loop import Trainer, cuda_index, pick_device, train
+from training.loop import train
 from training.packed import train_pack
+from training.trainer import Trainer
 
 TOLERANCE = 1e-5
 EQUALITY_CHECKS = ("exact", "packed", "resume", "syncs")  # the checks that set the exit code

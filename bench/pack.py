@@ -45,8 +45,9 @@ from bench.common import (
     seeded,
     step_flops,
 )
+from training.device import pick_device
 from training.fused import Pack
-from training.loop import Trainer, pick_device
+from training.trainer import Trainer
 
 SIZES = {"laptop": (128, 4, 6), "paper_k10": (512, 32, 10), "paper_k25": (512, 32, 25)}  # name: (n, d, k)
 PACKS = (1, 3, 10, 30, 100)

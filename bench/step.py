@@ -21,8 +21,9 @@ from bench.common import (
     step_flops,
 )
 from models.reference import ReferenceTransformer, reference_step
+from training.device import pick_device
 from training.fused import Pack
-from training.loop import Trainer, pick_device, task_spec
+from training.trainer import Trainer, task_spec
 
 
 def bench_step(cfg: DictConfig, repeats: int) -> dict:

@@ -326,7 +326,7 @@ def validate_trial_devices(cfg: DictConfig) -> None:
 
     Ray shows a trial only the GPUs it reserves, numbered from 0 (CUDA_VISIBLE_DEVICES), and none when it
     reserves none: there train.device=auto is the CPU. A single run (python -m sweeper.train) is checked
-    against its own machine instead, when it starts (training.loop.pick_device).
+    against its own machine instead, when it starts (training.device.pick_device).
     """
     t, gpus = cfg.train, cfg.cluster.gpus_per_trial
     _require(

@@ -27,7 +27,8 @@ from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper.train import main
 from tasks.sampler import FAMILIES
-from training.loop import Trainer, pick_device
+from training.device import pick_device
+from training.trainer import Trainer
 
 
 def test_defaults_are_the_papers():

@@ -49,8 +49,8 @@ from tracking.recorder import MemoryRecorder
 from training import determinism, loop
 from training.checkpoint import cuda_rng_states
 from training.determinism import set_deterministic, warn_if_compiled
+from training.device import gpu_model  # the function itself: a test replaces loop's
 from training.gpu_share import cap_memory, memory_fraction, trial_device
-from training.loop import gpu_model  # the function itself: a test replaces loop's
 from training.system_metrics import SystemSampler, nvml_id
 
 CPU_AND_MEMORY = set(SYSTEM_METRICS)

@@ -20,7 +20,7 @@ WORKLOAD = textwrap.dedent(
     from tasks.sampler import sample_tasks
     from tasks.spec import TaskSpec
     from training.fused import Pack
-    from training.loop import Trainer
+    from training.trainer import Trainer
 
     torch.set_num_threads(1)
     if sys.argv[1] == "pack":

@@ -17,8 +17,9 @@ from bench.host_reads import count_host_reads, pack_reads
 from config.compose import compose
 from tasks.sampler import TaskSpec, sample_tasks
 from tasks.spec import INITS
+from training.device import pick_device
 from training.fused import Pack
-from training.loop import Trainer, pick_device
+from training.trainer import Trainer
 
 
 def pack_of(models: int, init: str) -> Pack:
