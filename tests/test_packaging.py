@@ -320,6 +320,44 @@ def test_imports_flow_one_way(package):
     assert not wrong, f"{package}/ imports {wrong}; it may import only {sorted(allowed)}"
 
 
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Each module of `package` -> the modules of `package` it imports, at the top or under TYPE_CHECKING
+    alike (`from pkg import mod` imports pkg.mod, not pkg's __init__)."""
+    files = {
+        ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (REPO / package).rglob("*.py")
+    }
+    graph = {}
+    for name, path in files.items():
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                wanted = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                    for a in node.names
+                ]
+            elif isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            else:
+                continue
+            graph[name].update(m for m in wanted if m in files and m != name)
+    return graph
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_no_import_circle_inside_a_package(package):
+    """A module's imports inside its package lead never back to it: each idea stands on the ones below it."""
+    graph = module_imports(package)
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            assert name != start, f"{start} imports itself back through its package's modules"
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph[name])
+
+
 TRAIN_TINY = (
     "from config.compose import compose; from tracking.recorder import MemoryRecorder; "
     "from training.loop import train; import tempfile; "
