@@ -40,6 +40,7 @@ from bench.pack import OP_PACKS, PACKS, SIZES, Plan, bench_pack
 from bench.sweep import bench_sweep
 from cli.entry import ArgumentParser
 from config.compose import compose
+from config.run import RunSpec
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
 from tasks.sampler import TaskSpec, sample_tasks
@@ -176,7 +177,7 @@ def measure_syncs(device: torch.device, tiny: bool) -> dict:
             compose([*size, *dropout, f"train.device={device}", f"seed={s}"]) for s in range(1, models + 1)
         ]
         set_deterministic(cfgs[0].train.deterministic)
-        pack = Pack([Trainer(cfg, device) for cfg in cfgs])
+        pack = Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs])
         pack_reads(pack, pack.chunk)  # one-time work first: kernels loaded, handles made
         rows.append(
             {"pack": models, "chunk": pack.chunk, **pack_reads(pack, 2 * pack.chunk, device.type == "cuda")}

@@ -45,6 +45,7 @@ from bench.common import (
     seeded,
     step_flops,
 )
+from config.run import RunSpec
 from training.device import pick_device
 from training.fused import Pack
 from training.trainer import Trainer
@@ -78,7 +79,7 @@ def pack_step(cfgs: list[DictConfig], device: torch.device) -> Callable[[], obje
 
     The one place that knows training's step entry point (training.fused.Pack): adapt it when it changes.
     """
-    return Pack([Trainer(cfg, device) for cfg in cfgs]).step  # freed with the returned step
+    return Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs]).step  # freed with the returned step
 
 
 def sized(cfg: DictConfig, size: tuple[int, int, int]) -> DictConfig:

@@ -22,6 +22,7 @@ from config.identity import (
     run_name,
     run_overrides,
 )
+from config.run import RunSpec
 from config.schema import RUN_GROUPS, ConfigError
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
@@ -104,7 +105,7 @@ def test_cudagraphs_needs_a_cuda_device():
         not torch.cuda.is_available()
     ):  # train.device=auto resolves to the CPU here: caught when training starts
         with pytest.raises(ConfigError, match="train.compile=cudagraphs needs a CUDA device"):
-            Trainer(compose(["train.compile=cudagraphs"]), pick_device("auto"))
+            Trainer(RunSpec.of(compose(["train.compile=cudagraphs"])), pick_device("auto"))
 
 
 def test_hash_is_per_configuration_and_seed():

@@ -21,6 +21,7 @@ from support.configs import PACKABLE as TINY
 
 from config.compose import compose
 from config.identity import config_hash
+from config.run import RunSpec
 from models.stacked import StackedTransformer
 from models.transformer import ClusteringTransformer
 from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
@@ -179,7 +180,7 @@ def test_pack_validation_is_each_model_validation() -> None:
     """Pack.validate (all models in one pass) against each model's training.trainer.Validation, 3 steps in."""
     cfgs = [compose(TINY + extra) for extra in MEMBERS[:3]]
     device = torch.device("cpu")
-    trainers = [Trainer(cfg, device) for cfg in cfgs]
+    trainers = [Trainer(RunSpec.of(cfg), device) for cfg in cfgs]
     validations = [Validation(cfg, device) for cfg in cfgs]
     pack = Pack(trainers, validations)
     for _ in range(3):

@@ -16,7 +16,7 @@ import sys
 
 from omegaconf import DictConfig
 
-from config.identity import configuration_name, operational_values
+from config.run import RunSpec
 from tracking.names import (
     CONFIGURATION,
     EVALUATION_LINK,
@@ -32,7 +32,7 @@ from tracking.recorder import git_commit
 from tracking.view import EMBEDDING_COLORS
 
 
-def training_tags(cfg: DictConfig, gpu_model: str | None) -> dict[str, str]:
+def training_tags(run: RunSpec, gpu_model: str | None) -> dict[str, str]:
     """The configuration (seed-free), the run's description, where it comes from and where and how it ran
     (train.device, tracking.uri, cluster.*: every config value that is no param; the GPU's model when it
     trains on one, `gpu_model`, None on a CPU).
@@ -40,11 +40,11 @@ def training_tags(cfg: DictConfig, gpu_model: str | None) -> dict[str, str]:
     In a sweep the driver, which opens the trials' runs, overrides the source tags with its own.
     """
     return {
-        CONFIGURATION: configuration_name(cfg),
-        MLFLOW_RUN_NOTE: description(cfg),
-        UI_RUN_COLOR: EMBEDDING_COLORS[cfg.model.embedding],
+        CONFIGURATION: run.configuration,
+        MLFLOW_RUN_NOTE: description(run.cfg),
+        UI_RUN_COLOR: EMBEDDING_COLORS[run.cfg.model.embedding],
         **source_tags(),
-        **operational_values(cfg),
+        **run.operational,
         **({GPU_MODEL: gpu_model} if gpu_model else {}),
     }
 

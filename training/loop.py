@@ -21,8 +21,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from config.compose import validate
-from config.identity import config_hash, flat_params, run_config, run_name
+from config.identity import config_hash
+from config.run import RunSpec
 from tracking.names import (
     BAD_CHECKPOINT,
     BEST_VAL_REL_LLOYD,
@@ -84,26 +84,23 @@ class Run:
     result: TrainResult | None = None
 
 
-def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
+def open_run(run: RunSpec, recorder: Recorder, workdir: Path) -> Run:
     """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's
     run."""
-    validate(cfg)
+    cfg = run.cfg
+    device = pick_device(cfg.train.device)
+    gpu = gpu_model(device)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
     set_deterministic(cfg.train.deterministic)  # before the run's first CUDA operation
+    warn_if_compiled(cfg.train.compile, cfg.train.deterministic, device)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    resume = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
-    trainer = Trainer(cfg, pick_device(cfg.train.device))
-    warn_if_compiled(cfg.train.compile, cfg.train.deterministic, trainer.device)
+    resume = checkpoint.resume_state(workdir, cfg.train.resume, run.config)
+    trainer = Trainer(run, device)
     if resume.state:
         trainer.restore(resume.state)
-    tags = {
-        CONFIG_HASH: trainer.key,
-        SEED: str(cfg.seed),
-        GIT_COMMIT: git_commit(),
-        **training_tags(cfg, gpu_model(trainer.device)),
-    }
-    run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resume.run_id)
+    tags = {CONFIG_HASH: run.key, SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(run, gpu)}
+    run_id = recorder.start(run.name, run.params, tags, run_id=resume.run_id)
     if resume.damaged:
         recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
     checkpoint.remember_run(workdir, run_id)
@@ -153,7 +150,7 @@ def train_models(
     runs: list[Run] = []
     try:
         for cfg, recorder, workdir in zip(cfgs, recorders, workdirs):
-            runs.append(open_run(cfg, recorder, workdir))
+            runs.append(open_run(RunSpec.of(cfg), recorder, workdir))  # validated, its identity derived
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
         if not active:
             return [run.result for run in runs]

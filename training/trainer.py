@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from config.identity import config_hash, run_config
+from config.run import RunSpec
 from config.schema import ConfigError
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective
@@ -65,7 +65,8 @@ class Validation:
 
 
 class Trainer:
-    """One model's state: weights, Adam state, learning-rate schedule, task stream and progress.
+    """One model's state: weights, Adam state, learning-rate schedule, task stream and progress, of the run
+    `run` describes (config.run: its configuration and identity, derived once).
 
     It takes no step: a training.fused.Pack steps it (a pack of one when
     alone), holding its weights and Adam moments while it trains and writing
@@ -73,8 +74,9 @@ class Trainer:
     learning rate its `plateau` schedule sets.
     """
 
-    def __init__(self, cfg: DictConfig, device: torch.device) -> None:
-        self.cfg, self.device = cfg, device
+    def __init__(self, run: RunSpec, device: torch.device) -> None:
+        self.run, self.device = run, device
+        self.cfg = cfg = run.cfg  # the values it trains with
         torch.manual_seed(cfg.seed)  # model initialisation, then dropout
         m = cfg.model
         self.model = ClusteringTransformer(
@@ -92,7 +94,6 @@ class Trainer:
         # (so a CUDA run draws other tasks than a CPU run of the same seed; the validation set is the same).
         self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
         self.spec = task_spec(cfg)
-        self.key = config_hash(cfg)  # the run's identity (config.identity)
         self.progress = Progress()
 
     def state(self, run_id: str) -> dict:
@@ -109,7 +110,7 @@ class Trainer:
             step=p.step,
             run_id=run_id,
             best_val=p.best_val,
-            config=run_config(self.cfg),
+            config=self.run.config,
             window=p.window,
             history=p.history,
             metrics=p.metrics,
