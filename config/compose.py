@@ -45,15 +45,19 @@ from tasks.spec import TaskSpec
 # hands its trials), then $LEANER_CONFIG_DIR (directories joined by os.pathsep), where `--config-dir DIR` on
 # a command line puts them for the command's life (cli.entry).
 SEARCHPATH = "hydra.searchpath"
+NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"  # MLflow's, the default of tracking.experiment (conf/tracking)
 
 
-def compose(overrides: Iterable[str] = (), config_name: str = "config", user_dirs: bool = True) -> DictConfig:
-    """Compose conf/<config_name>.yaml with Hydra overrides, then validate it; user_dirs=False: conf/ alone,
-    without the user config directories nor the environment's tracking defaults (what conf/ itself says,
-    e.g. of a sweep: the claims read it when imported, before a bad $MLFLOW_TRACKING_URI can be answered)."""
+def compose(
+    overrides: Iterable[str] = (), config_name: str = "config", user_dirs: bool = True, trial: bool = False
+) -> DictConfig:
+    """Compose conf/<config_name>.yaml with Hydra overrides, then validate it (trial=True: as a sweep's Ray
+    trials run it, `validate`); user_dirs=False: conf/ alone, without the user config directories nor the
+    environment's tracking defaults (what conf/ itself says, e.g. of a sweep: the claims read it when
+    imported, before a bad $MLFLOW_TRACKING_URI can be answered)."""
     if user_dirs:
-        return _compose(list(overrides), config_name, user_config_dirs(overrides))
+        return _compose(list(overrides), config_name, user_config_dirs(overrides), trial)
     with _hidden(address.ENV, EXPERIMENT_ENV):
         cfg = _compose(list(overrides), config_name, [])
         OmegaConf.resolve(cfg)  # conf/tracking's ${oc.env:...} read while the variables are hidden
@@ -70,7 +74,7 @@ def _hidden(*names: str) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _compose(overrides: list[str], config_name: str, dirs: list[Path]) -> DictConfig:
+def _compose(overrides: list[str], config_name: str, dirs: list[Path], trial: bool = False) -> DictConfig:
     _check_overrides(overrides, SCHEMAS[config_name])
     try:
         _initialize(dirs)
@@ -89,7 +93,7 @@ def _compose(overrides: list[str], config_name: str, dirs: list[Path]) -> DictCo
         validate_analysis(cfg)
         return cfg
     _no_sweep_to_none(cfg, dirs)
-    validate(cfg)
+    validate(cfg, trial)
     return cfg
 
 
@@ -154,8 +158,7 @@ def _no_sweep_to_none(cfg: DictConfig, dirs: list[Path]) -> None:
     given = [key for key in sweep if not OmegaConf.is_missing(sweep, key)]
     if given:
         raise ConfigError(
-            f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME "
-            f"({', '.join(o for o in group_options('sweep', dirs) if o != 'none')})"
+            f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME ({', '.join(sweep_names(dirs))})"
         )
     cfg.sweep = None
 
@@ -165,6 +168,26 @@ def group_options(group: str, dirs: Iterable[Path] | None = None) -> list[str]:
     (`dirs`; by default $LEANER_CONFIG_DIR's) and conf/."""
     dirs = user_config_dirs() if dirs is None else dirs
     return sorted({path.stem for d in [*dirs, CONF_DIR] for path in (d / group).glob("*.yaml")})
+
+
+def sweep_names(dirs: Iterable[Path] | None = None) -> list[str]:
+    """The sweeps of conf/sweep/ and of the user config directories `dirs` (as group_options')."""
+    return [name for name in group_options("sweep", dirs) if name != NO_SWEEP]
+
+
+def compose_sweep(overrides: list[str]) -> DictConfig:
+    """A sweep's configuration (sweep=NAME among the overrides), validated as its Ray trials run it; the
+    grid of its sweep group is config.grid's to expand."""
+    check_spacing(overrides)  # `sweep = smoke` is a spacing mistake, not a missing sweep
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
+    names = sweep_names(user_config_dirs(overrides))
+    if not chosen or chosen[-1] not in names:
+        got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
+        raise ConfigError(
+            f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} "
+            "(conf/sweep/, or sweep/NAME.yaml of a --config-dir)"
+        )
+    return compose(overrides, trial=True)
 
 
 def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
@@ -263,7 +286,7 @@ def check_spacing(words: list[str]) -> None:
 
 def _sweep_chosen(overrides: list[str]) -> bool:
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
-    return bool(chosen) and chosen[-1] != "none"
+    return bool(chosen) and chosen[-1] != NO_SWEEP
 
 
 _OPEN = object()  # the type of a key beneath a dict field (sweep.fixed, sweep.axes): any key is allowed
@@ -320,9 +343,9 @@ def _device(key: str, value: str) -> None:
     _require(ok, key, value, "auto, cpu, cuda, cuda:N or mps")
 
 
-def validate_trial_devices(cfg: DictConfig) -> None:
+def _trial_devices(cfg: DictConfig) -> None:
     """train.device and train.compile against cluster.gpus_per_trial, for a sweep's Ray trials: what fails
-    in every trial wherever it runs; raises ConfigError.
+    in every trial wherever it runs.
 
     Ray shows a trial only the GPUs it reserves, numbered from 0 (CUDA_VISIBLE_DEVICES), and none when it
     reserves none: there train.device=auto is the CPU. A single run (python -m sweeper.train) is checked
@@ -388,8 +411,9 @@ def validate_analysis(cfg: DictConfig) -> None:
     _require(e.d32_n is None or e.d32_n >= 1, "eval.d32_n", e.d32_n, "null or an integer >= 1")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Range and name checks the types cannot express; raises ConfigError."""
+def validate(cfg: DictConfig, trial: bool = False) -> None:
+    """Range and name checks the types cannot express, in one pass; trial=True: also the devices a sweep's
+    Ray trial can have (_trial_devices); raises ConfigError."""
     try:
         TaskSpec(**OmegaConf.to_container(cfg.task))
     except ValueError as err:
@@ -452,6 +476,8 @@ def validate(cfg: DictConfig) -> None:
             "null (no budget) or a number of seconds > 0, finite",
         )
     _cost(c)
+    if trial:
+        _trial_devices(cfg)
 
 
 def _cost(c: DictConfig) -> None:

@@ -26,14 +26,14 @@ and the same command pointed at the store there goes on.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
 from omegaconf import DictConfig
 
 from cli import console
 from cli.entry import command
 from config import grid
-from config.compose import check_spacing, compose, group_options, user_config_dirs
+from config.compose import compose_sweep
 from config.help import composed_config, config_groups
 from config.schema import ConfigError
 from sweeper import cost
@@ -44,26 +44,10 @@ if TYPE_CHECKING:
     from sweeper.ledger import Claim
     from sweeper.session import Summary
 
-NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
-
-
-def sweep_names(overrides: Iterable[str] = ()) -> list[str]:
-    """The sweeps of conf/sweep/ and of the user config directories (config.compose.user_config_dirs)."""
-    return [name for name in group_options("sweep", user_config_dirs(overrides)) if name != NO_SWEEP]
-
 
 def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
     """Compose, expand and validate: every error here comes before Ray starts."""
-    check_spacing(overrides)  # `sweep = smoke` is a spacing mistake, not a missing sweep
-    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
-    names = sweep_names(overrides)
-    if not chosen or chosen[-1] not in names:
-        got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
-        raise ConfigError(
-            f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} "
-            "(conf/sweep/, or sweep/NAME.yaml of a --config-dir)"
-        )
-    cfg = compose(overrides)
+    cfg = compose_sweep(overrides)
     plan = grid.expand(cfg.sweep, grid.command_line_keys(overrides))
     grid.check(cfg, plan)
     return cfg, plan
