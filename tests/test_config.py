@@ -158,6 +158,17 @@ def flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def test_a_run_spec_is_the_validated_configuration_and_its_identity_derived_once():
+    cfg = compose(["seed=7", "loss.tau=0.1"])
+    run = RunSpec.of(cfg)
+    assert (run.cfg, run.key, run.config, run.name) == (cfg, config_hash(cfg), run_config(cfg), run_name(cfg))
+    assert (run.params, run.configuration) == (flat_params(cfg), configuration_name(cfg))
+    assert run.operational == operational_values(cfg)
+    cfg.loss.tau = -1.0  # past composition: the description validates what it describes
+    with pytest.raises(ConfigError, match=r"loss.tau=-1.0 is not allowed"):
+        RunSpec.of(cfg)
+
+
 def test_params_rebuild_the_same_configuration():
     cfg = compose(
         ["task.init=kmeans++", "loss.tau=0.25", "model.gamma=inf", "task.equal_weights=false", "seed=1"]
