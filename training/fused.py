@@ -153,7 +153,7 @@ class Pack:
         self.step_of += 1
         loss = self._loss(X, self.stacked.forward(X, C0))
         if self.hook:  # tests only
-            loss = self.hook([tr.run.key for tr in self.trainers], self.now(), loss)
+            loss = self.hook([tr.run_spec.key for tr in self.trainers], self.now(), loss)
         self.stacked.grad.zero_()
         # The models are independent, so the gradient of the sum is each model's own gradient.
         loss.sum().backward()

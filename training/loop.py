@@ -84,10 +84,10 @@ class Run:
     result: TrainResult | None = None
 
 
-def open_run(run: RunSpec, recorder: Recorder, workdir: Path) -> Run:
+def open_run(spec: RunSpec, recorder: Recorder, workdir: Path) -> Run:
     """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's
     run."""
-    cfg = run.cfg
+    cfg = spec.cfg
     device = pick_device(cfg.train.device)
     gpu = gpu_model(device)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
@@ -95,12 +95,12 @@ def open_run(run: RunSpec, recorder: Recorder, workdir: Path) -> Run:
     warn_if_compiled(cfg.train.compile, cfg.train.deterministic, device)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    resume = checkpoint.resume_state(workdir, cfg.train.resume, run.config)
-    trainer = Trainer(run, device)
+    resume = checkpoint.resume_state(workdir, cfg.train.resume, spec.config)
+    trainer = Trainer(spec, device)
     if resume.state:
         trainer.restore(resume.state)
-    tags = {CONFIG_HASH: run.key, SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(run, gpu)}
-    run_id = recorder.start(run.name, run.params, tags, run_id=resume.run_id)
+    tags = {CONFIG_HASH: spec.key, SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(spec, gpu)}
+    run_id = recorder.start(spec.name, spec.params, tags, run_id=resume.run_id)
     if resume.damaged:
         recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
     checkpoint.remember_run(workdir, run_id)

@@ -66,7 +66,7 @@ class Validation:
 
 class Trainer:
     """One model's state: weights, Adam state, learning-rate schedule, task stream and progress, of the run
-    `run` describes (config.run: its configuration and identity, derived once).
+    `run_spec` describes (config.run: its configuration and identity, derived once).
 
     It takes no step: a training.fused.Pack steps it (a pack of one when
     alone), holding its weights and Adam moments while it trains and writing
@@ -74,9 +74,9 @@ class Trainer:
     learning rate its `plateau` schedule sets.
     """
 
-    def __init__(self, run: RunSpec, device: torch.device) -> None:
-        self.run, self.device = run, device
-        self.cfg = cfg = run.cfg  # the values it trains with
+    def __init__(self, run_spec: RunSpec, device: torch.device) -> None:
+        self.run_spec, self.device = run_spec, device
+        self.cfg = cfg = run_spec.cfg  # the values it trains with
         torch.manual_seed(cfg.seed)  # model initialisation, then dropout
         m = cfg.model
         self.model = ClusteringTransformer(
@@ -110,7 +110,7 @@ class Trainer:
             step=p.step,
             run_id=run_id,
             best_val=p.best_val,
-            config=self.run.config,
+            config=self.run_spec.config,
             window=p.window,
             history=p.history,
             metrics=p.metrics,
