@@ -2,7 +2,7 @@
 
 MLflow reads a bare path (`mlflow.db`, `./mlruns`) and `file:` as its file store, which its current versions
 refuse in a 40-line traceback, and SQLAlchemy meets `sqlite://mlflow.db` (two slashes) or a misspelt scheme
-with one of its own. The configuration (config.compose) and the store (tracking.store.probe, for an address
+with one of its own. The configuration (config.validate) and the store (tracking.store.probe, for an address
 given in Python, as the notebook API takes one) check the form here first. No MLflow import: every command's
 configuration is checked before anything heavy loads.
 """

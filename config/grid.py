@@ -19,9 +19,10 @@ from typing import Any, Iterable, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from config.compose import compose, validate
+from config.compose import compose
 from config.identity import config_hash, flatten, format_value, run_name
 from config.schema import ConfigError
+from config.validate import validate
 
 SWEEP_KEYS = ("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids")
 SCHEDULERS = ("none", "asha")

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from config.compose import validate
 from config.identity import (
     config_hash,
     configuration_name,
@@ -20,6 +19,7 @@ from config.identity import (
     run_config,
     run_name,
 )
+from config.validate import validate
 
 
 @dataclass(frozen=True)
