@@ -41,7 +41,7 @@ from tracking.names import (
     SWEEP,
     TUNE_CHECKPOINT,
 )
-from tracking.run_tags import source_tags  # the driver's: it launched the sweep
+from tracking.run_tags import source_tags
 
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 
@@ -92,6 +92,7 @@ class MlflowWriter:
         self.resumable: dict[str, int] = {}  # job -> the step its latest recorded checkpoint resumes from
         self.points_written = 0
         self.retries = 0  # trials Tune restarted after a failure
+        self.source = source_tags()  # the driver's: it launched the sweep
 
     def _run(self, key: str, start: RunStart | None) -> str:
         """The job's run: opened once per session, continuing an unfinished one when there is one."""
@@ -105,7 +106,7 @@ class MlflowWriter:
             SEED: str(member.seed),
             MLFLOW_PARENT_RUN_ID: self.parent_id,
             **(start.tags if start else {}),
-            **source_tags(),
+            **self.source,
         }
         if member.pack:
             tags[PACK] = member.pack

@@ -10,7 +10,6 @@ page's git commit).
 
 from __future__ import annotations
 
-import functools
 import getpass
 import sys
 
@@ -64,12 +63,8 @@ def description(cfg: DictConfig) -> str:
 
 
 def source_tags() -> dict[str, str]:
-    """Who ran what, from which code: this process's entry point, user and git commit."""
-    return dict(_source())
-
-
-@functools.cache  # one git call per process, not one per run a sweep opens
-def _source() -> tuple[tuple[str, str], ...]:
+    """Who ran what, from which code: this process's entry point, user and git commit (a git call: the sweep's
+    writer asks once, not once per run it opens)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     entry = spec.name if spec else getattr(main, "__file__", None) or "python"
@@ -77,12 +72,12 @@ def _source() -> tuple[tuple[str, str], ...]:
         user = getpass.getuser()
     except (KeyError, OSError):  # a container user without a passwd entry
         user = "unknown"
-    return (
-        (MLFLOW_SOURCE_NAME, entry),
-        (MLFLOW_SOURCE_TYPE, "LOCAL"),
-        (MLFLOW_USER, user),
-        (MLFLOW_GIT_COMMIT, git_commit()),
-    )
+    return {
+        MLFLOW_SOURCE_NAME: entry,
+        MLFLOW_SOURCE_TYPE: "LOCAL",
+        MLFLOW_USER: user,
+        MLFLOW_GIT_COMMIT: git_commit(),
+    }
 
 
 def evaluation_link(name: str, evaluation_run_id: str) -> tuple[str, str]:
