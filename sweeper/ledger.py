@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 
 from config.grid import Job
 from sweeper.lock import DriverLock
-from tracking import parent_run, store
+from tracking import parent_run, store, view
 from tracking.names import (
     CHECKPOINT_STEP,
     CONFIG_HASH,
@@ -128,6 +128,7 @@ class Claim:
         self.uri, self.sweep, self.jobs = uri, sweep, jobs
         self.client = client or store.connect(uri)  # probes the store first: unreachable fails here, fast
         self.experiment = store.ensure_experiment(self.client, experiment)
+        view.install(self.client, self.experiment)
         self.ledger = self._read()
         self.parent_id: str | None = None  # the parent run this driver locked
         self.lock: DriverLock | None = None  # its lock, while held
