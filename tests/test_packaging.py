@@ -358,6 +358,37 @@ def test_no_import_circle_inside_a_package(package):
                 todo.extend(graph[name])
 
 
+def lookups_by_name(folder: str) -> set[str]:
+    """First-party modules the code under `folder` reaches by a name in a string: `sys.modules[NAME]`,
+    `sys.modules.get(NAME)`, `importlib.import_module(NAME)`, `__import__(NAME)` (no import to show it)."""
+    ours = tuple(top_level_packages())
+    found = set()
+    for path in (REPO / folder).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules":
+                names = [node.slice]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                "sys.modules.get",
+                "importlib.import_module",
+                "__import__",
+            ):
+                names = node.args[:1]
+            else:
+                continue
+            constants = (n.value for n in names if isinstance(n, ast.Constant) and isinstance(n.value, str))
+            found.update(name for name in constants if name.split(".")[0] in ours)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_no_package_reaches_above_itself_by_name(package):
+    """A lookup by name is an import the import graph cannot see: cli/ once reached tracking.store through
+    sys.modules. The error that needs tracking's explanation now carries it (cli.exit_codes.attach)."""
+    allowed = MAY_IMPORT[package]
+    wrong = sorted(m for m in lookups_by_name(package) if m.split(".")[0] not in allowed)
+    assert not wrong, f"{package}/ reaches {wrong} by name; it may use only {sorted(allowed)}"
+
+
 TRAIN_TINY = (
     "from config.compose import compose; from tracking.recorder import MemoryRecorder; "
     "from training.loop import train; import tempfile; "
