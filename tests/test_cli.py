@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -81,14 +82,34 @@ def test_help_lists_the_options_and_every_exit_code_and_no_internals(script, cap
 
 @pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
 def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch):
+    from sweeper import tune  # Ray Tune: imported by the tests that use it, not at every worker's collection
+
     monkeypatch.setenv(console.VERBOSE, "0")
     word = "eval.batches=1" if "report" in script or "claims" in script else "sweep=smoke"
     code, out, err = run_main(HYDRA_COMMANDS[script], [word, "--verbose", "--cfg", "job"], capsys)
     assert (code, err) == (0, "") and yaml.safe_load(out)
-    assert console.verbose() and console.tune_output() == 2
+    assert console.verbose() and tune.verbosity() == 2
     run_main(HYDRA_COMMANDS[script], [word, "--cfg", "job"], capsys)
-    assert not console.verbose() and console.tune_output() == 1
+    assert not console.verbose() and tune.verbosity() == 1
     assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # no TensorBoard hint from Tune
+
+
+def test_quiet_tune_prints_no_trial_boxes_and_a_table_a_minute(monkeypatch, capsys):
+    """sweeper.tune.verbosity sets two class attributes of Ray Tune's reporter, which are not public: on a
+    Ray whose reporter moved them this fails (the sweep then still runs, as loud as Tune's default)."""
+    from ray.tune.experiment import Trial
+    from ray.tune.experimental import output
+
+    from sweeper import tune
+
+    monkeypatch.setenv(console.VERBOSE, "0")
+    reporter = output.TuneTerminalReporter(output.AirVerbosity(tune.verbosity()))
+    trial = Trial("quiet", config={"x": 1}, stub=True)  # a real trial, never run
+    reporter.on_trial_start(0, [trial], trial)
+    reporter.on_trial_complete(0, [trial], trial)
+    reporter._last_heartbeat_time = time.time() - 45  # Tune redraws its table after 30 s, quiet after 60
+    reporter.print_heartbeat([trial])
+    assert capsys.readouterr().out == ""
 
 
 def test_training_commands_list_every_group_option_in_their_help(capsys):
