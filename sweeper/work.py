@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from config import grid
 from config.compose import searchpath_override, user_config_dirs, without_searchpath
+from config.schema import SHARED_KEYS
 from sweeper import home
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> d
 
     mode none: one job per trial, keyed by its config_hash. mode seeds: the
     seeds of a configuration train together (training.packed). mode shapes: the
-    jobs that share training.packed.SHARED_KEYS train together, `size` at most
+    jobs that share config.schema.SHARED_KEYS train together, `size` at most
     (cluster.pack_size), cut from the whole plan in its order. A pack is keyed
     by a hash of all its jobs' keys, done or not, so a restarted sweep packs
     what is left under the same key.
@@ -122,8 +123,6 @@ def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> d
             groups.setdefault(tuple(j.configuration.override_strings()), []).append(j.key)
         cuts = list(groups.values())
     else:
-        from training.packed import SHARED_KEYS  # torch: only the sweeps that pack by shape need it
-
         for j in jobs:  # a key no configuration overrides has the sweep's one value
             groups.setdefault(tuple(j.configuration.overrides.get(k) for k in SHARED_KEYS), []).append(j.key)
         cuts = [keys[i : i + size] for keys in groups.values() for i in range(0, len(keys), size)]
