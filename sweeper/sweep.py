@@ -41,7 +41,7 @@ from tracking import ui
 from tracking.names import STEP_RATE
 
 if TYPE_CHECKING:
-    from sweeper.ledger import Claim
+    from sweeper.ledger import Hold
     from sweeper.session import Summary
 
 
@@ -59,7 +59,7 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, for python -m bench scale)."""
     from sweeper import cluster, tune
     from sweeper.budget import Account, Budget, outlook
-    from sweeper.ledger import claim
+    from sweeper.ledger import take_hold
     from sweeper.session import Summary, recording
     from sweeper.stop import stopped
     from sweeper.work import plan_work
@@ -68,33 +68,31 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     check_store_reachable(cfg)
     cluster.check_this_machine(cfg.cluster)  # before the store is touched: nothing to undo
     jobs = grid.jobs(cfg, plan)
-    claimed = claim(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs)  # read once
-    pending = announce(claimed)
+    hold = take_hold(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs)  # read once
+    pending = announce(hold)
     if not pending:
-        return Summary(plan.name, claimed.experiment)
+        return Summary(plan.name, hold.experiment)
 
     def account_now() -> Account:  # of the ledger as last read
-        return Account.of(jobs, cfg.train.steps, claimed.ledger.done, claimed.ledger.resume_step)
+        return Account.of(jobs, cfg.train.steps, hold.ledger.done, hold.ledger.resume_step)
 
     account = account_now()
     if budget.seconds is not None:  # at the rate of the sweep's last allocation, if it had one
-        rate = claimed.ledger.parent.data.metrics.get(STEP_RATE) if claimed.ledger.parent else None
+        rate = hold.ledger.parent.data.metrics.get(STEP_RATE) if hold.ledger.parent else None
         print(outlook(account, budget, rate), flush=True)
     if budget.spent():  # spent before Ray started: nothing was begun, nothing to stop
         reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
         stopped(plan.name, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
-        return Summary(plan.name, claimed.experiment, len(pending), out_of_time=True)
+        return Summary(plan.name, hold.experiment, len(pending), out_of_time=True)
     storage = cluster.join(cfg.cluster, cfg.tracking.uri)  # before the lock: a refusal opens no parent run
-    with claimed.locked():  # the ledger read again if another driver ran the sweep meanwhile
-        if not claimed.pending():  # another driver ran the sweep between the read and the lock
-            announce(claimed)
-            return Summary(plan.name, claimed.experiment)
-        work = plan_work(cfg, plan, argv, claimed)
-        claimed.lock.joined(
-            cluster.gcs_address()
-        )  # a retry on another cluster can tell when this one is gone
+    with hold.locked():  # the ledger read again if another driver ran the sweep meanwhile
+        if not hold.pending():  # another driver ran the sweep between the read and the lock
+            announce(hold)
+            return Summary(plan.name, hold.experiment)
+        work = plan_work(cfg, plan, argv, hold)
+        hold.lock.joined(cluster.gcs_address())  # a retry on another cluster can tell when this one is gone
         with recording(
-            claimed, cfg, plan, argv, work, budget, account_now()
+            hold, cfg, plan, argv, work, budget, account_now()
         ) as session:  # the parent run, the writer
             tune.fit(cfg, plan, work, storage, session, trainable)
     summary = session.summary
@@ -104,9 +102,9 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     return summary
 
 
-def announce(claimed: Claim) -> list[grid.Job]:
+def announce(hold: Hold) -> list[grid.Job]:
     """Print how much of the sweep the store holds; the jobs left to run."""
-    jobs, pending = claimed.jobs, claimed.pending()
+    jobs, pending = hold.jobs, hold.pending()
     print(f"{len(jobs) - len(pending)} of {len(jobs)} trials already in MLflow; {len(pending)} to run")
     return pending
 
