@@ -75,6 +75,17 @@ class SqliteGuard:
     def open(self, write: bool, create: bool) -> MlflowClient:
         """A client of the store (tracking.store.connect says what `write` and `create` allow)."""
         name_sqlite_errors()
+        self._refuse(write, create)
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return self._create()
+        self.check_file()  # an existing store: judged as it is, no lock (nor its file)
+        if create or not write:  # not rerun's first look, which may refuse its run: nothing written then
+            moved.mend(self.path, writable(self.uri))
+        return MlflowClient(tracking_uri=self.uri)
+
+    def _refuse(self, write: bool, create: bool) -> None:
+        """Refuse, before MLflow sees it, a folder, a missing or empty file for a command that may not
+        create a store (the analysis; rerun) and a store a command that writes may not write."""
         path = self.path
         if path.is_dir():
             raise self.refused(f"{path} is a folder: set tracking.uri to sqlite:///FILE")
@@ -83,26 +94,22 @@ class SqliteGuard:
                 f"nothing at {path} ({'an empty file' if path.exists() else 'no such file'}): set "
                 "tracking.uri to the store that holds the runs (a sweep or train creates one)"
             )
-        if not write:  # an existing store, read: nothing is created or migrated, so no lock (nor its file)
-            self.check_file()
-            moved.mend(path, writable(self.uri))
-            return MlflowClient(tracking_uri=self.uri)
-        if not writable(self.uri):
+        if write and not writable(self.uri):
             raise TrackingError(
                 f"tracking store {self.uri} is read-only (no write permission on {path} or its folder): "
                 f"{READ_ONLY_ADVICE}"
             )
-        if path.exists() and path.stat().st_size > 0:  # an existing store: judged as it is, no lock
-            self.check_file()
-            if create:  # not rerun's first look, which may refuse the run it asks for: nothing written then
-                moved.mend(path, True)
-            return MlflowClient(tracking_uri=self.uri)
-        # Opening a SQLite store creates or migrates MLflow's schema; two of our processes doing it at once on
-        # a new file (two drivers, a sweep and a train) make one of them fail. One at a time, the second finds
-        # it done. Any other MLflow client (`mlflow ui`, a notebook) takes no such lock: open_new.
-        with open(f"{path}.lock", "w") as lock:
+
+    def _create(self) -> MlflowClient:
+        """A new store (a missing or empty file), created by one of our processes at a time.
+
+        Opening a SQLite store creates or migrates MLflow's schema; two of our processes doing it at once on
+        a new file (two drivers, a sweep and a train) make one of them fail. One at a time, the second finds
+        it done. Any other MLflow client (`mlflow ui`, a notebook) takes no such lock: open_new.
+        """
+        with open(f"{self.path}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            new = not path.exists() or path.stat().st_size == 0
+            new = not self.path.exists() or self.path.stat().st_size == 0
             self.check_file()
             return self.open_new() if new else MlflowClient(tracking_uri=self.uri)
 
