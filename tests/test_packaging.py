@@ -395,9 +395,10 @@ TRAIN_TINY = (
     "train(compose(['task.n=16', 'train.steps=4', 'train.eval_every=2', 'train.val_batches=1', "
     "'train.batch=2']), MemoryRecorder(), tempfile.mkdtemp())"
 )
+# The driver packs by shape with config.schema.SHARED_KEYS, not through training.packed (torch).
 DRIVER = (
     "import sweeper.sweep, sweeper.ledger, sweeper.work, sweeper.cluster, sweeper.session, sweeper.tune, "
-    "sweeper.writer, sweeper.trial"
+    "sweeper.writer, sweeper.trial; sweeper.work.packs_of([], set(), 'shapes', 2)"
 )
 DRY_RUN = (
     "import runpy; sys.argv = ['sweeper.sweep', 'sweep=paper', 'sweep.dry_run=true']; "
