@@ -64,7 +64,7 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     from sweeper.stop import stopped
     from sweeper.work import plan_work
 
-    budget = Budget.from_now(cfg.cluster.time_budget_s)
+    budget = Budget.since_start(cfg.cluster.time_budget_s)
     check_store_reachable(cfg)
     cluster.check_this_machine(cfg.cluster)  # before the store is touched: nothing to undo
     jobs = grid.jobs(cfg, plan)

@@ -101,7 +101,7 @@ def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(s
 
 def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
     hold, _ = open_hold(sqlite_uri)
-    session = Session(hold, Work({}, ()), 5, Budget.from_now(60), Account.of([], 1, set(), {}))
+    session = Session(hold, Work({}, ()), 5, Budget.since_start(60), Account.of([], 1, set(), {}))
     halt = session.halt
     for obj in (session, halt):
         assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue
