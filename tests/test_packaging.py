@@ -162,15 +162,39 @@ def test_what_a_build_leaves_in_a_checkout_git_ignores(tmp_path):
         assert ignored.returncode == 0, f"{name}: a build leaves it, and .gitignore does not ignore it"
 
 
+def pip_section() -> list[list[str]]:
+    """docs/commands.md's "Installing with pip" for a CPU machine, as written: PyTorch's CPU build first,
+    then the wheel; the section's `-c requirements.lock` (for a clone) is added to both by the caller."""
+    text = (REPO / "docs" / "commands.md").read_text().split("## Installing with pip", 1)[1].split("\n## ")[0]
+    torch = re.search(r"CPU only: `(pip install torch [^`]*)`", text)
+    wheel = re.search(r"`(pip install leaner_clustering-[^`]*\.whl)`", text)
+    assert torch and wheel and "add `-c requirements.lock` to both steps" in text, "the pip section moved"
+    return [torch.group(1).split(), wheel.group(1).split()]
+
+
 def install_with_dependencies(wheel: Path, venv_dir: Path) -> Path:
-    """A fresh venv (no system site-packages) holding the wheel and its declared dependencies, no extras, at
-    the lock's versions; returns its bin/. uv installs them (its cache makes a second run seconds), with the
-    machine's pip find-links, where `make install` finds the CPU build of torch."""
+    """A fresh venv (no system site-packages) installed by the pip section's steps in their order (torch's
+    CPU build, then the wheel with its declared dependencies, no extras), at the lock's versions; returns
+    its bin/. uv runs the steps (its cache makes a second run seconds), and one word is the machine's:
+    PyTorch's CPU index is beyond its network, so its pip find-links (where `make install` finds the CPU
+    build) stand in."""
     venv.create(venv_dir)
     links = [f"--find-links={link}" for link in os.environ.get("PIP_FIND_LINKS", "").split()]
     install = [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", venv_dir / "bin" / "python"]
-    done = subprocess.run([*install, *links, "-c", LOCK, wheel], capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
+    for words in pip_section():
+        assert words[:2] == ["pip", "install"], words
+        args = words[2:]
+        if "--index-url" in args:
+            at = args.index("--index-url")
+            args = args[:at] + links + args[at + 2 :]
+        for i, arg in enumerate(args):
+            if arg.endswith(".whl"):
+                assert arg == wheel.name, f"the pip section names {arg}; the build makes {wheel.name}"
+                args[i] = str(wheel)
+        done = subprocess.run(
+            [*install, *links, "-c", LOCK, *args], capture_output=True, text=True, timeout=1200
+        )
+        assert done.returncode == 0, f"{' '.join(words)}: {done.stderr[-3000:]}"
     return venv_dir / "bin"
 
 
