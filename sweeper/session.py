@@ -132,13 +132,17 @@ class Session(DriverOnly, tune.Callback):
 
     def _apply(self) -> None:
         while (event := self.events.get()) is not None:
-            if self.error is None:
-                try:
-                    event()
-                    self._count()
-                except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
-                    self.error = err
-                    self.broken.set()
+            self._try(event)
+        self._try(self.writer.flush)  # points whose checkpoint never came (a stop, a trial's error)
+
+    def _try(self, event: Callable[[], None]) -> None:
+        if self.error is None:
+            try:
+                event()
+                self._count()
+            except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
+                self.error = err
+                self.broken.set()
 
     def _count(self) -> None:
         """The parent's trial counts, written when a job has ended since they were last written."""
