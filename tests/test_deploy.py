@@ -923,6 +923,31 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
         assert secrets == (["mlflow-credentials"] if name == "head" else []), name
 
 
+def test_rayjob_gives_the_shared_folders_to_the_images_user_and_keeps_every_nodes_logs_there():
+    """The image's user writes cluster.storage on a volume whose ownership fsGroup may not set (NFS), and
+    each Ray node's logs (the driver's, its trials' output) outlive the cluster KubeRay deletes."""
+    spec = kuberay_documents()["RayJob"]["spec"]
+    storage = override(shlex.split(spec["entrypoint"]), "cluster.storage")
+    uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    (init,) = head["initContainers"]
+    assert set(init) <= CONTAINER and init["image"] == NODE_IMAGE
+    assert init["command"][:6] == ["install", "-d", "-o", uid, "-g", uid] and storage in init["command"]
+    assert init["securityContext"]["runAsUser"] == 0, "root, to give the folders away"
+    assert [m["mountPath"] for m in init["volumeMounts"]] == ["/shared"] and storage.startswith("/shared/")
+    pods = [head] + [g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    for pod in pods:
+        (container,) = pod["containers"]
+        (shell, flag, script) = container["lifecycle"]["preStop"]["exec"]["command"]
+        logs = re.fullmatch(r"mkdir -p (\S+) && cp -r /tmp/ray/session_latest/logs/\. \1/", script).group(1)
+        assert (shell, flag) == ("sh", "-c") and logs == "/shared/ray-logs/$(hostname)", container["name"]
+        assert os.path.dirname(logs) in init["command"], "the logs' folder belongs to the user too"
+        assert pod["terminationGracePeriodSeconds"] >= 60, "time for the copy before the pod is killed"
+    assert spec["shutdownAfterJobFinishes"] and spec["ttlSecondsAfterFinished"] > 0
+    config = launcher_config()
+    assert f"sudo install -d -o {uid} -g {uid} {storage}" in config["initialization_commands"]
+
+
 def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
     """As the launcher config: every Ray process and the `ray job submit` client present the token."""
     job = kuberay_documents()["RayJob"]["spec"]
