@@ -51,7 +51,7 @@ PROGRESS_S = {True: 15.0, False: 60.0}
 
 @dataclass(frozen=True)
 class Summary:
-    """What a sweep driver did: its last line, its exit code, the figures `python -m bench scale` reads."""
+    """What a sweep driver did: its last line, its exit code, the figures sweeper.scale_probe reads."""
 
     sweep: str
     experiment: str  # the experiment's id
@@ -63,6 +63,7 @@ class Summary:
     points_written: int = 0
     stopped_by: int | None = None  # the signal that stopped the sweep
     out_of_time: bool = False  # its time budget stopped it (cluster.time_budget_s)
+    writer_busy_s: float = 0.0  # seconds the writing thread spent writing (the rest it waited for events)
 
     @property
     def stopped(self) -> bool:
@@ -111,6 +112,7 @@ class Session(DriverOnly, tune.Callback):
         self.earlier = claim.ledger.earlier({j.key for j in claim.jobs})  # the parent's counts start there
         self.shown: Counter | None = None  # the parent's counts as last written
         self.failed = 0  # trials that ended in error, once Tune ended
+        self.busy_s = 0.0  # the writing thread's time in events
         self.summary: Summary | None = None  # once the session ended
 
     def start(self) -> None:
@@ -137,12 +139,14 @@ class Session(DriverOnly, tune.Callback):
 
     def _try(self, event: Callable[[], None]) -> None:
         if self.error is None:
+            start = time.perf_counter()
             try:
                 event()
                 self._count()
             except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
                 self.error = err
                 self.broken.set()
+            self.busy_s += time.perf_counter() - start
 
     def _count(self) -> None:
         """The parent's trial counts, written when a job has ended since they were last written."""
@@ -179,6 +183,7 @@ class Session(DriverOnly, tune.Callback):
             writer.points_written,
             halt.signal,
             halt.out_of_time and halt.signal is None,
+            self.busy_s,
         )
         account = self.account_now()
         line, rate = rate_line(account, self.account, time.monotonic() - self.started)

@@ -269,6 +269,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-report",
         "leaner-claims",
         "leaner-bench",
+        "leaner-scale-probe",
     }
     for script, target in SCRIPTS.items():
         module, function = target.split(":")
