@@ -94,8 +94,17 @@ class Summary:
 class Session(DriverOnly, tune.Callback):
     """A sweep's session in MLflow (see the module docstring): Tune's callback, writing through one thread."""
 
-    def __init__(self, claim: Claim, work: Work, outage_s: float, budget: Budget, account: Account) -> None:
-        """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there."""
+    def __init__(
+        self,
+        claim: Claim,
+        work: Work,
+        outage_s: float,
+        budget: Budget,
+        account: Account,
+        storage: str | None = None,
+    ) -> None:
+        """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there;
+        storage: cluster.storage (the writer records checkpoints' URIs with its query)."""
         self.sweep, self.experiment, self.parent_id = claim.sweep, claim.experiment, claim.parent_id
         self.jobs, self.trials = len(claim.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
@@ -104,7 +113,14 @@ class Session(DriverOnly, tune.Callback):
         self.thread: threading.Thread | None = None
         patient = PatientClient(claim.client, claim.uri, outage_s, waiting=self.events.qsize)
         self.writer = MlflowWriter(
-            patient, claim.experiment, claim.sweep, claim.parent_id, work, claim.ledger.unfinished, claim.uri
+            patient,
+            claim.experiment,
+            claim.sweep,
+            claim.parent_id,
+            work,
+            claim.ledger.unfinished,
+            claim.uri,
+            storage,
         )
         self.halt = Halt(self.broken, budget)  # Tune's stopper
         self.account, self.started = account, time.monotonic()
@@ -240,7 +256,7 @@ def recording(
 ) -> Iterator[Session]:
     """A session on the claimed sweep for `work`: the parent run opened, the writing thread on, SIGINT and
     SIGTERM caught while Tune runs, stopped by `budget`; at the end the session's summary (Session.end)."""
-    session = Session(claim, work, cfg.tracking.outage_s, budget, account)
+    session = Session(claim, work, cfg.tracking.outage_s, budget, account, cfg.cluster.storage)
     parent_run.open_parent(claim.client, claim.parent_id, cfg, plan, claim.jobs, argv)
     session.start()
     with session.halt.on_signals():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -47,11 +48,13 @@ from tracking.names import (
 from tracking.run_tags import source_tags  # the driver's: it launched the sweep
 
 
-def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
-    """A location Checkpoint(...) opens again: a plain path on a (shared) file system, else a URI."""
+def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str | None) -> str:
+    """A location Checkpoint(...) opens again: a plain path on a (shared) file system, else a URI with the
+    query of the storage's (cluster.storage: s3://bucket/path?endpoint_override=..., a custom endpoint)."""
     if isinstance(checkpoint.filesystem, LocalFileSystem):
         return checkpoint.path
-    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}"
+    query = urlsplit(storage).query if storage else ""
+    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}" + (f"?{query}" if query else "")
 
 
 class Batch:
@@ -99,10 +102,12 @@ class MlflowWriter:
         work: Work,
         unfinished: dict[str, str],
         uri: str,
+        storage: str | None = None,
     ) -> None:
         """unfinished: job -> the run without an outcome it continues (sweeper.ledger); uri: the store's,
-        whose home the checkpoints' locations are recorded relative to (sweeper.home)."""
-        self.client, self.uri = client, uri
+        whose home the checkpoints' locations are recorded relative to (sweeper.home); storage:
+        cluster.storage, whose URI's query (a custom endpoint) the checkpoints' locations keep."""
+        self.client, self.uri, self.storage = client, uri, storage
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
         self.trials, self.unfinished = work.trials, dict(unfinished)
         self.members: dict[str, Member] = {m.key: m for t in work.trials.values() for m in t.members}
@@ -223,7 +228,7 @@ class MlflowWriter:
         is not what a restart relies on).
         """
         previous = []
-        location = home.recorded(checkpoint_uri(checkpoint), self.uri)
+        location = home.recorded(checkpoint_uri(checkpoint, self.storage), self.uri)
         for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
                 step = self.reported.get(key, 0)
