@@ -781,7 +781,7 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert token.startswith("/shared/secrets/")
     mounts = [o for o in config["docker"]["run_options"] if o.startswith("--volume ")]
     assert "--volume /shared:/shared" in mounts
-    assert all("env-file" not in o for o in config["docker"]["run_options"]), (
+    assert all("mlflow.env" not in o for o in config["docker"]["run_options"]), (
         "only the driver needs MLflow secrets"
     )
     # docs/cluster.md allows a head without a GPU: Docker refuses `--gpus all` there.
@@ -919,8 +919,9 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
         assert mounted, f"{name}: cluster.storage={storage} is not on a mounted volume"
         claim_name = volumes[mounted[0]["name"]]["persistentVolumeClaim"]["claimName"]
         assert claim_name == claim["metadata"]["name"], name
-        secrets = [e["secretRef"]["name"] for e in container.get("envFrom", [])]
-        assert secrets == (["mlflow-credentials"] if name == "head" else []), name
+        secrets = {e["secretRef"]["name"]: e["secretRef"] for e in container.get("envFrom", [])}
+        assert list(secrets) == (["mlflow-credentials"] if name == "head" else []) + ["storage-credentials"]
+        assert secrets["storage-credentials"]["optional"], "an object store's credentials, when it has one"
 
 
 def test_rayjob_gives_the_shared_folders_to_the_images_user_and_keeps_every_nodes_logs_there():
@@ -946,6 +947,21 @@ def test_rayjob_gives_the_shared_folders_to_the_images_user_and_keeps_every_node
     assert spec["shutdownAfterJobFinishes"] and spec["ttlSecondsAfterFinished"] > 0
     config = launcher_config()
     assert f"sudo install -d -o {uid} -g {uid} {storage}" in config["initialization_commands"]
+
+
+def test_an_object_stores_credentials_reach_every_node_of_the_launcher():
+    """cluster.storage=s3://...: the trials on every node write checkpoints there, with the credentials of
+    /shared/secrets/storage.env, which exists (empty) where none are needed, as Docker refuses a missing
+    --env-file. (The RayJob's: test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage.)"""
+    config = launcher_config()
+    uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
+    env_file = "/shared/secrets/storage.env"
+    assert f"--env-file {env_file}" in config["docker"]["run_options"], "every node's, not the head's alone"
+    assert (
+        f"test -e {env_file} || sudo install -m 600 -o {uid} -g {uid} /dev/null {env_file}"
+        in config["initialization_commands"]
+    )
+    assert "storage-credentials" in CLUSTER_DOC.read_text() and "storage.env" in CLUSTER_DOC.read_text()
 
 
 def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
@@ -980,6 +996,9 @@ def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
 # --- resources: the same in docs/cluster.md and both cluster files ---------------------------------
 
 RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial", "train.device")
+# A report in ten evaluation rounds: the rate the driver's one writing thread keeps up with against a tracking
+# server with basic auth (docs/cluster.md, "The tracking server at volume"; python -m sweeper.scale_probe).
+RECIPE = (*RESOURCES, "cluster.report_every")
 
 
 def cluster_sweeps() -> dict[str, list[str]]:
@@ -1020,9 +1039,10 @@ def kuberay_containers() -> list[dict]:
 def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     sweeps = cluster_sweeps()
     assert len(sweeps) == 4, list(sweeps)  # docs/cluster.md: `ray job submit` and Ray started by hand
-    stated = {name: tuple(override(args, key) for key in RESOURCES) for name, args in sweeps.items()}
+    stated = {name: tuple(override(args, key) for key in RECIPE) for name, args in sweeps.items()}
     assert len(set(stated.values())) == 1, f"stated differently: {stated}"
-    pack, cpus, gpus, device = stated.popitem()[1]
+    pack, cpus, gpus, device, report_every = stated.popitem()[1]
+    assert report_every == "10", "one report in ten evaluations: the writer keeps up"
     cpus_per_trial, gpus_per_trial = float(cpus), float(gpus)
     assert pack == "seeds", "a trial trains the ten seeds of a configuration together"
     assert device == "cuda", "a trial whose CUDA does not start fails, rather than training on the CPU"
@@ -1065,7 +1085,7 @@ def test_slurm_script_trains_the_recipes_sweep_and_stops_before_slurms_warning(c
     options = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?$", text, flags=re.M))
     (default,) = re.findall(r"^    set -- (sweep=.*)$", text, flags=re.M)
     args = ["python", "-m", "sweeper.sweep", *default.split()]
-    assert [override(args, key) for key in RESOURCES] == ["seeds", "1", "0.1", "cuda"]
+    assert [override(args, key) for key in RECIPE] == ["seeds", "1", "0.1", "cuda", "10"]
     assert dry_run(args, capsys).strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
     gpus, cpus = int(options["gpus-per-node"]), int(options["cpus-per-task"])
     assert cpus >= round(gpus / 0.1) * 1 + 1, "ten trials of one CPU per GPU, and the driver's"
