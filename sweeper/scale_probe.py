@@ -118,7 +118,7 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
     from sweeper.sweep import drive, load
     from tracking import store
 
-    tmp = tempfile.mkdtemp(prefix="scale-probe-")
+    tmp = tempfile.mkdtemp(prefix="ray-", dir=server.log.parent)  # removed with the command's folder
     # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds. Then the first configurations,
     # enough for `models` jobs (rounded up to whole configurations).
     seeds = range(PACK) if pack == "seeds" else range(-(-models // CONFIGURATIONS))
