@@ -3,7 +3,7 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 
-.PHONY: demo test test-fast install lock reproduce reproduce-d32 clean
+.PHONY: demo test test-fast install lock reproduce reproduce-d32 reproduce-firm clean
 
 # requirements.lock holds the exact version of every package the tests passed with (pyproject.toml
 # keeps compatible ranges): installed as constraints, a fresh machine gets the same environment.
@@ -70,6 +70,32 @@ reproduce-d32: $(STAMP)
 	$(PY) -m analysis.report select.sweep=lite32 $(LITE32) $(LITE32_EVAL)
 	$(PY) -m analysis.claims select.sweep=lite32 $(LITE32) $(LITE32_EVAL)
 	$(BOTH_CLAIMS) $(LITE32_EVAL) || test $$? -eq 7
+
+# Seeds where a verdict of `make reproduce` is marginal (docs/science.md section 7.2, docs/reproduce.md):
+# rounds of `analysis.seeds`, which judges the claims on lite's runs and its rounds' and writes the next round
+# (FIRM_DIR/sweep/lite-seeds.yaml: the configurations behind marginal cases, the paper's next seeds), and the
+# ordinary sweep that trains it, into lite's store and experiment, until every case is firm, more of the
+# paper's ten seeds could settle none, or FIRM_BUDGET_S seconds of training at lite's recorded rate (its
+# parent run's model_steps_per_s) are spent: an hour of both cores. The rounds' claims reevaluate the probes
+# on the new models, outside that budget. Stopped midway, the same target resumes (the round's file stays
+# until its models have ended). Its record, firmness.md (every case that was marginal, before and after) and
+# the rounds, goes to FIRM_RESULTS. The FIRM_* variables point it at another sweep, experiment or folder.
+FIRM_SWEEP ?= lite
+FIRM_EXPERIMENT ?= leaner-clustering-lite
+FIRM_BUDGET_S ?= 3600
+FIRM_DIR ?= reports/firm-sweeps
+FIRM_RESULTS ?= docs/results/seeds
+FIRM_OUT := reports/$(FIRM_EXPERIMENT)/seeds
+FIRM_WHERE := tracking.experiment=$(FIRM_EXPERIMENT)
+FIRM_EVAL := speed_json=reports/$(FIRM_EXPERIMENT)/speed_memory.json step_json=reports/$(FIRM_EXPERIMENT)/step_seconds.json eval.threads=2
+reproduce-firm: $(STAMP)
+	mkdir -p $(FIRM_DIR)/sweep $(FIRM_RESULTS)
+	set -e; while :; do \
+	  $(PY) -m analysis.seeds seeds.sweep=$(FIRM_SWEEP) seeds.budget_s=$(FIRM_BUDGET_S) seeds.config_dir=$(FIRM_DIR) $(FIRM_WHERE) $(FIRM_EVAL); \
+	  test -f $(FIRM_DIR)/sweep/$(FIRM_SWEEP)-seeds.yaml || break; \
+	  $(PY) -m sweeper.sweep --config-dir $(FIRM_DIR) sweep=$(FIRM_SWEEP)-seeds $(FIRM_WHERE) $(LITE_CLUSTER); \
+	done
+	cp $(FIRM_OUT)/*.md $(FIRM_OUT)/*.csv $(FIRM_RESULTS)/
 
 # Each of the two ends with the claims on both experiments' runs as one table, in
 # reports/leaner-clustering-lite+leaner-clustering-lite32/, once ./mlflow.db holds both: large_lr_worse has its

@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 from mlflow.artifacts import download_artifacts
 from mlflow.entities import Param
+from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from analysis.aggregate import task_mean_log
@@ -47,7 +48,7 @@ from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
 from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
-from tracking import store
+from tracking import sqlite_guard, store, view
 from tracking.names import (
     BEST_CHECKPOINT,
     CHECKPOINT_DIR,
@@ -62,7 +63,7 @@ from tracking.names import (
     VAL_REL_LLOYD,
 )
 from tracking.run_tags import evaluation_link
-from training.loop import pick_device
+from training.device import pick_device
 
 VERSION = 1  # bump when an evaluation's definition changes: older cached results are then ignored
 
@@ -159,17 +160,20 @@ def fresh_tasks(
     return [sample_tasks(spec, settings.batch, generator) for _ in range(settings.batches)]
 
 
-def load_model(uri: str, run: pd.Series, device: torch.device, checkpoint: str) -> ClusteringTransformer:
-    """The run's `checkpoint` (a key of CHECKPOINTS) in a fresh model, in eval mode."""
+def load_model(
+    client: MlflowClient, run: pd.Series, device: torch.device, checkpoint: str
+) -> ClusteringTransformer:
+    """The run's `checkpoint` (a key of CHECKPOINTS) in a fresh model, in eval mode; `client`: of its store,
+    opened once for every run read (tracking.store.connect checks a SQLite file at each opening)."""
     chosen = f"{CHECKPOINT_DIR}/{CHECKPOINTS[checkpoint][0]}"
-    names = {a.path for a in store.connect(uri, write=False).list_artifacts(run["run_id"], CHECKPOINT_DIR)}
+    names = {a.path for a in client.list_artifacts(run["run_id"], CHECKPOINT_DIR)}
     if chosen not in names:
         raise FileNotFoundError(
             f"run {run['run_id']} has no {chosen} artifact (eval.checkpoint={checkpoint}); "
             f"it has: {', '.join(sorted(names)) or 'no checkpoints'}"
         )
     with tempfile.TemporaryDirectory() as tmp:
-        path = download_artifacts(run_id=run["run_id"], artifact_path=chosen, dst_path=tmp, tracking_uri=uri)
+        path = client.download_artifacts(run["run_id"], chosen, tmp)
         state = torch.load(path, map_location="cpu", weights_only=True)
     model = ClusteringTransformer(
         int(run["task.d"]),
@@ -307,7 +311,7 @@ FINAL_METRICS = (VAL_KMEANS, VAL_REL_LLOYD, TRAIN_LOSS)
 @torch.no_grad()
 def final(model, run: pd.Series, settings: EvalSettings) -> pd.DataFrame:
     """A row per metric of FINAL_METRICS, on fresh tasks of the run's task spec: val_kmeans and val_rel_lloyd
-    as training's validation computes them (training.loop.Validation: the mean over tasks of the objective
+    as training's validation computes them (training.trainer.Validation: the mean over tasks of the objective
     after one model step, and of its ratio to one Lloyd step's) and train_loss, the mean surrogate at the
     run's tau and regularizer (the loss it trained on)."""
     device = settings.torch_device()
@@ -387,7 +391,7 @@ class Evaluator:
         self.uri, self.settings, self.cache_dir = uri, settings, cache_dir
         self.experiment = f"{experiment}-evaluations"
         self.client = store.connect(uri, write=False)
-        self.store_results = store.writable(uri)  # a read-only store: cached under reports/ only
+        self.store_results = sqlite_guard.writable(uri)  # a read-only store: cached under reports/ only
         self._logged: dict[str, str] | None = None
         self._read: dict[Path, pd.DataFrame] = {}  # tables this report already has: the claims reuse them
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -425,7 +429,7 @@ class Evaluator:
             checkpoint = (
                 "last" if name == "final" else self.settings.checkpoint
             )  # final: the model as trained
-            model = load_model(self.uri, run, self.settings.torch_device(), checkpoint)
+            model = load_model(self.client, run, self.settings.torch_device(), checkpoint)
             threads = torch.get_num_threads()
             torch.set_num_threads(self.settings.threads)
             try:
@@ -447,6 +451,7 @@ class Evaluator:
 
     def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
         exp_id = store.ensure_experiment(self.client, self.experiment)
+        view.install(self.client, exp_id)
         tags = {
             EVAL_OF: run["run_id"],
             EVALUATION: name,

@@ -37,7 +37,7 @@ from analysis.runs import config_keys
 from analysis.style import order
 from cli import console
 from cli.entry import command
-from tracking import store, ui
+from tracking import sqlite_guard, store, ui
 from tracking.names import CLAIM_COUNTS, FINISHED, MEDIAN_FINAL, REPORT_DIR, REPORT_HTML, SWEEP, VAL_REL_LLOYD
 from tracking.parent_run import attach_report, find_parent
 
@@ -328,7 +328,7 @@ def attach_to_sweep(ctx: Context, files: list[Path], metrics: dict[str, float]) 
     parent = find_parent(client, experiment_id, sweeps[0])
     if parent is None:
         return None
-    if not store.writable(ctx.uri):
+    if not sqlite_guard.writable(ctx.uri):
         return f"tracking store {ctx.uri} is read-only: the report stays here, not on sweep {sweeps[0]}'s run"
     attach_report(client, parent, files)
     client.log_batch(parent, metrics=[Metric(k, v, int(time.time() * 1000), 0) for k, v in metrics.items()])

@@ -40,16 +40,19 @@ from bench.pack import OP_PACKS, PACKS, SIZES, Plan, bench_pack
 from bench.sweep import bench_sweep
 from cli.entry import ArgumentParser
 from config.compose import compose
+from config.run import RunSpec
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
 from tasks.sampler import TaskSpec, sample_tasks
 from tracking.recorder import MemoryRecorder
 from training.checkpoint import last_path, load
 from training.determinism import set_deterministic
+from training.device import cuda_index, pick_device
 from training.fused import Pack
 from training.gpu_share import cap_memory, memory_fraction
-from training.loop import Trainer, cuda_index, pick_device, train
+from training.loop import train
 from training.packed import train_pack
+from training.trainer import Trainer
 
 TOLERANCE = 1e-5
 EQUALITY_CHECKS = ("exact", "packed", "resume", "syncs")  # the checks that set the exit code
@@ -174,7 +177,7 @@ def measure_syncs(device: torch.device, tiny: bool) -> dict:
             compose([*size, *dropout, f"train.device={device}", f"seed={s}"]) for s in range(1, models + 1)
         ]
         set_deterministic(cfgs[0].train.deterministic)
-        pack = Pack([Trainer(cfg, device) for cfg in cfgs])
+        pack = Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs])
         pack_reads(pack, pack.chunk)  # one-time work first: kernels loaded, handles made
         rows.append(
             {"pack": models, "chunk": pack.chunk, **pack_reads(pack, 2 * pack.chunk, device.type == "cuda")}

@@ -45,8 +45,10 @@ from bench.common import (
     seeded,
     step_flops,
 )
+from config.run import RunSpec
+from training.device import pick_device
 from training.fused import Pack
-from training.loop import Trainer, pick_device
+from training.trainer import Trainer
 
 SIZES = {"laptop": (128, 4, 6), "paper_k10": (512, 32, 10), "paper_k25": (512, 32, 25)}  # name: (n, d, k)
 PACKS = (1, 3, 10, 30, 100)
@@ -77,7 +79,7 @@ def pack_step(cfgs: list[DictConfig], device: torch.device) -> Callable[[], obje
 
     The one place that knows training's step entry point (training.fused.Pack): adapt it when it changes.
     """
-    return Pack([Trainer(cfg, device) for cfg in cfgs]).step  # freed with the returned step
+    return Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs]).step  # freed with the returned step
 
 
 def sized(cfg: DictConfig, size: tuple[int, int, int]) -> DictConfig:

@@ -16,7 +16,7 @@ from models.embedding import embedding_dim
 from models.losses import smoothed_objective
 from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec, sample_tasks
-from training.loop import pick_device
+from training.device import pick_device
 
 SPEED_MEMORY_D = (4, 16, 64)
 SPEED_MEMORY_K = (8, 64, 256, 1024)

@@ -20,15 +20,17 @@ from bench.common import (
     peak_memory_bytes,
     step_flops,
 )
+from config.run import RunSpec
 from models.reference import ReferenceTransformer, reference_step
+from training.device import pick_device
 from training.fused import Pack
-from training.loop import Trainer, pick_device, task_spec
+from training.trainer import Trainer, task_spec
 
 
 def bench_step(cfg: DictConfig, repeats: int) -> dict:
     """The real training step against the straightforward one, alternately."""
     device = pick_device(cfg.train.device)
-    trainer = Trainer(cfg, device)
+    trainer = Trainer(RunSpec.of(cfg), device)
     base = ReferenceTransformer.like(trainer.model).train()
     step = Pack([trainer]).step
     base_opt = torch.optim.Adam(base.parameters(), lr=cfg.optim.lr)

@@ -19,7 +19,7 @@ from bench.pack import pack_step
 from config.compose import compose
 from config.grid import expand
 from config.schema import ConfigError
-from training.loop import pick_device
+from training.device import pick_device
 
 SHAPE_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.qkv_mult", "train.batch")
 EMBEDDINGS = ("onehot", "binary")  # the two the figure compares

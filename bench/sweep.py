@@ -16,7 +16,8 @@ from bench.pack import pack_step
 from config.compose import compose
 from config.grid import expand
 from models.transformer import ClusteringTransformer
-from training.loop import Validation, pick_device
+from training.device import pick_device
+from training.trainer import Validation
 
 GRID_STEPS = 10_000
 GRID_SHAPE_KEYS = (

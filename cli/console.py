@@ -4,8 +4,9 @@ Quiet leaves Tune's own trial table and one progress bar per command, and drops 
 a line per trial checkpoint from Ray Train's storage ("Checkpoint successfully created at"), Tune's
 TensorBoard hint (its automatic CSV/JSON/TensorBoard result loggers, which nothing here reads: MLflow
 holds the results), Ray's notice that token authentication is on, MLflow's schema-creation lines, and
-Tune's per-trial configuration and result boxes (tune_output). Where stderr is not a terminal (a log
-file), commands print a line per step of progress instead of redrawing a bar.
+Tune's per-trial configuration and result boxes (the sweep driver sets Tune's reporter from `verbose()`:
+sweeper.tune.verbosity). Where stderr is not a terminal (a log file), commands print a line per step of
+progress instead of redrawing a bar.
 
 The choice travels as $LEANER_VERBOSE, so the workers of a local Ray instance (started by this process)
 see it too; on a cluster started elsewhere, trials are quiet.
@@ -18,7 +19,6 @@ import os
 import sys
 
 VERBOSE = "LEANER_VERBOSE"
-QUIET_TABLE_S = 60  # Tune's status table at most once a minute (13 lines for the demo's 6 trials)
 FLAG = "--verbose"
 # Loggers whose INFO (or, for Ray's token notice, WARNING) lines quiet mode drops.
 QUIET_LOGGERS = {
@@ -49,25 +49,6 @@ def quiet() -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # read when the Tuner starts
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
-
-
-def tune_output() -> int:
-    """Set Tune's console for this driver; returns RunConfig.verbose (2 verbose, else 1: the status table).
-
-    Quiet also drops the boxes Tune prints at every trial's start and end and redraws the table every
-    QUIET_TABLE_S instead of 30 s: class attributes of Tune's reporter, not public settings, so each is set
-    only while it exists (else Tune prints as it does).
-    """
-    if verbose():
-        return 2
-    from ray.tune.experimental import output
-
-    reporter = output.TuneTerminalReporter
-    if isinstance(getattr(reporter, "_heartbeat_freq", None), (int, float)):
-        reporter._heartbeat_freq = QUIET_TABLE_S
-    if hasattr(reporter, "_start_end_verbosity"):
-        reporter._start_end_verbosity = output.AirVerbosity.VERBOSE
-    return 1
 
 
 def lines_not_bars() -> bool:

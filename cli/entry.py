@@ -11,8 +11,8 @@
 - Hydra's other flags (`-m`, `--info`, `--cfg hydra`, ...) answer "not supported: ..." with exit code 2:
   the commands compose conf/ themselves (config.compose.compose), so Hydra's own parser never sees them;
 - a CommandError (cli.exit_codes) raised by main ends the command with `error: ...` on stderr and the
-  exit code of its class; so does a SQLite error of a store the command opened (tracking.store.explain
-  makes it a TrackingError naming the store: exit code 4, not a traceback).
+  exit code of its class; so does another library's error that carries one (cli.exit_codes.explained: a
+  SQLite error of a store carries the TrackingError naming that store, exit code 4, not a traceback).
 
 Commands with options of their own (bench, rerun) parse them with argparse (`own_options=True`), through
 `ArgumentParser` below, whose usage errors are one line too: argparse prints their `--help`; Hydra's flags
@@ -119,12 +119,11 @@ def command(
                     return exit_.code or 0
                 raise
             except Exception as err:  # noqa: BLE001 - only CommandErrors are answered, the rest re-raised
-                err = _store_error(err) or err
-                code = exit_codes.code_for(err)
-                if code is None:
+                error = exit_codes.explained(err)
+                if error is None:
                     raise
-                print(f"error: {one_line(err)}", file=sys.stderr)
-                return code
+                print(f"error: {one_line(error)}", file=sys.stderr)
+                return error.exit_code
 
         run.script = script  # type: ignore[attr-defined]
         return run
@@ -135,14 +134,6 @@ def command(
 def one_line(err: BaseException) -> str:
     """An error's message on one line (a message quoting a multi-line error of MLflow or SQLite has more)."""
     return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-
-
-def _store_error(err: Exception) -> Exception | None:
-    """A SQLite error from inside MLflow (a store damaged or made read-only after it was opened), as the
-    one-line TrackingError naming the store; None for other errors or when no store was opened."""
-    if "tracking.store" not in sys.modules:  # never opened one: not a store's error (and no MLflow import)
-        return None
-    return sys.modules["tracking.store"].explain(err)
 
 
 CONFIG_DIR_FLAGS = ("-cd", "--config-dir")

@@ -2,8 +2,11 @@
 
 An error a command reports as one line is a `CommandError`, whose class carries its exit code
 (`exit_code`, one of the codes below): each package defines its own errors on this base
-(config.schema.ConfigError, tracking.store.TrackingError, ...), and `code_for` reads the code of the
-error's class, matched by what the class is, never by its name. The table's `raised_as` names each class
+(config.schema.ConfigError, tracking.errors.TrackingError, ...), and `code_for` reads the code of the
+error's class, matched by what the class is, never by its name. An error of another library (MLflow's,
+SQLAlchemy's) ends a command alike when the layer that knows what it means attached a CommandError to it
+(`attach`: tracking.sqlite_guard, for a store's SQLite error); `explained` finds it, so this package,
+at the bottom, needs to know none of them. The table's `raised_as` names each class
 for docs/commands.md; tests/test_exit_codes.py checks that every CommandError of the project is named
 there with its code, and that none lives in a module run as `__main__` (`python -m sweeper.sweep` would
 define a second class of the same name there, which no importer of sweeper.sweep sees: sweeper.errors
@@ -14,7 +17,7 @@ tests/test_docs.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ TABLE = (
         "folder, missing or empty for a command that reads it (report, claims, rerun: they create no "
         "store), or read-only for a command that writes (a sweep: at the start, or mid-sweep for longer "
         "than tracking.outage_s)",
-        "tracking.store.TrackingError",
+        "tracking.errors.TrackingError",
     ),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),
     ExitCode(
@@ -99,6 +102,33 @@ TABLE = (
 def code_for(err: BaseException) -> int | None:
     """The exit code of a CommandError (its class's), else None: any other error is a bug, re-raised."""
     return err.exit_code if isinstance(err, CommandError) else None
+
+
+EXPLANATION = "command_error"  # the attribute attach sets on another library's error
+
+
+def attach(err: BaseException, explanation: CommandError) -> None:
+    """Let `err`, another library's error, carry the CommandError that explains it, where it happens."""
+    setattr(err, EXPLANATION, explanation)
+
+
+def explained(err: BaseException) -> CommandError | None:
+    """The CommandError a command ends with on `err`: one attached to it or to an error of its chain of
+    causes (the store's damage behind MLflow's error), else err itself if it is one; None for any other
+    error (a bug: re-raised with its traceback)."""
+    attached = (getattr(e, EXPLANATION, None) for e in _chain(err))
+    found = next((e for e in attached if isinstance(e, CommandError)), None)
+    return found or (err if isinstance(err, CommandError) else None)
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """err, then its cause (else its context), then that one's, ...: each once, for a chain can loop
+    (`raise e from e`: Ray's missing-dashboard error is its own cause)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
 
 
 def markdown() -> str:

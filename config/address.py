@@ -2,7 +2,7 @@
 
 MLflow reads a bare path (`mlflow.db`, `./mlruns`) and `file:` as its file store, which its current versions
 refuse in a 40-line traceback, and SQLAlchemy meets `sqlite://mlflow.db` (two slashes) or a misspelt scheme
-with one of its own. The configuration (config.compose) and the store (tracking.store.probe, for an address
+with one of its own. The configuration (config.validate) and the store (tracking.store.probe, for an address
 given in Python, as the notebook API takes one) check the form here first. No MLflow import: every command's
 configuration is checked before anything heavy loads.
 """
@@ -31,7 +31,7 @@ def problem(uri: str) -> str | None:
         return _sqlite(uri)
     if scheme in SERVERS:
         return None if urllib.parse.urlsplit(uri).hostname else f"names no host: write {FORMS}"
-    if scheme.split("+")[0] in DATABASE_PORTS:
+    if is_database(uri):
         return None if uri.startswith(f"{scheme}://") else f"takes // after {scheme}: write {FORMS}"
     if scheme == "file" or not scheme or len(scheme) == 1:  # one letter: a Windows drive (C:\...)
         return (
@@ -39,6 +39,11 @@ def problem(uri: str) -> str | None:
             f"write {_sqlite_of(uri.removeprefix('file:').removeprefix('//'))}; else {FORMS}"
         )
     return f"has the unknown scheme {scheme!r}: write {FORMS}"
+
+
+def is_database(uri: str) -> bool:
+    """Whether `uri` names an SQL server's database (postgresql://..., through a host or a local socket)."""
+    return urllib.parse.urlsplit(uri).scheme.split("+")[0] in DATABASE_PORTS
 
 
 def _sqlite(uri: str) -> str | None:

@@ -1,20 +1,16 @@
-"""Hydra composition of conf/ on the schema, and the range checks types cannot express.
-
-`validate` checks the ranges and the allowed names, which come from tasks/ and
-models/ themselves. Every failure is one ConfigError naming the key, the value
-and what is allowed.
+"""Hydra composition of conf/ on the schema, with the user config directories, and the checks of the override
+words themselves; what the types cannot express config.validate checks on every configuration composed.
+Every failure is one ConfigError naming the key, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
-import re
 import typing
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from hydra import compose as hydra_compose
 from hydra import version
@@ -28,32 +24,27 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from cli.entry import CONFIG_DIR_ENV
 from config import address
-from config.schema import (
-    COMPILE_MODES,
-    CONF_DIR,
-    EVAL_CHECKPOINTS,
-    PACK_MODES,
-    RESUME_MODES,
-    SCHEMAS,
-    ConfigError,
-)
-from models.options import EMBEDDINGS, REGULARIZERS
-from tasks.spec import TaskSpec
+from config.schema import CONF_DIR, SCHEMAS, ConfigError
+from config.validate import validate, validate_analysis
 
 # User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
 # replaces conf/'s of the same name): `hydra.searchpath=[DIR, ...]` among the overrides (the form a sweep
 # hands its trials), then $LEANER_CONFIG_DIR (directories joined by os.pathsep), where `--config-dir DIR` on
 # a command line puts them for the command's life (cli.entry).
 SEARCHPATH = "hydra.searchpath"
+NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"  # MLflow's, the default of tracking.experiment (conf/tracking)
 
 
-def compose(overrides: Iterable[str] = (), config_name: str = "config", user_dirs: bool = True) -> DictConfig:
-    """Compose conf/<config_name>.yaml with Hydra overrides, then validate it; user_dirs=False: conf/ alone,
-    without the user config directories nor the environment's tracking defaults (what conf/ itself says,
-    e.g. of a sweep: the claims read it when imported, before a bad $MLFLOW_TRACKING_URI can be answered)."""
+def compose(
+    overrides: Iterable[str] = (), config_name: str = "config", user_dirs: bool = True, trial: bool = False
+) -> DictConfig:
+    """Compose conf/<config_name>.yaml with Hydra overrides, then validate it (trial=True: as a sweep's Ray
+    trials run it, `validate`); user_dirs=False: conf/ alone, without the user config directories nor the
+    environment's tracking defaults (what conf/ itself says, e.g. of a sweep: the claims read it when
+    imported, before a bad $MLFLOW_TRACKING_URI can be answered)."""
     if user_dirs:
-        return _compose(list(overrides), config_name, user_config_dirs(overrides))
+        return _compose(list(overrides), config_name, user_config_dirs(overrides), trial)
     with _hidden(address.ENV, EXPERIMENT_ENV):
         cfg = _compose(list(overrides), config_name, [])
         OmegaConf.resolve(cfg)  # conf/tracking's ${oc.env:...} read while the variables are hidden
@@ -70,7 +61,7 @@ def _hidden(*names: str) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _compose(overrides: list[str], config_name: str, dirs: list[Path]) -> DictConfig:
+def _compose(overrides: list[str], config_name: str, dirs: list[Path], trial: bool = False) -> DictConfig:
     _check_overrides(overrides, SCHEMAS[config_name])
     try:
         _initialize(dirs)
@@ -89,7 +80,7 @@ def _compose(overrides: list[str], config_name: str, dirs: list[Path]) -> DictCo
         validate_analysis(cfg)
         return cfg
     _no_sweep_to_none(cfg, dirs)
-    validate(cfg)
+    validate(cfg, trial)
     return cfg
 
 
@@ -114,9 +105,11 @@ def user_config_dirs(overrides: Iterable[str] = ()) -> list[Path]:
     dirs: list[Path] = []
     for source, entry in given:
         path = Path(entry.removeprefix("file://")).expanduser().resolve()
-        _require(
-            path.is_dir(), source, entry, "an existing directory laid out like conf/ (sweep/NAME.yaml, ...)"
-        )
+        if not path.is_dir():
+            raise ConfigError(
+                f"{source}={entry!r} is not allowed: an existing directory laid out like conf/ "
+                "(sweep/NAME.yaml, ...)"
+            )
         if path not in dirs:
             dirs.append(path)
     return dirs
@@ -129,9 +122,8 @@ def _entries(override: str) -> list[str]:
     except HydraException as err:
         raise ConfigError(_explain(err, SCHEMAS["config"], [])) from None
     entries = value if isinstance(value, list) else [value]
-    _require(
-        all(isinstance(e, str) and e for e in entries), SEARCHPATH, value, "a list of directories: [DIR, ...]"
-    )
+    if not all(isinstance(e, str) and e for e in entries):
+        raise ConfigError(f"{SEARCHPATH}={value!r} is not allowed: a list of directories: [DIR, ...]")
     return entries
 
 
@@ -154,8 +146,7 @@ def _no_sweep_to_none(cfg: DictConfig, dirs: list[Path]) -> None:
     given = [key for key in sweep if not OmegaConf.is_missing(sweep, key)]
     if given:
         raise ConfigError(
-            f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME "
-            f"({', '.join(o for o in group_options('sweep', dirs) if o != 'none')})"
+            f"sweep.{given[0]} is set but no sweep is chosen: add sweep=NAME ({', '.join(sweep_names(dirs))})"
         )
     cfg.sweep = None
 
@@ -165,6 +156,26 @@ def group_options(group: str, dirs: Iterable[Path] | None = None) -> list[str]:
     (`dirs`; by default $LEANER_CONFIG_DIR's) and conf/."""
     dirs = user_config_dirs() if dirs is None else dirs
     return sorted({path.stem for d in [*dirs, CONF_DIR] for path in (d / group).glob("*.yaml")})
+
+
+def sweep_names(dirs: Iterable[Path] | None = None) -> list[str]:
+    """The sweeps of conf/sweep/ and of the user config directories `dirs` (as group_options')."""
+    return [name for name in group_options("sweep", dirs) if name != NO_SWEEP]
+
+
+def compose_sweep(overrides: list[str]) -> DictConfig:
+    """A sweep's configuration (sweep=NAME among the overrides), validated as its Ray trials run it; the
+    grid of its sweep group is config.grid's to expand."""
+    check_spacing(overrides)  # `sweep = smoke` is a spacing mistake, not a missing sweep
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
+    names = sweep_names(user_config_dirs(overrides))
+    if not chosen or chosen[-1] not in names:
+        got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
+        raise ConfigError(
+            f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} "
+            "(conf/sweep/, or sweep/NAME.yaml of a --config-dir)"
+        )
+    return compose(overrides, trial=True)
 
 
 def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
@@ -205,6 +216,7 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
         try:
             override = parser.parse_override(word)
         except HydraException:
+            _check_quoting(parser, word)
             continue  # compose reports Hydra's own parse error, in one line
         key = override.key_or_group
         if not key:
@@ -222,6 +234,22 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
             raise ConfigError(f"{key} is set but no sweep is chosen: add sweep=NAME")
         if kind is bool and not override.is_delete() and not isinstance(override.value(), bool):
             raise ConfigError(f"{key}={override.value()!r} is not allowed: true or false")
+
+
+def _check_quoting(parser: OverridesParser, word: str) -> None:
+    """A value with an `=` of its own (a database address through a socket: postgresql://USER@/DB?host=/tmp)
+    reads once quoted: say so, rather than Hydra's "mismatched input '='"."""
+    key, _, value = word.partition("=")
+    if not key or "=" not in value or value[0] in "'\"[{(" or "'" in value:
+        return
+    try:
+        parser.parse_override(f"{key}='{value}'")
+    except HydraException:
+        return
+    raise ConfigError(
+        f"{word!r}: the value of {key} holds an '=', which the override grammar reads as its own: "
+        f"quote it, {key}='{value}' (in a shell: \"{key}='{value}'\")"
+    )
 
 
 def check_spacing(words: list[str]) -> None:
@@ -246,7 +274,7 @@ def check_spacing(words: list[str]) -> None:
 
 def _sweep_chosen(overrides: list[str]) -> bool:
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
-    return bool(chosen) and chosen[-1] != "none"
+    return bool(chosen) and chosen[-1] != NO_SWEEP
 
 
 _OPEN = object()  # the type of a key beneath a dict field (sweep.fixed, sweep.axes): any key is allowed
@@ -278,179 +306,3 @@ def _keys_of(schema: type, parent: str) -> list[str]:
         hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
         node = next((a for a in typing.get_args(hints.get(name)) if a is not type(None)), hints.get(name))
     return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
-
-
-def _require(ok: bool, key: str, value: object, allowed: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
-
-
-def _one_of(key: str, value: object, choices: Collection[str]) -> None:
-    _require(value in choices, key, value, f"choose one of {', '.join(choices)}")
-
-
-def _positive(key: str, value: float, allow_inf: bool = False) -> None:
-    ok = value > 0 and (allow_inf or math.isfinite(value))
-    _require(ok, key, value, "a number > 0" + ("" if allow_inf else ", finite"))
-
-
-def _at_least(key: str, value: int, low: int) -> None:
-    _require(value >= low, key, value, f"an integer >= {low}")
-
-
-def _device(key: str, value: str) -> None:
-    ok = re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value) is not None
-    _require(ok, key, value, "auto, cpu, cuda, cuda:N or mps")
-
-
-def validate_trial_devices(cfg: DictConfig) -> None:
-    """train.device and train.compile against cluster.gpus_per_trial, for a sweep's Ray trials: what fails
-    in every trial wherever it runs; raises ConfigError.
-
-    Ray shows a trial only the GPUs it reserves, numbered from 0 (CUDA_VISIBLE_DEVICES), and none when it
-    reserves none: there train.device=auto is the CPU. A single run (python -m sweeper.train) is checked
-    against its own machine instead, when it starts (training.loop.pick_device).
-    """
-    t, gpus = cfg.train, cfg.cluster.gpus_per_trial
-    _require(
-        re.fullmatch(r"cuda:\d+", t.device) is None,
-        "train.device",
-        t.device,
-        "cpu, auto or cuda in a sweep: Ray numbers each trial's GPUs from 0, so an explicit index names "
-        "a GPU the trial may not have",
-    )
-    if gpus == 0:
-        _require(
-            t.device != "cuda",
-            "train.device",
-            t.device,
-            "cpu or auto with cluster.gpus_per_trial=0 (Ray hides the GPUs from a trial that reserves "
-            "none): set cluster.gpus_per_trial, e.g. 1, or 0.25 to share a GPU among four trials",
-        )
-        _require(
-            t.compile != "cudagraphs",
-            "train.compile",
-            t.compile,
-            "off, inductor or aot_eager with cluster.gpus_per_trial=0 (cudagraphs needs a CUDA device, and "
-            "Ray hides the GPUs from a trial that reserves none)",
-        )
-
-
-def _tracking(cfg: DictConfig) -> None:
-    uri = cfg.tracking.uri
-    _require(bool(uri), "tracking.uri", uri, f"a store address: {address.FORMS}")
-    why = address.problem(uri)
-    # The default reads $MLFLOW_TRACKING_URI: a bad one set long ago is nowhere on the command line.
-    source = f" (it comes from ${address.ENV})" if os.environ.get(address.ENV) == uri else ""
-    _require(why is None, "tracking.uri", uri, f"the address {why}{source}")
-    _require(
-        bool(cfg.tracking.experiment), "tracking.experiment", cfg.tracking.experiment, "a non-empty name"
-    )
-    _positive("tracking.outage_s", cfg.tracking.outage_s)
-
-
-def validate_analysis(cfg: DictConfig) -> None:
-    """The report's and the claims' ranges (conf/analysis.yaml); figure names are checked by the report."""
-    _tracking(cfg)
-    if cfg.experiments is not None:
-        names = list(cfg.experiments)
-        _require(
-            bool(names) and all(names) and len(set(names)) == len(names),
-            "experiments",
-            names,
-            "null or a list of distinct experiment names, [a,b,...]",
-        )
-    e = cfg.eval
-    for key in ("batches", "batch", "steps", "dissimilarity_tasks", "threads", "max_elements"):
-        _at_least(f"eval.{key}", e[key], 1)
-    _at_least("eval.surface_points", e.surface_points, 2)
-    _positive("eval.surface_span", e.surface_span)
-    _require(all(n >= 1 for n in e.lengths), "eval.lengths", list(e.lengths), "a list of integers >= 1")
-    _device("eval.device", e.device)
-    _one_of("eval.checkpoint", e.checkpoint, EVAL_CHECKPOINTS)
-    _require(e.d32_n is None or e.d32_n >= 1, "eval.d32_n", e.d32_n, "null or an integer >= 1")
-
-
-def validate(cfg: DictConfig) -> None:
-    """Range and name checks the types cannot express; raises ConfigError."""
-    try:
-        TaskSpec(**OmegaConf.to_container(cfg.task))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    m, loss, opt, t, c = cfg.model, cfg.loss, cfg.optim, cfg.train, cfg.cluster
-    _one_of("model.embedding", m.embedding, EMBEDDINGS)
-    _positive("model.gamma", m.gamma, allow_inf=True)
-    _require(0 <= m.dropout < 1, "model.dropout", m.dropout, "a number in [0, 1)")
-    _at_least("model.qkv_mult", m.qkv_mult, 1)
-    _one_of("loss.regularizer", loss.regularizer, REGULARIZERS)
-    _positive("loss.tau", loss.tau)
-    _positive("optim.lr", opt.lr)
-    _require(0 < opt.lr_factor < 1, "optim.lr_factor", opt.lr_factor, "a number in (0, 1)")
-    _at_least("optim.lr_patience", opt.lr_patience, 0)
-    for key in ("steps", "batch", "eval_every", "val_batches", "log_every", "threads"):
-        _at_least(f"train.{key}", t[key], 1)
-    _device("train.device", t.device)
-    _one_of("train.resume", t.resume, RESUME_MODES)
-    _one_of("train.compile", t.compile, COMPILE_MODES)
-    _require(
-        t.compile != "cudagraphs" or t.device not in ("cpu", "mps"),
-        "train.compile",
-        t.compile,
-        f"cudagraphs needs a CUDA device (train.device={t.device}): use inductor or off",
-    )
-    _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
-    _tracking(cfg)
-    _positive("cluster.cpus_per_trial", c.cpus_per_trial)
-    # Ray would reserve whole GPUs above 1, but a trial trains on one (training.gpu_share.trial_device).
-    _require(
-        0 <= c.gpus_per_trial <= 1,
-        "cluster.gpus_per_trial",
-        c.gpus_per_trial,
-        "a number in [0, 1]: a fraction below 1 shares a GPU, and a trial trains on one GPU at most",
-    )
-    _require(
-        c.max_concurrent is None or c.max_concurrent >= 1,
-        "cluster.max_concurrent",
-        c.max_concurrent,
-        "null (no limit) or an integer >= 1",
-    )
-    _at_least("cluster.max_failures", c.max_failures, -1)
-    _one_of("cluster.pack", c.pack, PACK_MODES)
-    # ASHA decides on a trial's one value, a pack's median: a pack of one shape holds unrelated
-    # configurations, which it would stop together (a pack of seeds is one configuration: stopped as one).
-    _require(
-        cfg.sweep is None or not (cfg.sweep.scheduler == "asha" and c.pack == "shapes"),
-        "cluster.pack",
-        c.pack,
-        "with sweep.scheduler=asha choose cluster.pack=none or seeds (a pack of shapes holds unrelated "
-        "configurations, which ASHA would stop together), or sweep.scheduler=none",
-    )
-    _at_least("cluster.pack_size", c.pack_size, 1)
-    _at_least("cluster.report_every", c.report_every, 1)
-    if c.time_budget_s is not None:
-        _require(
-            0 < c.time_budget_s < math.inf,
-            "cluster.time_budget_s",
-            c.time_budget_s,
-            "null (no budget) or a number of seconds > 0, finite",
-        )
-    _cost(c)
-
-
-def _cost(c: DictConfig) -> None:
-    """The cost preview's keys (sweeper.cost): its step times' file, its prices."""
-    _require(
-        c.step_seconds is None or Path(c.step_seconds).is_file(),
-        "cluster.step_seconds",
-        c.step_seconds,
-        "null (no preview of hours) or an existing file: the JSON `python -m bench step_seconds --out FILE` "
-        "wrote for the sweep",
-    )
-    for key in ("price_per_gpu_hour", "price_per_core_hour"):
-        price = c[key]
-        _require(
-            price is None or 0 <= price < math.inf,
-            f"cluster.{key}",
-            price,
-            "null (no price) or a number >= 0, finite",
-        )

@@ -10,6 +10,7 @@ job starts.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from typing import Any, Iterable, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from config.compose import compose, validate, validate_trial_devices
+from config.compose import compose
 from config.identity import config_hash, flatten, format_value, run_name
 from config.schema import ConfigError
+from config.validate import validate
 
 SWEEP_KEYS = ("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids")
 SCHEDULERS = ("none", "asha")
@@ -261,30 +263,35 @@ def _configured(base: DictConfig, plan: Plan) -> Iterator[tuple[Configuration, D
             "--help lists them)"
         )
     for configuration in plan.configurations:
-        try:
+        with _rejecting(plan, configuration):
             for key in keys:
                 OmegaConf.update(work, key, configuration.overrides.get(key, defaults[key]), merge=False)
-        except OmegaConfBaseException as err:
-            _reject(plan, configuration, f"{err.full_key}: {str(err).splitlines()[0]}")
         yield configuration, work
 
 
-def _reject(plan: Plan, configuration: Configuration, why: str) -> None:
+@contextlib.contextmanager
+def _rejecting(plan: Plan, configuration: Configuration) -> Iterator[None]:
+    """A configuration's error, from OmegaConf or from validation, as one ConfigError that names it."""
+    try:
+        yield
+    except OmegaConfBaseException as err:
+        why = f"{err.full_key}: {str(err).splitlines()[0]}"
+    except ConfigError as err:
+        why = str(err)
+    else:
+        return
     raise ConfigError(
         f"sweep {plan.name!r}, sub-grid {','.join(configuration.subgrids)!r}: {why} "
         f"(configuration {' '.join(configuration.override_strings())})"
-    )
+    ) from None
 
 
 def check(base: DictConfig, plan: Plan) -> None:
-    """Validate every configuration of the plan as the training config would, and for a Ray trial."""
-    validate_trial_devices(base)  # the command line's devices, named without a sub-grid
+    """Validate every configuration of the plan in one pass each, as a sweep's Ray trial runs it (`base`,
+    the command line's, was validated so when composed: config.compose.compose_sweep)."""
     for configuration, cfg in _configured(base, plan):
-        try:
-            validate(cfg)
-            validate_trial_devices(cfg)
-        except ConfigError as err:
-            _reject(plan, configuration, str(err))
+        with _rejecting(plan, configuration):
+            validate(cfg, trial=True)
 
 
 def jobs(base: DictConfig, plan: Plan) -> list[Job]:

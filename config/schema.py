@@ -19,8 +19,27 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESUME_MODES = ("auto", "never", "must")
 COMPILE_MODES = ("off", "inductor", "cudagraphs", "aot_eager")  # train.compile; see training.fused.compiled
 # cluster.pack: one model per sweep trial, the seeds of a configuration together, or up to cluster.pack_size
-# models of one shape (training.packed.SHARED_KEYS) together.
+# models of one shape (SHARED_KEYS) together.
 PACK_MODES = ("none", "seeds", "shapes")
+# Keys every model of a pack must share (training.packed; a sweep with cluster.pack=shapes packs by them):
+# they fix tensor shapes, the attention kernel and the step schedule.
+SHARED_KEYS = (
+    "task.n",
+    "task.d",
+    "task.k",
+    "model.embedding",
+    "model.gamma",
+    "model.dropout",
+    "model.qkv_mult",
+    "train.steps",
+    "train.batch",
+    "train.eval_every",
+    "train.log_every",
+    "train.val_batches",
+    "train.device",
+    "train.compile",
+    "train.deterministic",  # a process-wide mode (training.determinism)
+)
 # Keys of `train` that say how and where a run executes, not what it computes:
 # they stay out of run_config and config_hash, so a resumed run (say with
 # train.resume=must) keeps its hash and finds its own checkpoint.

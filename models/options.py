@@ -1,4 +1,4 @@
-"""The names the models accept, without torch: configuration (config.compose) checks a choice against
+"""The names the models accept, without torch: configuration (config.validate) checks a choice against
 them before any process pays for importing torch.
 
 Each name maps to its short label, the one run names (config.identity) and figures (analysis.style) spell.

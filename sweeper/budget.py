@@ -29,7 +29,8 @@ class Budget:
     started: float  # time.time() when this process started
 
     @classmethod
-    def from_now(cls, seconds: float | None) -> Budget:
+    def since_start(cls, seconds: float | None) -> Budget:
+        """The budget counted from this process's start: imports and Ray's start are inside it."""
         return cls(seconds, psutil.Process().create_time())
 
     def left(self) -> float:

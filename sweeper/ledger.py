@@ -6,10 +6,10 @@ or plain `sweeper.train` it ran, and is not scheduled again. This sweep's runs
 without an outcome are continued in place, from the Tune checkpoint they
 recorded. The parent run is found by one rule (tracking.parent_run.is_parent).
 
-A driver claims the sweep (claim): it reads the store once (one search of the experiment) and adopts the
-finished runs it skips; when anything is left to run, and once its Ray cluster has accepted the sweep (a
-refusal leaves no parent run behind), it locks the sweep's parent run against a second driver
-(Claim.locked, sweeper.lock). Between the read and the lock another driver could have run the sweep: the
+A driver takes hold of the sweep (take_hold): it reads the store once (one search of the experiment) and
+adopts the finished runs it skips; when anything is left to run, and once its Ray cluster has accepted the
+sweep (a refusal leaves no parent run behind), it locks the sweep's parent run against a second driver
+(Hold.locked, sweeper.lock). Between the read and the lock another driver could have run the sweep: the
 parent run then has another end time, or is not the one the read found nor the one this driver made, and
 the ledger is read again.
 """
@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 
 from config.grid import Job
 from sweeper.lock import DriverLock
-from tracking import parent_run, store
+from tracking import parent_run, store, view
 from tracking.names import (
     CHECKPOINT_STEP,
     CONFIG_HASH,
@@ -119,7 +119,7 @@ def _extended(listed: str | None, names) -> str:
     return ",".join(have + [n for n in names if n not in have])
 
 
-class Claim:
+class Hold:
     """A sweep's ledger as one driver holds it: read once at its start, then locked (the module docstring)."""
 
     def __init__(
@@ -128,6 +128,7 @@ class Claim:
         self.uri, self.sweep, self.jobs = uri, sweep, jobs
         self.client = client or store.connect(uri)  # probes the store first: unreachable fails here, fast
         self.experiment = store.ensure_experiment(self.client, experiment)
+        view.install(self.client, self.experiment)
         self.ledger = self._read()
         self.parent_id: str | None = None  # the parent run this driver locked
         self.lock: DriverLock | None = None  # its lock, while held
@@ -177,13 +178,13 @@ class Claim:
         return oldest, oldest == mine
 
 
-def claim(uri: str, experiment: str, sweep: str, jobs: list[Job]) -> Claim:
-    """The sweep's ledger read once and the finished runs it skips adopted; not locked yet (Claim.locked)."""
-    claimed = Claim(uri, experiment, sweep, jobs)
-    adopted = claimed.adopt()
+def take_hold(uri: str, experiment: str, sweep: str, jobs: list[Job]) -> Hold:
+    """The sweep's ledger read once and the finished runs it skips adopted; not locked yet (Hold.locked)."""
+    hold = Hold(uri, experiment, sweep, jobs)
+    adopted = hold.adopt()
     if adopted:
         print(f"{adopted} runs finished outside this sweep now carry sweep={sweep} too")
-    return claimed
+    return hold
 
 
 def _ended(run: Run) -> tuple:

@@ -1,9 +1,11 @@
 """The sweep driver's writes outlast a tracking-server outage: PatientClient.
 
-A driver of a night-long sweep must not stop because the MLflow server
-restarts. PatientClient is an MlflowClient whose calls, when the HTTP server
-does not answer (its /health does not reply), wait and retry until the server
-is back, for up to tracking.outage_s; then TrackingOutage. A call the server
+A driver of a night-long sweep must not stop because the MLflow server or the
+database behind a postgresql:// store restarts. PatientClient is an MlflowClient
+whose calls, when the server does not answer (an HTTP server's /health does not
+reply; a database takes no connection), wait and retry until the server is
+back, for up to tracking.outage_s; then TrackingOutage. An SQLite file has no
+server: its errors are real ones. A call the server
 refuses while it answers is a real error, raised at once. Retries are safe:
 MLflow stores a metric point once per (key, step, timestamp, value), tags and
 params are set to the same values, and a run whose creation reply was lost is
@@ -19,8 +21,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import sqlalchemy
 from mlflow.tracking import MlflowClient
 
+from config import address
 from tracking.names import CONFIG_HASH, MLFLOW_PARENT_RUN_ID
 from tracking.store import TrackingError, probe
 
@@ -40,6 +44,7 @@ class PatientClient:
         self.client, self.uri, self.outage_s, self.waiting = client, uri, outage_s, waiting
         self.down_since: float | None = None
         self.outages = 0
+        self.server = _server(uri)
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name == "client":  # pickle's probes, and before __init__ ran
@@ -48,8 +53,8 @@ class PatientClient:
         return lambda *args, **kwargs: self.call(lambda: method(*args, **kwargs))
 
     def _answers(self) -> bool:
-        if not self.uri.startswith(("http://", "https://")):
-            return True  # a database store: no server to wait for
+        if self.server is None:
+            return True  # an SQLite file: no server to wait for
         try:
             probe(self.uri)
             return True
@@ -78,14 +83,14 @@ class PatientClient:
         if self.down_since is None:
             self.down_since, self.outages = now, self.outages + 1
             print(
-                f"tracking: MLflow server {self.uri} unreachable ({type(err).__name__}); trials keep "
+                f"tracking: {self.server} unreachable ({type(err).__name__}); trials keep "
                 f"training, {self.waiting()} writes wait and are retried for up to "
                 f"tracking.outage_s={self.outage_s:g} s",
                 flush=True,
             )
         elif now - self.down_since > self.outage_s:
             raise TrackingOutage(
-                f"MLflow server {self.uri} unreachable for {now - self.down_since:.0f} s (tracking.outage_s="
+                f"{self.server} unreachable for {now - self.down_since:.0f} s (tracking.outage_s="
                 f"{self.outage_s:g}): the sweep driver stops. What was written before the outage is stored; "
                 "once the server is back, start the same command again: finished trials are skipped, the "
                 "others resume from their last recorded checkpoint"
@@ -94,7 +99,7 @@ class PatientClient:
     def _up(self) -> None:
         if self.down_since is not None:
             print(
-                f"tracking: MLflow server {self.uri} back after {time.monotonic() - self.down_since:.0f} s; "
+                f"tracking: {self.server} back after {time.monotonic() - self.down_since:.0f} s; "
                 f"writing the {self.waiting()} waiting writes",
                 flush=True,
             )
@@ -124,3 +129,13 @@ class PatientClient:
         self.call(
             lambda: key in self.client.get_run(run_id).data.tags and self.client.delete_tag(run_id, key)
         )
+
+
+def _server(uri: str) -> str | None:
+    """The server behind a store, as the driver's messages name it (a database's password hidden); None for
+    an SQLite file."""
+    if uri.startswith(tuple(f"{s}://" for s in address.SERVERS)):
+        return f"MLflow server {uri}"
+    if address.is_database(uri):
+        return f"database {sqlalchemy.make_url(uri).render_as_string(hide_password=True)}"
+    return None

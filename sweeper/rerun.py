@@ -23,7 +23,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_
 
 from cli import console, exit_codes
 from cli.entry import ArgumentParser, about, command, exit_code_lines
-from config.compose import compose
+from config.compose import check_spacing, compose
 from config.help import composed_config
 from config.identity import config_hash, run_overrides
 from config.schema import ConfigError
@@ -96,6 +96,7 @@ def main(argv: list[str]) -> int:
         metavar="tracking.uri=URI",
         help="the store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
     )
+    check_spacing(argv)  # `tracking.uri = URI`: the words argparse would call unrecognized, named whole
     args = parser.parse_args(argv)
     if args.tracking and not args.tracking.startswith("tracking.uri="):
         raise ConfigError(f"unknown argument {args.tracking!r}: the one override is tracking.uri=URI")

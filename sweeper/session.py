@@ -1,10 +1,10 @@
 """A sweep's session in MLflow: the parent run opened, every trial's report written, the parent run ended.
 
-    with recording(claim, cfg, plan, argv, work) as session:  # the parent run open, the writing thread on
+    with recording(hold, cfg, plan, argv, work) as session:  # the parent run open, the writing thread on
         sweeper.tune.fit(cfg, plan, work, storage, session)     # Tune's callback; session.halt its stopper
     session.summary                                              # what the session did, and the exit code
 
-- Opens the sweep's parent run that the driver's claim found or made and locked (sweeper.ledger): the plan,
+- Opens the sweep's parent run that the driver's hold found or made and locked (sweeper.ledger): the plan,
   the command line (tracking.parent_run), its counts kept current.
 - Is the Tune callback: each of Tune's events goes to one writing thread, always on, that applies them in
   order through the MlflowWriter (sweeper.writer) with a client that waits out a server outage
@@ -35,7 +35,7 @@ from cli import exit_codes
 from config.grid import Plan
 from sweeper.budget import Account, Budget, progress, rate_line
 from sweeper.driver_only import DriverOnly
-from sweeper.ledger import Claim
+from sweeper.ledger import Hold
 from sweeper.outage import PatientClient
 from sweeper.stop import STOP_DRAIN_S, Halt, stopped
 from sweeper.trial import PAYLOAD
@@ -96,7 +96,7 @@ class Session(DriverOnly, tune.Callback):
 
     def __init__(
         self,
-        claim: Claim,
+        hold: Hold,
         work: Work,
         outage_s: float,
         budget: Budget,
@@ -105,27 +105,27 @@ class Session(DriverOnly, tune.Callback):
     ) -> None:
         """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there;
         storage: cluster.storage (the writer records checkpoints' URIs with its query)."""
-        self.sweep, self.experiment, self.parent_id = claim.sweep, claim.experiment, claim.parent_id
-        self.jobs, self.trials = len(claim.jobs), len(work.trials)
+        self.sweep, self.experiment, self.parent_id = hold.sweep, hold.experiment, hold.parent_id
+        self.jobs, self.trials = len(hold.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
         self.error: Exception | None = None
         self.broken = threading.Event()  # set with `error`: the stopper reads it from the Tune loop
         self.thread: threading.Thread | None = None
-        patient = PatientClient(claim.client, claim.uri, outage_s, waiting=self.events.qsize)
+        patient = PatientClient(hold.client, hold.uri, outage_s, waiting=self.events.qsize)
         self.writer = MlflowWriter(
             patient,
-            claim.experiment,
-            claim.sweep,
-            claim.parent_id,
+            hold.experiment,
+            hold.sweep,
+            hold.parent_id,
             work,
-            claim.ledger.unfinished,
-            claim.uri,
+            hold.ledger.unfinished,
+            hold.uri,
             storage,
         )
         self.halt = Halt(self.broken, budget)  # Tune's stopper
         self.account, self.started = account, time.monotonic()
         self.ended = threading.Event()  # Tune ended: no more progress lines
-        self.earlier = claim.ledger.earlier({j.key for j in claim.jobs})  # the parent's counts start there
+        self.earlier = hold.ledger.earlier({j.key for j in hold.jobs})  # the parent's counts start there
         self.shown: Counter | None = None  # the parent's counts as last written
         self.failed = 0  # trials that ended in error, once Tune ended
         self.busy_s = 0.0  # the writing thread's time in events
@@ -252,12 +252,12 @@ class Session(DriverOnly, tune.Callback):
 
 @contextlib.contextmanager
 def recording(
-    claim: Claim, cfg: DictConfig, plan: Plan, argv: list[str], work: Work, budget: Budget, account: Account
+    hold: Hold, cfg: DictConfig, plan: Plan, argv: list[str], work: Work, budget: Budget, account: Account
 ) -> Iterator[Session]:
-    """A session on the claimed sweep for `work`: the parent run opened, the writing thread on, SIGINT and
+    """A session on the held sweep for `work`: the parent run opened, the writing thread on, SIGINT and
     SIGTERM caught while Tune runs, stopped by `budget`; at the end the session's summary (Session.end)."""
-    session = Session(claim, work, cfg.tracking.outage_s, budget, account, cfg.cluster.storage)
-    parent_run.open_parent(claim.client, claim.parent_id, cfg, plan, claim.jobs, argv)
+    session = Session(hold, work, cfg.tracking.outage_s, budget, account, cfg.cluster.storage)
+    parent_run.open_parent(hold.client, hold.parent_id, cfg, plan, hold.jobs, argv)
     session.start()
     with session.halt.on_signals():
         yield session

@@ -26,14 +26,14 @@ and the same command pointed at the store there goes on.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
 from omegaconf import DictConfig
 
 from cli import console
 from cli.entry import command
 from config import grid
-from config.compose import check_spacing, compose, group_options, user_config_dirs
+from config.compose import compose_sweep
 from config.help import composed_config, config_groups
 from config.schema import ConfigError
 from sweeper import cost
@@ -41,29 +41,13 @@ from tracking import ui
 from tracking.names import STEP_RATE
 
 if TYPE_CHECKING:
-    from sweeper.ledger import Claim
+    from sweeper.ledger import Hold
     from sweeper.session import Summary
-
-NO_SWEEP = "none"  # the sweep group's default: a single run, nothing to sweep
-
-
-def sweep_names(overrides: Iterable[str] = ()) -> list[str]:
-    """The sweeps of conf/sweep/ and of the user config directories (config.compose.user_config_dirs)."""
-    return [name for name in group_options("sweep", user_config_dirs(overrides)) if name != NO_SWEEP]
 
 
 def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
     """Compose, expand and validate: every error here comes before Ray starts."""
-    check_spacing(overrides)  # `sweep = smoke` is a spacing mistake, not a missing sweep
-    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")]
-    names = sweep_names(overrides)
-    if not chosen or chosen[-1] not in names:
-        got = f"sweep={chosen[-1]} is not a sweep" if chosen else "no sweep chosen"
-        raise ConfigError(
-            f"{got}: choose sweep=NAME with NAME one of {', '.join(names)} "
-            "(conf/sweep/, or sweep/NAME.yaml of a --config-dir)"
-        )
-    cfg = compose(overrides)
+    cfg = compose_sweep(overrides)
     plan = grid.expand(cfg.sweep, grid.command_line_keys(overrides))
     grid.check(cfg, plan)
     return cfg, plan
@@ -75,42 +59,40 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, which measures the driver)."""
     from sweeper import cluster, tune
     from sweeper.budget import Account, Budget, outlook
-    from sweeper.ledger import claim
+    from sweeper.ledger import take_hold
     from sweeper.session import Summary, recording
     from sweeper.stop import stopped
     from sweeper.work import plan_work
 
-    budget = Budget.from_now(cfg.cluster.time_budget_s)
+    budget = Budget.since_start(cfg.cluster.time_budget_s)
     check_store_reachable(cfg)
     cluster.check_this_machine(cfg.cluster)  # before the store is touched: nothing to undo
     jobs = grid.jobs(cfg, plan)
-    claimed = claim(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs)  # read once
-    pending = announce(claimed)
+    hold = take_hold(cfg.tracking.uri, cfg.tracking.experiment, plan.name, jobs)  # read once
+    pending = announce(hold)
     if not pending:
-        return Summary(plan.name, claimed.experiment)
+        return Summary(plan.name, hold.experiment)
 
     def account_now() -> Account:  # of the ledger as last read
-        return Account.of(jobs, cfg.train.steps, claimed.ledger.done, claimed.ledger.resume_step)
+        return Account.of(jobs, cfg.train.steps, hold.ledger.done, hold.ledger.resume_step)
 
     account = account_now()
     if budget.seconds is not None:  # at the rate of the sweep's last allocation, if it had one
-        rate = claimed.ledger.parent.data.metrics.get(STEP_RATE) if claimed.ledger.parent else None
+        rate = hold.ledger.parent.data.metrics.get(STEP_RATE) if hold.ledger.parent else None
         print(outlook(account, budget, rate), flush=True)
     if budget.spent():  # spent before Ray started: nothing was begun, nothing to stop
         reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
         stopped(plan.name, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
-        return Summary(plan.name, claimed.experiment, len(pending), out_of_time=True)
+        return Summary(plan.name, hold.experiment, len(pending), out_of_time=True)
     storage = cluster.join(cfg.cluster, cfg.tracking.uri)  # before the lock: a refusal opens no parent run
-    with claimed.locked():  # the ledger read again if another driver ran the sweep meanwhile
-        if not claimed.pending():  # another driver ran the sweep between the read and the lock
-            announce(claimed)
-            return Summary(plan.name, claimed.experiment)
-        work = plan_work(cfg, plan, argv, claimed)
-        claimed.lock.joined(
-            cluster.gcs_address()
-        )  # a retry on another cluster can tell when this one is gone
+    with hold.locked():  # the ledger read again if another driver ran the sweep meanwhile
+        if not hold.pending():  # another driver ran the sweep between the read and the lock
+            announce(hold)
+            return Summary(plan.name, hold.experiment)
+        work = plan_work(cfg, plan, argv, hold)
+        hold.lock.joined(cluster.gcs_address())  # a retry on another cluster can tell when this one is gone
         with recording(
-            claimed, cfg, plan, argv, work, budget, account_now()
+            hold, cfg, plan, argv, work, budget, account_now()
         ) as session:  # the parent run, the writer
             tune.fit(cfg, plan, work, storage, session, trainable)
     summary = session.summary
@@ -120,9 +102,9 @@ def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable
     return summary
 
 
-def announce(claimed: Claim) -> list[grid.Job]:
+def announce(hold: Hold) -> list[grid.Job]:
     """Print how much of the sweep the store holds; the jobs left to run."""
-    jobs, pending = claimed.jobs, claimed.pending()
+    jobs, pending = hold.jobs, hold.pending()
     print(f"{len(jobs) - len(pending)} of {len(jobs)} trials already in MLflow; {len(pending)} to run")
     return pending
 

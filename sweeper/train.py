@@ -17,7 +17,8 @@ from config.grid import compose_one
 from config.help import composed_config, config_groups
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import DIVERGED, VAL_KMEANS, VAL_REL_LLOYD
-from training.loop import default_workdir, pick_device, train
+from training.device import pick_device
+from training.loop import default_workdir, train
 from training.system_metrics import SystemSampler
 
 

@@ -4,7 +4,8 @@ The trainable (sweeper.trial.run_trial, or a stand-in) gets the whole work once 
 each trial's resources; the param space holds each trial's identity only (sweeper.work.TrialId); the
 scheduler is first in, first out (sweeper.fifo) unless sweep.scheduler=asha; the sweep's session is the
 Tune callback that records every trial, and its Halt the stopper (sweeper.session). Tune's name creators
-are the module functions below, pickled by reference (sweeper.driver_only).
+are the module functions below, pickled by reference (sweeper.driver_only). Quiet, Tune's console prints
+its status table and not a box per trial event (verbosity: the one place that patches Ray's internals).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from sweeper.session import Session
 from sweeper.trial import STEP, run_trial
 from sweeper.work import TRIAL, TrialId, Work
 from tracking.names import VAL_REL_LLOYD
+
+QUIET_TABLE_S = 60  # Tune's status table at most once a minute (13 lines for the demo's 6 trials)
 
 
 def fit(
@@ -56,10 +59,30 @@ def fit(
             stop=session.halt,
             failure_config=tune.FailureConfig(max_failures=c.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),  # the session's writer prunes them
-            verbose=console.tune_output(),  # quiet: the status table, not a box per trial event
+            verbose=verbosity(),  # quiet: the status table, not a box per trial event
         ),
     )
     tuner.fit()
+
+
+def verbosity() -> int:
+    """Set Tune's console for this driver; returns RunConfig.verbose (2 with --verbose, else 1: the status
+    table).
+
+    Quiet (cli.console) also drops the boxes Tune prints at every trial's start and end and redraws the table
+    every QUIET_TABLE_S instead of 30 s: class attributes of Tune's reporter, not public settings, so each is
+    set only while it exists (else Tune prints as it does); tests/test_cli.py fails when Ray moves them.
+    """
+    if console.verbose():
+        return 2
+    from ray.tune.experimental import output
+
+    reporter = output.TuneTerminalReporter
+    if isinstance(getattr(reporter, "_heartbeat_freq", None), (int, float)):
+        reporter._heartbeat_freq = QUIET_TABLE_S
+    if hasattr(reporter, "_start_end_verbosity"):
+        reporter._start_end_verbosity = output.AirVerbosity.VERBOSE
+    return 1
 
 
 def param_space(work: Work) -> dict:

@@ -17,10 +17,11 @@ from omegaconf import DictConfig
 
 from config import grid
 from config.compose import searchpath_override, user_config_dirs, without_searchpath
+from config.schema import SHARED_KEYS
 from sweeper import home
 
 if TYPE_CHECKING:
-    from sweeper.ledger import Claim
+    from sweeper.ledger import Hold
 
 TRIAL = "trial"  # a Tune trial's config: {TRIAL: its TrialId, encoded}
 
@@ -78,14 +79,14 @@ class Work:
         return self.trials[TrialId.decode(config).key]
 
 
-def plan_work(cfg: DictConfig, plan: grid.Plan, argv: list[str], claim: Claim) -> Work:
-    """The jobs the claimed ledger leaves pending, packed into Tune's trials (cluster.pack, .pack_size)."""
-    pending = {job.key: job for job in claim.pending()}
-    packs = packs_of(claim.jobs, set(pending), cfg.cluster.pack, cfg.cluster.pack_size)
+def plan_work(cfg: DictConfig, plan: grid.Plan, argv: list[str], hold: Hold) -> Work:
+    """The jobs the held ledger leaves pending, packed into Tune's trials (cluster.pack, .pack_size)."""
+    pending = {job.key: job for job in hold.pending()}
+    packs = packs_of(hold.jobs, set(pending), cfg.cluster.pack, cfg.cluster.pack_size)
     trials = {}
     for key, keys in packs.items():
         pack = key if len(keys) > 1 else None
-        members = tuple(_member(pending[k], _resume_from(claim, k), pack) for k in keys)
+        members = tuple(_member(pending[k], _resume_from(hold, k), pack) for k in keys)
         first = members[0].name
         trials[key] = Trial(
             TrialId(key, first if pack is None else f"pack of {len(keys)} from {first}"), members
@@ -93,10 +94,10 @@ def plan_work(cfg: DictConfig, plan: grid.Plan, argv: list[str], claim: Claim) -
     return Work(trials, tuple(trial_overrides(argv, plan)))
 
 
-def _resume_from(claim: Claim, key: str) -> str | None:
+def _resume_from(hold: Hold, key: str) -> str | None:
     """The checkpoint job `key`'s unfinished run recorded, as a location here (sweeper.home.resolved)."""
-    recorded = claim.ledger.resume_from.get(key)
-    return None if recorded is None else home.resolved(recorded, claim.uri)
+    recorded = hold.ledger.resume_from.get(key)
+    return None if recorded is None else home.resolved(recorded, hold.uri)
 
 
 def _member(job: grid.Job, resume_from: str | None, pack: str | None) -> Member:
@@ -109,7 +110,7 @@ def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> d
 
     mode none: one job per trial, keyed by its config_hash. mode seeds: the
     seeds of a configuration train together (training.packed). mode shapes: the
-    jobs that share training.packed.SHARED_KEYS train together, `size` at most
+    jobs that share config.schema.SHARED_KEYS train together, `size` at most
     (cluster.pack_size), cut from the whole plan in its order. A pack is keyed
     by a hash of all its jobs' keys, done or not, so a restarted sweep packs
     what is left under the same key.
@@ -122,8 +123,6 @@ def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> d
             groups.setdefault(tuple(j.configuration.override_strings()), []).append(j.key)
         cuts = list(groups.values())
     else:
-        from training.packed import SHARED_KEYS  # torch: only the sweeps that pack by shape need it
-
         for j in jobs:  # a key no configuration overrides has the sweep's one value
             groups.setdefault(tuple(j.configuration.overrides.get(k) for k in SHARED_KEYS), []).append(j.key)
         cuts = [keys[i : i + size] for keys in groups.values() for i in range(0, len(keys), size)]

@@ -45,7 +45,7 @@ from tracking.names import (
     SWEEP,
     TUNE_CHECKPOINT,
 )
-from tracking.run_tags import source_tags  # the driver's: it launched the sweep
+from tracking.run_tags import source_tags
 
 
 def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str | None) -> str:
@@ -121,6 +121,7 @@ class MlflowWriter:
         self.pending: dict[str, Batch] = {}  # job -> what its trial reported, waiting for the checkpoint
         self.points_written = 0
         self.retries = 0  # trials Tune restarted after a failure
+        self.source = source_tags()  # the driver's: it launched the sweep
 
     def _run(self, key: str, start: RunStart | None) -> str:
         """The job's run: opened once per session, continuing an unfinished one when there is one; its params
@@ -135,7 +136,7 @@ class MlflowWriter:
             SEED: str(member.seed),
             MLFLOW_PARENT_RUN_ID: self.parent_id,
             **(start.tags if start else {}),
-            **source_tags(),
+            **self.source,
         }
         if member.pack:
             tags[PACK] = member.pack

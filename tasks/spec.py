@@ -1,6 +1,6 @@
 """What a distribution of clustering tasks is (docs/science.md section 1): its fields and their checks.
 
-Without torch, so that configuration (config.compose) checks a task before any
+Without torch, so that configuration (config.validate) checks a task before any
 process pays for importing it; tasks.sampler draws the tasks.
 """
 

@@ -185,11 +185,12 @@ def screenshots(store_uri: str, folder: Path) -> None:
     (docs/mlflow-runs-charts.png) and the report on the parent run (docs/mlflow-report.png)."""
     from mlflow.tracking import MlflowClient
 
-    from tracking import store, ui
+    from tracking import store, ui, view
     from tracking.names import REPORT_DIR, REPORT_HTML
 
     client = MlflowClient(store_uri)
-    experiment = store.ensure_experiment(client, "leaner-clustering")  # installs the view where it is missing
+    experiment = store.ensure_experiment(client, "leaner-clustering")
+    view.install(client, experiment)  # where it is missing
     parent = client.search_runs([experiment], "attributes.run_name = 'sweep-demo'")[0].info.run_id
     with mlflow_ui(store_uri, folder / "mlflow-ui.log") as address, chromium(1700, 900) as driver:
         driver.get(ui.runs_table(address, experiment))

@@ -244,7 +244,7 @@ def test_loss_surface_centre_is_the_trained_models_loss(ctx: Context, smoke_stor
     run = ctx.runs[(ctx.runs["model.embedding"] == "onehot") & (ctx.runs["task.family"] == "normal")].iloc[0]
     table = ctx.evaluator("loss_surface", run)
     centre = table[(table["alpha"] == 0) & (table["beta"] == 0)]["value"].item()
-    model = load_model(smoke_store, run, torch.device("cpu"), SMALL.checkpoint)
+    model = load_model(MlflowClient(smoke_store), run, torch.device("cpu"), SMALL.checkpoint)
     tasks = fresh_tasks(spec_of(run), SMALL, run[SEED], "loss_surface")
     with torch.no_grad():
         loss = torch.cat([smoothed_objective(X, model(X, C), 1.0, "l2") for X, C in tasks]).mean()

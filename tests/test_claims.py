@@ -18,7 +18,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims.cases import FAIL, PARTIAL, PASS, STATUSES, UNTESTED, Part, compare, lt, partial, verdict
+from analysis.claims.cases import (
+    FAIL,
+    PARTIAL,
+    PASS,
+    STATUSES,
+    UNTESTED,
+    Case,
+    Part,
+    compare,
+    lt,
+    partial,
+    verdict,
+)
 from analysis.claims.configurations import D32_CUT, D32_RUNS
 from analysis.claims.evidence import Claim, Evidence, Record, View, judge
 from analysis.claims.from_context import combined, probe_rows
@@ -279,7 +291,8 @@ def test_ne_rise_is_judged_by_the_sign_of_its_printed_margin_alone() -> None:
 
     claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(runs, GRID, T, history=curves))
     assert claim.status == PASS, claim.numbers
-    assert "final 1.200 vs lowest x1.1 1.100 (margin +0.100, IQR [-0.100, +0.100], marginal)" in claim.numbers
+    rise = "final 1.200 vs lowest x1.1 1.100 (margin +0.100, IQR [-0.100, +0.100], 6 of 10 seeds agree"
+    assert f"{rise}, marginal)" in claim.numbers
     assert "rise IQR" not in claim.numbers
 
 
@@ -346,7 +359,7 @@ def test_partial_is_a_verdict_of_its_own_in_claims_md_the_csv_the_page_and_the_c
     claim = judged("tau01_beats_lloyd", runs[runs[D] == 4])
     text = markdown([claim])
     assert "1 claims: 0 PASS, 1 PARTIAL, 0 FAIL, 0 UNTESTED." in text
-    assert "| PARTIAL | `tau01_beats_lloyd` |" in text
+    assert "| PARTIAL (2 seeds, 6 of 6 cases marginal, the verdict rests on a marginal case) | `tau01" in text
     assert pd.read_csv(write_csv([claim], tmp_path))["status"].tolist() == [PARTIAL]
     assert '<td class="PARTIAL">PARTIAL</td>' in table_html(claims_table([claim]))
     assert tuple(CLAIM_COUNTS) == STATUSES  # the report's counts and the sweep's metrics: claims_partial too
@@ -436,7 +449,7 @@ def test_a_verdict_that_rests_on_diverged_runs_says_so_beside_itself(tmp_path) -
     assert "at 0.01: 12/12 cases of 12 in the paper grid [rests on diverged runs: UNTESTED without them]" in (
         claim.numbers
     )
-    seeds = "3 seeds, the paired margin's IQR straddles zero in no case"  # it read d 32 runs
+    seeds = f"3 seeds, {claim.cases} of {claim.cases} cases marginal, the verdict rests on a marginal case"
     assert f"| PASS ({seeds}, UNTESTED without its diverged runs) | `large_lr_worse` |" in markdown([claim])
     runs.loc[lr1_d4, "outcome"] = FINISHED
     runs.loc[lr1_d4 & (runs[SEED] == 3), "outcome"] = DIVERGED
@@ -454,11 +467,41 @@ def test_margin_is_the_median_of_the_paired_differences_and_decides_the_case() -
     case = compare("c", model, lloyd, lambda a, b: a < b, "{a} vs {b}")
     assert case.margin == pytest.approx(np.median(model - lloyd))  # -0.03 (medians: 0.960 vs 0.995)
     assert case.iqr == pytest.approx(tuple(np.percentile(model - lloyd, [25, 75])))
-    assert case.holds and case.marginal  # below on the paired median, the seeds' differences straddle zero
+    assert case.holds and case.marginal  # below on the paired median, 2 of 4 seeds' differences agree
+    assert (case.agree, case.untied) == (2, 4)
     assert case.measured == "0.960 vs 0.995"
-    assert compare("c", model - 0.2, lloyd, lambda a, b: a < b, "").marginal is False
     fixed = compare("c", model, 1.0, lambda a, b: a < b, "")
     assert fixed.iqr == pytest.approx(tuple(np.percentile(model - 1.0, [25, 75])))
+
+
+@pytest.mark.parametrize(
+    "agree, seeds, firm",
+    [(3, 3, False), (4, 4, False), (5, 5, True), (5, 6, False), (6, 6, True), (6, 7, False), (7, 8, True)]
+    + [(8, 9, True), (7, 9, False), (9, 10, True), (8, 10, False)],
+)
+def test_a_case_is_firm_when_a_one_sided_sign_test_of_its_seeds_reaches_5_percent(agree, seeds, firm) -> None:
+    """docs/science.md section 7.2: firm at 5% one-sided, so never on fewer than 5 seeds (3 of 3 agreeing:
+    p = 1/8; 4 of 4: 1/16); 7 of 8 (p 0.035), 8 of 9 (0.020) and 9 of 10 (0.011) are firm, 8 of 10 (0.055)
+    is not."""
+    diffs = [-0.1] * agree + [0.2] * (seeds - agree)  # the margin (median) is -0.1 wherever agree > half
+    case = compare("c", pd.Series(diffs, index=range(seeds)), 0.0, lt, "")
+    assert case.margin == -0.1 and case.seeds == seeds and case.agree == agree
+    assert case.p == pytest.approx(sum(math.comb(seeds, i) for i in range(agree, seeds + 1)) / 2**seeds)
+    assert (case.firm, case.marginal) == (firm, not firm)
+
+
+def test_a_tie_is_left_out_of_the_sign_test_and_a_margin_of_zero_is_never_firm() -> None:
+    """Both diverged (+inf against +inf) is a difference of zero: no seed's evidence either way, so 5 seeds
+    agreeing and one tie is firm on 5 of 5; a margin of zero has no sign to settle; a case of one
+    measurement (a benchmark's) is neither firm nor marginal."""
+    model = pd.Series([0.5] * 5 + [math.inf], index=range(6))
+    reference = pd.Series([1.0] * 5 + [math.inf], index=range(6))
+    case = compare("c", model, reference, lt, "")
+    assert (case.seeds, case.untied, case.agree, case.firm) == (6, 5, 5, True)
+    even = compare("c", pd.Series([-1.0, 1.0] * 3, index=range(6)), 0.0, lt, "")
+    assert even.margin == 0.0 and even.p == 1.0 and even.marginal
+    one = Case("speed", "x", -0.5, lt)
+    assert one.judged and not one.firm and not one.marginal
 
 
 def test_a_verdict_never_disagrees_with_its_printed_paired_margin() -> None:
@@ -476,41 +519,76 @@ def test_a_verdict_never_disagrees_with_its_printed_paired_margin() -> None:
 
 
 def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> None:
-    runs = holding("l2_better_val_tau1_d4", seeds=(1, 2, 3))
+    """At 5 seeds every case of l2_better_val_tau1_d4 is firm (5 of 5 agree) but one, whose 4 of 5 leave its
+    sign unsettled: the PASS stands, beside its seeds, that case and that the verdict rests on it; claims.md
+    and claim_cases.csv list every case with its seeds and firmness."""
+    runs = holding("l2_better_val_tau1_d4", seeds=(1, 2, 3, 4, 5))
     one = (runs[TAU] == 1.0) & (runs[EMB] == "binary") & (runs[REG] == "l2") & (runs[D] == 4)
-    runs.loc[one, VAL_REL_LLOYD] = runs.loc[one, SEED].map({1: 0.9, 2: 1.0, 3: 1.5})  # against ne's 1.1
+    values = {1: 0.9, 2: 1.0, 3: 1.5, 4: 0.9, 5: 1.0}  # against ne's 1.1: -0.2, -0.1, +0.4, -0.2, -0.1
+    runs.loc[one, VAL_REL_LLOYD] = runs.loc[one, SEED].map(values)
     claim = judged("l2_better_val_tau1_d4", runs)
-    assert claim.status == PASS and claim.marginal == 1, claim.numbers
-    assert "BN L2 1.000 vs NE 1.100 (margin -0.100, IQR [-0.150, +0.150], marginal)" in claim.numbers
+    assert claim.status == PASS and (claim.marginal, claim.firm) == (1, claim.cases - 1), claim.numbers
+    assert claim.rests_on_marginal
+    assert "BN L2 1.000 vs NE 1.100 (margin -0.100, IQR [-0.200, -0.100], 4 of 5 seeds agree, marginal)" in (
+        claim.numbers
+    )
     text = markdown([claim])
-    assert "| PASS (1 marginal) | `l2_better_val_tau1_d4` |" in text  # a d 4 verdict: no seeds stated
+    mark = f"5 seeds, 1 of {claim.cases} cases marginal, the verdict rests on a marginal case"
+    assert f"| PASS ({mark}) | `l2_better_val_tau1_d4` |" in text
+    assert "| `l2_better_val_tau1_d4` | l2 val_rel_lloyd < ne's | BN | -0.100 | 4 of 5 | marginal |" in text
     write_markdown([claim], tmp_path)
     assert (tmp_path / "claims.md").read_text() == text
+    write_csv([claim], tmp_path)
+    cases = pd.read_csv(tmp_path / "claim_cases.csv")
+    assert len(cases) == claim.cases and cases["firmness"].value_counts().to_dict() == {
+        "firm": claim.cases - 1,
+        "marginal": 1,
+    }
+    assert pd.read_csv(tmp_path / "claims.csv")["rests_on_marginal"].tolist() == [True]
+    runs.loc[one, VAL_REL_LLOYD] = 1.0  # 5 of 5 below ne's 1.1: firm
+    steady = judged("l2_better_val_tau1_d4", runs)
+    assert (steady.marginal, steady.rests_on_marginal) == (0, False)
+    assert "| PASS (5 seeds, every case firm) | `l2_better_val_tau1_d4` |" in markdown([steady])
 
 
-def test_a_d32_verdict_says_how_many_seeds_it_rests_on_and_where_its_iqr_straddles_zero(tmp_path) -> None:
-    """At d 32, tau 0.1, k 25 OH had numerical issues in 3 of the paper's 10 trials: clusters_d32 on 3 seeds
-    can turn on the seeds drawn, so beside its verdict stand its seeds and the cases whose paired margin's
-    IQR straddles zero, in claims.md, claims.csv and the report's table; a d 4 verdict keeps its marginal
-    count alone."""
-    runs = holding("clusters_d32", seeds=(1, 2, 3))
+def test_a_fail_rests_on_marginal_cases_only_when_every_failing_case_is_marginal() -> None:
+    """One failing case decides a FAIL: if a firm one fails, one marginal case more or less changes
+    nothing."""
+    runs = holding("l2_better_val_tau1_d4", seeds=(1, 2, 3, 4, 5))
+    bn = (runs[TAU] == 1.0) & (runs[EMB] == "binary") & (runs[REG] == "l2") & (runs[D] == 4)
+    oh = (runs[TAU] == 1.0) & (runs[EMB] == "onehot") & (runs[REG] == "l2") & (runs[D] == 4)
+    runs.loc[bn, VAL_REL_LLOYD] = runs.loc[bn, SEED].map({1: 1.3, 2: 1.2, 3: 0.7, 4: 1.3, 5: 1.2})
+    claim = judged("l2_better_val_tau1_d4", runs)
+    assert claim.status == FAIL and claim.rests_on_marginal, claim.numbers
+    runs.loc[oh, VAL_REL_LLOYD] = 1.5  # 5 of 5 above ne's 1.1: a firm failing case
+    claim = judged("l2_better_val_tau1_d4", runs)
+    assert claim.status == FAIL and not claim.rests_on_marginal, claim.numbers
+
+
+def test_every_verdict_says_how_many_seeds_its_cases_rest_on(tmp_path) -> None:
+    """At d 32, tau 0.1, k 25 OH had numerical issues in 3 of the paper's 10 trials: clusters_d32 can turn on
+    the seeds drawn, so beside its verdict stand its seeds and its marginal cases, in claims.md, claims.csv
+    and the report's table; a d 4 verdict as well."""
+    runs = holding("clusters_d32", seeds=(1, 2, 3, 4, 5))
     oh_k25 = (
         (runs[D] == 32) & (runs[K] == 25) & (runs[EMB] == "onehot") & (runs[REG] == "l2") & (runs[TAU] == 1)
     )
-    runs.loc[oh_k25, VAL_REL_LLOYD] = runs.loc[oh_k25, SEED].map({1: 0.8, 2: 0.9, 3: 1.3})  # one unstable
+    unstable = {1: 0.8, 2: 0.9, 3: 1.3, 4: 0.8, 5: 0.9}  # one unstable seed: 4 of 5 below 1
+    runs.loc[oh_k25, VAL_REL_LLOYD] = runs.loc[oh_k25, SEED].map(unstable)
     claim = judged("clusters_d32", runs)
-    assert (claim.status, claim.seeds, claim.marginal, claim.cases) == (PASS, "3", 1, 24), claim.numbers
-    seeds = "3 seeds, the paired margin's IQR straddles zero in 1 of 24 cases"
-    assert f"| PASS ({seeds}) | `clusters_d32` |" in markdown([claim])
-    assert pd.read_csv(write_csv([claim], tmp_path))["seeds"].tolist() == [3]
+    assert (claim.status, claim.seeds, claim.marginal, claim.cases) == (PASS, "5", 1, 24), claim.numbers
+    mark = "5 seeds, 1 of 24 cases marginal, the verdict rests on a marginal case"
+    assert f"| PASS ({mark}) | `clusters_d32` |" in markdown([claim])
+    assert pd.read_csv(write_csv([claim], tmp_path))["seeds"].tolist() == [5]
     ((_, table),) = [block for block in claims_section([claim], tmp_path) if block[0] == "table"]
-    assert table["seeds"].tolist() == ["3"]  # the report's table
-    steady = judged("clusters_d32", holding("clusters_d32", seeds=(1, 2, 3)))
-    assert "| PASS (3 seeds, the paired margin's IQR straddles zero in no case) |" in markdown([steady])
-    thinned = runs[~(oh_k25 & (runs[SEED] == 3))]
-    assert judged("clusters_d32", thinned).seeds == "2-3"
+    assert table["seeds"].tolist() == ["5"]  # the report's table
+    steady = judged("clusters_d32", holding("clusters_d32", seeds=(1, 2, 3, 4, 5)))
+    assert "| PASS (5 seeds, every case firm) |" in markdown([steady])
+    thinned = runs[~(oh_k25 & (runs[SEED] == 5))]
+    assert judged("clusters_d32", thinned).seeds == "4-5"
     d4 = judged("l2_better_val_tau1_d4", holding("l2_better_val_tau1_d4", seeds=(1, 2, 3)))
-    assert d4.seeds == "" and "| PASS | `l2_better_val_tau1_d4` |" in markdown([d4])
+    mark = "3 seeds, 2 of 2 cases marginal, the verdict rests on a marginal case"  # 3 seeds: never firm
+    assert d4.seeds == "3" and f"| PASS ({mark}) | `l2_better_val_tau1_d4` |" in markdown([d4])
 
 
 # ---- probe claims: per-seed rows as probe_rows returns them ----
@@ -828,6 +906,8 @@ def test_the_eighteen_claims_in_the_specs_order_and_one_beyond() -> None:
         "paper",
         "source",
         "marginal",
+        "firm",
+        "rests_on_marginal",
         "seeds",
         "beyond",
     ]

@@ -94,7 +94,7 @@ def test_d32_runs_final_values_are_measured_at_eval_d32_n_from_their_checkpoints
     assert missing == ""
     d32 = ctx.runs[D] == 32
     for i, run in ctx.runs[d32].iterrows():
-        model = load_model(d32_store, run, torch.device("cpu"), "last")
+        model = load_model(MlflowClient(d32_store), run, torch.device("cpu"), "last")
         ((X, C),) = fresh_tasks(spec_of(run, n=64), SETTINGS, run[SEED], "final/64")
         assert X.shape[1] == 64
         with torch.no_grad():

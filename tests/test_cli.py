@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -81,14 +82,34 @@ def test_help_lists_the_options_and_every_exit_code_and_no_internals(script, cap
 
 @pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
 def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch):
+    from sweeper import tune  # Ray Tune: imported by the tests that use it, not at every worker's collection
+
     monkeypatch.setenv(console.VERBOSE, "0")
     word = "eval.batches=1" if "report" in script or "claims" in script else "sweep=smoke"
     code, out, err = run_main(HYDRA_COMMANDS[script], [word, "--verbose", "--cfg", "job"], capsys)
     assert (code, err) == (0, "") and yaml.safe_load(out)
-    assert console.verbose() and console.tune_output() == 2
+    assert console.verbose() and tune.verbosity() == 2
     run_main(HYDRA_COMMANDS[script], [word, "--cfg", "job"], capsys)
-    assert not console.verbose() and console.tune_output() == 1
+    assert not console.verbose() and tune.verbosity() == 1
     assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # no TensorBoard hint from Tune
+
+
+def test_quiet_tune_prints_no_trial_boxes_and_a_table_a_minute(monkeypatch, capsys):
+    """sweeper.tune.verbosity sets two class attributes of Ray Tune's reporter, which are not public: on a
+    Ray whose reporter moved them this fails (the sweep then still runs, as loud as Tune's default)."""
+    from ray.tune.experiment import Trial
+    from ray.tune.experimental import output
+
+    from sweeper import tune
+
+    monkeypatch.setenv(console.VERBOSE, "0")
+    reporter = output.TuneTerminalReporter(output.AirVerbosity(tune.verbosity()))
+    trial = Trial("quiet", config={"x": 1}, stub=True)  # a real trial, never run
+    reporter.on_trial_start(0, [trial], trial)
+    reporter.on_trial_complete(0, [trial], trial)
+    reporter._last_heartbeat_time = time.time() - 45  # Tune redraws its table after 30 s, quiet after 60
+    reporter.print_heartbeat([trial])
+    assert capsys.readouterr().out == ""
 
 
 def test_training_commands_list_every_group_option_in_their_help(capsys):
@@ -198,6 +219,7 @@ def test_a_baseline_key_on_the_command_line_names_the_baseline(capsys):
         (sweep.main, ["sweep=", "smoke", "sweep.dry_run=true"], "sweep=smoke"),
         (train.main, ["train.steps", "=3"], "train.steps=3"),
         (report.main, ["select.sweep", "=", "smoke"], "select.sweep=smoke"),
+        (rerun.main, ["0123abcd", "tracking.uri", "=", "sqlite:///x.db"], "tracking.uri=sqlite:///x.db"),
     ],
 )
 def test_an_override_split_at_its_spaces_is_named_whole(main, words, joined, capsys):
@@ -206,6 +228,16 @@ def test_an_override_split_at_its_spaces_is_named_whole(main, words, joined, cap
     code, _, err = run_main(main, words, capsys)
     assert code == exit_codes.CONFIG and err.count("\n") == 1, err
     assert f"write {joined} (no spaces" in err and "at the spaces around its '='" in err, err
+
+
+def test_a_value_with_an_equals_sign_is_shown_quoted(capsys):
+    """A PostgreSQL address through a local socket (`?host=/tmp/...`) has an `=` the override grammar
+    cannot read unquoted: the command shows the quoted form, not Hydra's "mismatched input '='"."""
+    uri = "postgresql://postgres:@/mlflow?host=/tmp/pg"
+    code, _, err = run_main(report.main, [f"tracking.uri={uri}"], capsys)
+    assert code == exit_codes.CONFIG and err.count("\n") == 1, err
+    assert f"quote it, tracking.uri='{uri}'" in err, err
+    assert compose([f"tracking.uri='{uri}'"]).tracking.uri == uri
 
 
 def test_a_list_given_as_one_value_is_shown_in_brackets(capsys):
@@ -268,6 +300,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-archive",
         "leaner-report",
         "leaner-claims",
+        "leaner-seeds",
         "leaner-bench",
         "leaner-scale-probe",
     }

@@ -22,12 +22,14 @@ from config.identity import (
     run_name,
     run_overrides,
 )
+from config.run import RunSpec
 from config.schema import RUN_GROUPS, ConfigError
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper.train import main
 from tasks.sampler import FAMILIES
-from training.loop import Trainer, pick_device
+from training.device import pick_device
+from training.trainer import Trainer
 
 
 def test_defaults_are_the_papers():
@@ -103,7 +105,7 @@ def test_cudagraphs_needs_a_cuda_device():
         not torch.cuda.is_available()
     ):  # train.device=auto resolves to the CPU here: caught when training starts
         with pytest.raises(ConfigError, match="train.compile=cudagraphs needs a CUDA device"):
-            Trainer(compose(["train.compile=cudagraphs"]), pick_device("auto"))
+            Trainer(RunSpec.of(compose(["train.compile=cudagraphs"])), pick_device("auto"))
 
 
 def test_hash_is_per_configuration_and_seed():
@@ -154,6 +156,17 @@ def flat(tree: dict, prefix: str = "") -> dict:
     for key, value in tree.items():
         out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
     return out
+
+
+def test_a_run_spec_is_the_validated_configuration_and_its_identity_derived_once():
+    cfg = compose(["seed=7", "loss.tau=0.1"])
+    run = RunSpec.of(cfg)
+    assert (run.cfg, run.key, run.config, run.name) == (cfg, config_hash(cfg), run_config(cfg), run_name(cfg))
+    assert (run.params, run.configuration) == (flat_params(cfg), configuration_name(cfg))
+    assert run.operational == operational_values(cfg)
+    cfg.loss.tau = -1.0  # past composition: the description validates what it describes
+    with pytest.raises(ConfigError, match=r"loss.tau=-1.0 is not allowed"):
+        RunSpec.of(cfg)
 
 
 def test_params_rebuild_the_same_configuration():

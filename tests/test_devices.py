@@ -34,6 +34,7 @@ from bench.pack import Plan, isolated_peaks, pack_models, pack_step
 from cli import exit_codes
 from config.compose import compose
 from config.grid import compose_one
+from config.run import RunSpec
 from sweeper import sweep, train
 from tracking.names import (
     CPU_UTILIZATION,
@@ -49,8 +50,8 @@ from tracking.recorder import MemoryRecorder
 from training import determinism, loop
 from training.checkpoint import cuda_rng_states
 from training.determinism import set_deterministic, warn_if_compiled
+from training.device import gpu_model  # the function itself: a test replaces loop's
 from training.gpu_share import cap_memory, memory_fraction, trial_device
-from training.loop import gpu_model  # the function itself: a test replaces loop's
 from training.system_metrics import SystemSampler, nvml_id
 
 CPU_AND_MEMORY = set(SYSTEM_METRICS)
@@ -300,11 +301,11 @@ def test_a_run_is_tagged_with_its_gpu_model(monkeypatch, tiny, tmp_path):
     """Deterministic runs repeat on the same GPU model, not across models: a run names its model (none on a
     CPU). The run opens on this CPU with a stand-in model name; the name on CUDA is torch's."""
     recorder = MemoryRecorder()
-    loop.open_run(compose(tiny), recorder, tmp_path / "cpu")
+    loop.open_run(RunSpec.of(compose(tiny)), recorder, tmp_path / "cpu")
     assert GPU_MODEL not in recorder.tags
     monkeypatch.setattr(loop, "gpu_model", lambda device: f"stand-in GPU for the {device.type} device")
     recorder = MemoryRecorder()
-    loop.open_run(compose(tiny), recorder, tmp_path / "stand-in")
+    loop.open_run(RunSpec.of(compose(tiny)), recorder, tmp_path / "stand-in")
     assert recorder.tags[GPU_MODEL] == "stand-in GPU for the cpu device"
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"NVIDIA H200 ({device})")
     assert gpu_model(CUDA) == "NVIDIA H200 (cuda)" and gpu_model(CPU) is None

@@ -32,6 +32,7 @@ FIRST_CALL = {
     "leaner-rerun": ("sweeper.rerun", "rerun"),
     "leaner-report": ("analysis.report", "open_context"),
     "leaner-claims": ("analysis.claims", "open_contexts"),
+    "leaner-seeds": ("analysis.seeds", "settings_of"),
     "leaner-bench": ("bench.cli", "parse"),
 }
 ARGV = {"leaner-rerun": ["0123abcd"]}  # the one command with a required argument
@@ -119,10 +120,9 @@ def test_an_error_whose_causes_loop_ends_the_command_in_one_line(script, kind, c
 @pytest.mark.parametrize("script", sorted(FIRST_CALL))
 def test_an_unknown_error_whose_causes_loop_is_raised_not_walked_forever(script, monkeypatch):
     """Ray's `raise e from e` of a missing dashboard: not an error of the table, so a bug's traceback, but
-    at once (the walk looking for a store's SQLite error in its causes stops on the cycle)."""
+    at once (the walk looking for an explanation attached to one of its causes stops on the cycle)."""
     module, first = FIRST_CALL[script]
     main = importlib.import_module(module).main
-    importlib.import_module("tracking.store")  # the walk runs only once a store's module is loaded
     for err in looping(Exception):
 
         def fail(*_args, err=err, **_kwargs):
@@ -135,16 +135,19 @@ def test_an_unknown_error_whose_causes_loop_is_raised_not_walked_forever(script,
 
 
 @pytest.mark.timeout(60)
-def test_a_sqlite_error_in_a_loop_of_causes_names_the_store(tmp_path):
-    from tracking import store
-
-    store.connect(f"sqlite:///{tmp_path / 'mlflow.db'}")
+def test_an_explanation_in_a_loop_of_causes_is_found():
+    """A library's error (here SQLite's) carrying the CommandError that explains it, deep in a chain of
+    causes that loops: found, and the walk ends; an error without one is not explained."""
     damaged = sqlite3.DatabaseError("database disk image is malformed")
+    explanation = TrackingError(
+        "tracking store sqlite:///x.db: SQLite says 'database disk image is malformed'"
+    )
+    exit_codes.attach(damaged, explanation)
     wrapper = RuntimeError("while logging")
     wrapper.__cause__, damaged.__context__ = damaged, wrapper
-    explained = store.explain(wrapper)
-    assert isinstance(explained, TrackingError) and "database disk image is malformed" in str(explained)
-    assert store.explain(looping(Exception)[1]) is None
+    assert exit_codes.explained(wrapper) is explanation
+    assert exit_codes.explained(looping(Exception)[1]) is None
+    assert exit_codes.explained(explanation) is explanation  # a CommandError explains itself
 
 
 def forms(command: str) -> list[list[str]]:

@@ -335,7 +335,8 @@ def test_eval_checkpoint_loads_last_or_best(trained: dict) -> None:
         for k in states[LAST_CHECKPOINT]
     )
     for checkpoint, artifact in (("last", LAST_CHECKPOINT), ("best", BEST_CHECKPOINT)):
-        loaded = load_model(trained["uri"], trained["run"], torch.device("cpu"), checkpoint).state_dict()
+        client = MlflowClient(trained["uri"])
+        loaded = load_model(client, trained["run"], torch.device("cpu"), checkpoint).state_dict()
         assert loaded.keys() == states[artifact].keys()
         assert all(torch.equal(loaded[k], states[artifact][k]) for k in loaded), checkpoint
     assert EvalSettings.configured().checkpoint == "last"

@@ -76,8 +76,9 @@ def test_a_moved_store_points_its_artifacts_at_its_new_folder_and_says_so_once(t
 
 
 def test_a_moved_store_that_may_not_be_written_keeps_its_locations_and_says_where_they_are(tmp_path, capsys):
-    """A read-only copy (a colleague's, a read-only mount): its locations are not rewritten (tracking.store
-    passes writable=False for it; root here writes to any file, so the flag is given directly)."""
+    """A read-only copy (a colleague's, a read-only mount): its locations are not rewritten
+    (tracking.sqlite_guard passes writable=False for it; root here writes to any file, so the flag is given
+    directly)."""
     uri, run_id = _store_with_a_run(tmp_path / "A")
     before = MlflowClient(tracking_uri=uri).get_run(run_id).info.artifact_uri
     shutil.copytree(tmp_path / "A", tmp_path / "B")

@@ -20,11 +20,12 @@ WORKLOAD = textwrap.dedent(
     from tasks.sampler import sample_tasks
     from tasks.spec import TaskSpec
     from training.fused import Pack
-    from training.loop import Trainer
+    from config.run import RunSpec
+    from training.trainer import Trainer
 
     torch.set_num_threads(1)
     if sys.argv[1] == "pack":
-        Pack([Trainer(compose(["task.n=128", "train.device=cpu"]), torch.device("cpu"))])
+        Pack([Trainer(RunSpec.of(compose(["task.n=128", "train.device=cpu"])), torch.device("cpu"))])
     model = ClusteringTransformer(4, 6, "onehot", 1.0, 0.01)
     X, C = sample_tasks(TaskSpec(n=128, d=4, k=6), 384, torch.Generator().manual_seed(0))
     for _ in range(3):

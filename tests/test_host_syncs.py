@@ -15,10 +15,12 @@ from support.configs import TINY
 
 from bench.host_reads import count_host_reads, pack_reads
 from config.compose import compose
+from config.run import RunSpec
 from tasks.sampler import TaskSpec, sample_tasks
 from tasks.spec import INITS
+from training.device import pick_device
 from training.fused import Pack
-from training.loop import Trainer, pick_device
+from training.trainer import Trainer
 
 
 def pack_of(models: int, init: str) -> Pack:
@@ -27,7 +29,7 @@ def pack_of(models: int, init: str) -> Pack:
     the number of dropped pairs to size its sparse pattern)."""
     overrides = [*TINY, f"task.init={init}", "model.dropout=0.0"]
     cfgs = [compose([*overrides, f"seed={seed}"]) for seed in range(1, models + 1)]
-    return Pack([Trainer(cfg, pick_device(cfg.train.device)) for cfg in cfgs])
+    return Pack([Trainer(RunSpec.of(cfg), pick_device(cfg.train.device)) for cfg in cfgs])
 
 
 @pytest.mark.parametrize("init", INITS)

@@ -1,11 +1,11 @@
 """The ledger's decisions (sweeper.ledger), each tested where it is made: resuming a sweep after a stop or a
 move rests on them, and the slow sweep tests meet them only in rare timings.
 
-  the parent run a sweep keeps when several exist    read(); Claim._parent, after a race (find_parent)
+  the parent run a sweep keeps when several exist    read(); Hold._parent, after a race (find_parent)
   which unfinished run of a job is continued         read(): the latest, by (start_time, run_id)
   the outcome a job counts with in the parent's counts   Ledger.earlier: once a job, the first of ENDED
-  a run left RUNNING that carries an outcome         read(): done, and closed by Claim._read with its status
-  a finished job is never resumed                    read() and Claim.pending(), even with a later run open
+  a run left RUNNING that carries an outcome         read(): done, and closed by Hold._read with its status
+  a finished job is never resumed                    read() and Hold.pending(), even with a later run open
 
 read() takes runs as the store returns them (newest first); each test of read() gives them in both orders,
 so that what it keeps follows from the runs, not from their order.
@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from support.sweeps import sweep_jobs
 
 from config.grid import Job
-from sweeper.ledger import Claim, read
+from sweeper.ledger import Hold, read
 from tracking import store
 from tracking.names import (
     CHECKPOINT_STEP,
@@ -141,11 +141,11 @@ def test_read_never_resumes_a_finished_job():
         assert ledger.unfinished == {} and ledger.resume_from == {}
 
 
-# ---- the same decisions where Claim makes them, on a real SQLite store ----
+# ---- the same decisions where Hold makes them, on a real SQLite store ----
 
 
-def new_claim(uri: str) -> Claim:
-    return Claim(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri))
+def new_hold(uri: str) -> Hold:
+    return Hold(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri))
 
 
 def jobs_of(uri: str) -> list[Job]:
@@ -154,20 +154,20 @@ def jobs_of(uri: str) -> list[Job]:
     )
 
 
-def stored(client: MlflowClient, claim: Claim, start: int, name: str = "a job", **tags: str) -> str:
-    """The id of a new run in the claim's experiment, started at `start` (ms since the epoch)."""
-    return client.create_run(claim.experiment, start_time=start, run_name=name, tags=tags).info.run_id
+def stored(client: MlflowClient, hold: Hold, start: int, name: str = "a job", **tags: str) -> str:
+    """The id of a new run in the hold's experiment, started at `start` (ms since the epoch)."""
+    return client.create_run(hold.experiment, start_time=start, run_name=name, tags=tags).info.run_id
 
 
 @pytest.mark.parametrize("other_started", [1000, 2**42], ids=["before", "after"])  # 1970, 2109
 def test_of_two_parent_runs_made_at_once_both_drivers_keep_the_older(sqlite_uri, other_started):
     """Between a driver's read (no parent run yet) and the parent run it makes, another driver made one: each
     keeps the older (find_parent); this driver deletes its own when it is the younger."""
-    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
-    assert claim.ledger.parent is None
-    other = stored(client, claim, other_started, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
-    kept, created = claim._parent()
-    active = {r.info.run_id for r in client.search_runs([claim.experiment])}
+    client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
+    assert hold.ledger.parent is None
+    other = stored(client, hold, other_started, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
+    kept, created = hold._parent()
+    active = {r.info.run_id for r in client.search_runs([hold.experiment])}
     if other_started == 1000:
         assert (kept, created) == (other, False) and active == {other}
     else:
@@ -177,33 +177,33 @@ def test_of_two_parent_runs_made_at_once_both_drivers_keep_the_older(sqlite_uri,
 def test_a_driver_that_made_a_parent_run_and_one_that_read_it_keep_the_same(sqlite_uri):
     """Of parent runs started at once, find_parent (a driver that made one) and read (a driver that found
     them) keep the same, the smallest run id: else two drivers would lock different parent runs."""
-    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
-    tied = [stored(client, claim, 1000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME}) for _ in range(3)]
-    stored(client, claim, 2000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
-    found = find_parent(client, claim.experiment, SWEEP_NAME)
+    client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
+    tied = [stored(client, hold, 1000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME}) for _ in range(3)]
+    stored(client, hold, 2000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
+    found = find_parent(client, hold.experiment, SWEEP_NAME)
     assert found == min(tied)
-    assert read(store.search(client, [claim.experiment]), SWEEP_NAME).parent.info.run_id == found
+    assert read(store.search(client, [hold.experiment]), SWEEP_NAME).parent.info.run_id == found
 
 
-def test_a_claim_closes_a_run_left_running_with_an_outcome_and_skips_its_job(sqlite_uri):
-    """A run RUNNING with an outcome tag (its driver died before closing it): the claim closes it with the
+def test_a_hold_closes_a_run_left_running_with_an_outcome_and_skips_its_job(sqlite_uri):
+    """A run RUNNING with an outcome tag (its driver died before closing it): the hold closes it with the
     outcome's status, and its job is not run again."""
-    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
-    diverged, other = claim.jobs
-    left = stored(client, claim, 1000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: diverged.key, OUTCOME: DIVERGED})
-    claim = new_claim(sqlite_uri)
+    client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
+    diverged, other = hold.jobs
+    left = stored(client, hold, 1000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: diverged.key, OUTCOME: DIVERGED})
+    hold = new_hold(sqlite_uri)
     assert client.get_run(left).info.status == "FAILED"
-    assert claim.pending() == [other]
+    assert hold.pending() == [other]
 
 
-def test_a_claim_never_resumes_a_finished_job(sqlite_uri):
+def test_a_hold_never_resumes_a_finished_job(sqlite_uri):
     """A job a plain `sweeper.train` finished, with a later run of this sweep left open: the job is done,
     neither pending nor continued."""
-    client, claim = MlflowClient(sqlite_uri), new_claim(sqlite_uri)
-    done, other = claim.jobs
-    trained = stored(client, claim, 1000, **{CONFIG_HASH: done.key, OUTCOME: FINISHED})
+    client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
+    done, other = hold.jobs
+    trained = stored(client, hold, 1000, **{CONFIG_HASH: done.key, OUTCOME: FINISHED})
     client.set_terminated(trained, "FINISHED")
-    stored(client, claim, 2000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: done.key, TUNE_CHECKPOINT: "/ckpt/1"})
-    claim = new_claim(sqlite_uri)
-    assert claim.pending() == [other]
-    assert claim.ledger.unfinished == {} and claim.ledger.resume_from == {}
+    stored(client, hold, 2000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: done.key, TUNE_CHECKPOINT: "/ckpt/1"})
+    hold = new_hold(sqlite_uri)
+    assert hold.pending() == [other]
+    assert hold.ledger.unfinished == {} and hold.ledger.resume_from == {}

@@ -1,4 +1,4 @@
-"""cluster.pack=shapes: the sweep packs every model of one shape (training.packed.SHARED_KEYS), up to
+"""cluster.pack=shapes: the sweep packs every model of one shape (config.schema.SHARED_KEYS), up to
 cluster.pack_size, into one trial (sweeper.work.packs_of); bad values are refused before anything runs."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from omegaconf import DictConfig, OmegaConf
 from config import grid
 from config.compose import compose
 from config.identity import config_hash
-from config.schema import ConfigError
+from config.schema import SHARED_KEYS, ConfigError
 from sweeper.sweep import load
 from sweeper.work import packs_of
-from training.packed import SHARED_KEYS, check_packable
+from training.packed import check_packable
 
 
 @pytest.fixture(scope="module")

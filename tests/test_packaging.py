@@ -330,15 +330,85 @@ def test_bench_names_no_sweeper_module_in_a_string():
                 assert not named, f"{path.relative_to(REPO)} names {named}"
 
 
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Each module of `package` -> the modules of `package` it imports, at the top or under TYPE_CHECKING
+    alike (`from pkg import mod` imports pkg.mod, not pkg's __init__)."""
+    files = {
+        ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (REPO / package).rglob("*.py")
+    }
+    graph = {}
+    for name, path in files.items():
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                wanted = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                    for a in node.names
+                ]
+            elif isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            else:
+                continue
+            graph[name].update(m for m in wanted if m in files and m != name)
+    return graph
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_no_import_circle_inside_a_package(package):
+    """A module's imports inside its package lead never back to it: each idea stands on the ones below it."""
+    graph = module_imports(package)
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            assert name != start, f"{start} imports itself back through its package's modules"
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph[name])
+
+
+def lookups_by_name(folder: str) -> set[str]:
+    """First-party modules the code under `folder` reaches by a name in a string: `sys.modules[NAME]`,
+    `sys.modules.get(NAME)`, `importlib.import_module(NAME)`, `__import__(NAME)` (no import to show it)."""
+    ours = tuple(top_level_packages())
+    found = set()
+    for path in (REPO / folder).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules":
+                names = [node.slice]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                "sys.modules.get",
+                "importlib.import_module",
+                "__import__",
+            ):
+                names = node.args[:1]
+            else:
+                continue
+            constants = (n.value for n in names if isinstance(n, ast.Constant) and isinstance(n.value, str))
+            found.update(name for name in constants if name.split(".")[0] in ours)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_no_package_reaches_above_itself_by_name(package):
+    """A lookup by name is an import the import graph cannot see: cli/ once reached tracking.store through
+    sys.modules. The error that needs tracking's explanation now carries it (cli.exit_codes.attach)."""
+    allowed = MAY_IMPORT[package]
+    wrong = sorted(m for m in lookups_by_name(package) if m.split(".")[0] not in allowed)
+    assert not wrong, f"{package}/ reaches {wrong} by name; it may use only {sorted(allowed)}"
+
+
 TRAIN_TINY = (
     "from config.compose import compose; from tracking.recorder import MemoryRecorder; "
     "from training.loop import train; import tempfile; "
     "train(compose(['task.n=16', 'train.steps=4', 'train.eval_every=2', 'train.val_batches=1', "
     "'train.batch=2']), MemoryRecorder(), tempfile.mkdtemp())"
 )
+# The driver packs by shape with config.schema.SHARED_KEYS, not through training.packed (torch).
 DRIVER = (
     "import sweeper.sweep, sweeper.ledger, sweeper.work, sweeper.cluster, sweeper.session, sweeper.tune, "
-    "sweeper.writer, sweeper.trial"
+    "sweeper.writer, sweeper.trial; sweeper.work.packs_of([], set(), 'shapes', 2)"
 )
 DRY_RUN = (
     "import runpy; sys.argv = ['sweeper.sweep', 'sweep=paper', 'sweep.dry_run=true']; "

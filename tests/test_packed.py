@@ -21,6 +21,7 @@ from support.configs import PACKABLE as TINY
 
 from config.compose import compose
 from config.identity import config_hash
+from config.run import RunSpec
 from models.stacked import StackedTransformer
 from models.transformer import ClusteringTransformer
 from tracking.names import DIVERGED, DIVERGED_AT, FINISHED, LR, OUTCOME, TRAIN_LOSS, VAL_KMEANS, VAL_REL_LLOYD
@@ -29,9 +30,10 @@ from training.adam import AdamState, PackedAdam
 from training.checkpoint import last_path, load
 from training.faults import Fault, Faults
 from training.fused import Pack
-from training.loop import Trainer, Validation, train
+from training.loop import train
 from training.packed import check_packable, train_pack
 from training.plateau import Plateau
+from training.trainer import Trainer, Validation
 
 # Two seeds of one configuration, and configurations differing in tau, regularizer, lr, family;
 # the last one diverges (the test-only NaN fault, training.faults) at step 5 and must leave the others
@@ -175,10 +177,10 @@ def test_packed_forward_is_each_model_forward() -> None:
 
 
 def test_pack_validation_is_each_model_validation() -> None:
-    """Pack.validate (all models in one pass) against training.loop.Validation of each model, 3 steps in."""
+    """Pack.validate (all models in one pass) against each model's training.trainer.Validation, 3 steps in."""
     cfgs = [compose(TINY + extra) for extra in MEMBERS[:3]]
     device = torch.device("cpu")
-    trainers = [Trainer(cfg, device) for cfg in cfgs]
+    trainers = [Trainer(RunSpec.of(cfg), device) for cfg in cfgs]
     validations = [Validation(cfg, device) for cfg in cfgs]
     pack = Pack(trainers, validations)
     for _ in range(3):

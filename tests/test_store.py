@@ -36,7 +36,7 @@ from analysis import report
 from analysis.runs import histories, load_runs
 from config.compose import compose
 from sweeper.sweep import main as sweep_main
-from tracking import metric_points, store
+from tracking import metric_points, sqlite_guard, store
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import (
     CONFIG_HASH,
@@ -164,8 +164,8 @@ def test_a_sweep_waits_for_a_store_another_process_is_creating(
     try:
         # let go a second after the sweep met its unfinished store: well within the sweep's QUIET_S
         resume = lambda: (time.sleep(1), os.kill(creator.pid, signal.SIGCONT))  # noqa: E731
-        when(lambda: running(main, "check_sqlite"), resume, ready, every=0.05)
-        with caplog.at_level(logging.WARNING, logger=store.__name__):
+        when(lambda: running(main, "check_file"), resume, ready, every=0.05)
+        with caplog.at_level(logging.WARNING, logger=sqlite_guard.__name__):
             code = sweep_main(
                 [*ONE_TRIAL, ray_cluster, f"tracking.uri={uri}", f"cluster.storage={tmp_path}/ray"]
             )
@@ -210,18 +210,18 @@ def running(thread: threading.Thread, function: str) -> bool:
 
 @pytest.mark.slow
 def test_a_new_store_two_processes_create_at_once_is_opened(tmp_path, caplog) -> None:
-    """connect found the file empty a moment ago and creates it (_open_new) while another MLflow client does
-    too: MLflow then fails in one of the two. Here it fails in this one (the other holds SQLite's write lock
-    longer than MLflow waits for it), which then waits for the other's store and opens it."""
+    """connect found the file empty a moment ago and creates it (SqliteGuard.open_new) while another MLflow
+    client does too: MLflow then fails in one of the two. Here it fails in this one (the other holds SQLite's
+    write lock longer than MLflow waits for it), which then waits for the other's store and opens it."""
     db, done = tmp_path / "mlflow.db", threading.Event()
     creator = stop_while_writing(db)
     main = threading.current_thread()
     # let go once this process's MLflow failed and it watches the store: well within QUIET_S
     resume = lambda: (time.sleep(1), os.kill(creator.pid, signal.SIGCONT))  # noqa: E731
-    when(lambda: running(main, "check_sqlite"), resume, done, every=0.05)
+    when(lambda: running(main, "check_file"), resume, done, every=0.05)
     try:
-        with caplog.at_level(logging.WARNING, logger=store.__name__):
-            client = store._open_new(f"sqlite:///{db}")
+        with caplog.at_level(logging.WARNING, logger=sqlite_guard.__name__):
+            client = sqlite_guard.SqliteGuard(f"sqlite:///{db}").open_new()
     finally:
         done.set()
         os.kill(creator.pid, signal.SIGCONT)
@@ -261,7 +261,7 @@ def test_an_older_store_is_refused_until_upgraded(tmp_path: Path) -> None:
         f"tracking store {uri} has MLflow schema {previous}, older than this MLflow's {head}: back the file "
         f"up, then run `mlflow db upgrade {uri}`"
     )
-    assert time.monotonic() - started >= store.QUIET_S  # watched before it was judged
+    assert time.monotonic() - started >= sqlite_guard.QUIET_S  # watched before it was judged
     from mlflow.db import commands
 
     upgraded = CliRunner().invoke(commands, ["upgrade", uri])  # `mlflow db upgrade URI`, in this process

@@ -26,6 +26,7 @@ from support.repo import REPO, subprocess_env
 
 from analysis import claims, report
 from cli import exit_codes
+from cli.entry import command
 from config.compose import compose
 from sweeper import rerun, sweep, train
 from tracking.mlflow_recorder import MlflowRecorder
@@ -264,9 +265,9 @@ def test_report_and_claims_read_a_read_only_store(read_only_store, tmp_path):
 
 
 def test_a_sqlalchemy_error_whose_cause_was_cut_still_names_the_store(tmp_path):
-    """MLflow failing while it creates a store is re-raised `from None` (tracking.store._open_new): the
-    SQLite error is then only SQLAlchemy's .orig. Seen as a 139-line traceback, exit 1, from a train whose
-    new store was truncated while MLflow migrated it."""
+    """MLflow failing while it creates a store is re-raised `from None` (SqliteGuard.open_new): the SQLite
+    error is then only SQLAlchemy's .orig. Seen as a 139-line traceback, exit 1, from a train whose new store
+    was truncated while MLflow migrated it. The SQLAlchemy error itself carries the explanation."""
     import sqlalchemy
 
     from tracking import store
@@ -281,13 +282,38 @@ def test_a_sqlalchemy_error_whose_cause_was_cut_still_names_the_store(tmp_path):
     except sqlalchemy.exc.DatabaseError as err:
         try:
             try:
-                raise store.TrackingError("no other process at work on it")  # check_sqlite's answer
+                raise store.TrackingError("no other process at work on it")  # check_file's answer
             except store.TrackingError:
-                raise err from None  # as _open_new does: its context becomes the TrackingError
+                raise err from None  # as open_new does: its context becomes the TrackingError
         except sqlalchemy.exc.DatabaseError as cut:
             assert cut.__cause__ is None and isinstance(cut.__context__, store.TrackingError)
-            explained = store.explain(cut)
+            explained = exit_codes.explained(cut)
     finally:
         engine.dispose()
     assert isinstance(explained, store.TrackingError), explained
     assert str(explained).startswith(f"tracking store sqlite:///{db}: SQLite says 'file is not a database'")
+
+
+def test_a_store_damaged_after_it_was_opened_is_named_among_two(tmp_path, _empty_store, capsys):
+    """Two stores opened in one process (a notebook, a test's): a SQLite error of the first names the first,
+    not the one opened last; through a command's error path, one line and exit code 4."""
+    from tracking import store
+
+    first, second = (tmp_path / name / "mlflow.db" for name in ("first", "second"))
+    for db in (first, second):
+        db.parent.mkdir()
+        shutil.copyfile(_empty_store, db)
+    client = store.connect(f"sqlite:///{first}")
+    store.connect(f"sqlite:///{second}")
+    first.write_bytes(os.urandom(8192))
+
+    @command("leaner-probe", show_config=str)
+    def main(argv: list[str]) -> int:
+        client.search_experiments()
+        return 0
+
+    assert main([]) == exit_codes.TRACKING
+    assert capsys.readouterr().err == (
+        f"error: tracking store sqlite:///{first}: SQLite says 'file is not a database': the file is "
+        "damaged: restore it from a backup, or set tracking.uri to another store\n"
+    )

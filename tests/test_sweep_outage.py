@@ -1,4 +1,5 @@
-"""A tracking-server outage mid-sweep: the MLflow server (on PostgreSQL) paused, stopped and started again.
+"""A tracking-server outage mid-sweep: the MLflow server (on PostgreSQL) paused, stopped and started again;
+the PostgreSQL server of a sweep that writes to the database itself, stopped and started again.
 
 The sweep driver runs as a subprocess attached to a running Ray cluster (the session's), whose MLflow
 client gives up after one retry (MLflow's own environment variables): its window is a few seconds, so a
@@ -9,10 +10,13 @@ the sweep through; tracking.outage_s bounds that.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED
@@ -116,6 +120,52 @@ def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, r
     assert text.count("tracking: MLflow server") == 2, text[-3000:]  # said once when it went, once when back
     assert "back after" in text
     check_store(pg_server.uri, experiment, LONG, "outage outlasted")
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL server (pgserver) of the test's own, to stop and start: the session's may be the
+    machine's ($LEANER_TEST_POSTGRES_URI), and other tests of this worker share it."""
+    import pgserver
+
+    root = Path(tempfile.mkdtemp(prefix="pg-", dir="/tmp"))  # not under pytest's folder: see conftest
+    try:
+        with pgserver.get_server(root, cleanup_mode="stop") as server:
+            server.psql("CREATE DATABASE mlflow;")
+            yield server
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_database_restart_mid_sweep_is_waited_out(own_postgres, ray_cluster, tmp_path):
+    """tracking.uri=postgresql://...: no MLflow server between the driver and the database, whose restart
+    the driver waits out as it does a server's (within tracking.outage_s)."""
+    uri, experiment, log = own_postgres.get_uri("mlflow"), "db-outage", tmp_path / "sweep.log"
+    overrides = on_server(LONG, ray_cluster, f"'{uri}'", experiment, tmp_path)  # quoted: ?host=/tmp/...
+    # In its own folder: a database store keeps artifacts in ./mlruns of the driver's working directory.
+    driver = start_sweep(overrides, log, env={**subprocess_env(), **PACED}, cwd=tmp_path)
+    try:
+        # The driver creates MLflow's tables first: two clients creating them at once collide in PostgreSQL.
+        wait_for(lambda: "to run" in log.read_text(), driver, 300, "the driver opened the store")
+        wait_for(lambda: interrupted_runs(uri, "smoke", experiment), driver, 300, "a trial checkpointed")
+        postmaster = psutil.Process(own_postgres.get_pid())
+        postmaster.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown: clients are cut off
+        postmaster.wait(60)
+        before = checkpoints(tmp_path / "ray")
+        wait_for(
+            lambda: "unreachable" in log.read_text() and checkpoints(tmp_path / "ray") - before,
+            driver,
+            300,
+            "the driver noticed the database gone while trials kept checkpointing",
+        )
+        own_postgres.ensure_postgres_running()
+        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        kill_group(driver)
+    text = log.read_text()
+    assert text.count("tracking: database") == 2, text[-3000:]  # said once when it went, once when back
+    assert "back after" in text
+    check_store(uri, experiment, LONG, "database restart outlasted")
 
 
 def on_server(sweep: list[str], ray_cluster: str, uri: str, experiment: str, tmp_path: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""The sweep's claim on its ledger (sweeper.ledger.Claim) and its session (sweeper.session.Session) on a
+"""The sweep's hold on its ledger (sweeper.ledger.Hold) and its session (sweeper.session.Session) on a
 real SQLite store: a sweep's start reads the store once, whatever it finds there; the lock reads it again
 only when another driver ran the sweep since; and Tune keeps nothing of the sweep's objects."""
 
@@ -13,7 +13,7 @@ from ray import cloudpickle  # what Tune pickles its state with
 from support.sweeps import sweep_jobs
 
 from sweeper.budget import Account, Budget
-from sweeper.ledger import Claim
+from sweeper.ledger import Hold
 from sweeper.session import Session
 from sweeper.tune import trial_dirname, trial_name
 from sweeper.work import TRIAL, TrialId, Work
@@ -41,15 +41,15 @@ def jobs_of(uri: str):
     )
 
 
-def open_claim(uri: str) -> tuple[Claim, CountingClient]:
+def open_hold(uri: str) -> tuple[Hold, CountingClient]:
     client = CountingClient(uri)
-    return Claim(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri), client=client), client
+    return Hold(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri), client=client), client
 
 
 def test_a_sweep_start_reads_the_store_once(sqlite_uri):
     jobs = jobs_of(sqlite_uri)
     assert len(jobs) == 2
-    record, client = open_claim(sqlite_uri)  # a new sweep: nothing stored yet
+    record, client = open_hold(sqlite_uri)  # a new sweep: nothing stored yet
     assert client.searches == [""]  # one search of the whole experiment
     assert record.pending() == jobs and record.ledger.parent is None
     with record.locked():
@@ -70,7 +70,7 @@ def test_a_sweep_start_reads_the_store_once(sqlite_uri):
             unfinished = run.info.run_id
     store.set_terminated(parent, "KILLED")
 
-    record, client = open_claim(sqlite_uri)  # the restart
+    record, client = open_hold(sqlite_uri)  # the restart
     assert client.searches == [""]
     assert record.ledger.parent.info.run_id == parent
     assert record.ledger.done == {done.key} and record.pending() == [resumed]
@@ -83,10 +83,10 @@ def test_a_sweep_start_reads_the_store_once(sqlite_uri):
 
 
 def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(sqlite_uri):
-    first, _ = open_claim(sqlite_uri)
+    first, _ = open_hold(sqlite_uri)
     with first.locked():
         parent = first.parent_id
-    record, client = open_claim(sqlite_uri)
+    record, client = open_hold(sqlite_uri)
     # Another driver, between this one's read and its lock, ran the last job and finished the sweep.
     job = record.jobs[0]
     tags = {SWEEP: SWEEP_NAME, CONFIG_HASH: job.key, OUTCOME: FINISHED, MLFLOW_PARENT_RUN_ID: parent}
@@ -100,8 +100,8 @@ def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(s
 
 
 def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
-    claim, _ = open_claim(sqlite_uri)
-    session = Session(claim, Work({}, ()), 5, Budget.from_now(60), Account.of([], 1, set(), {}))
+    hold, _ = open_hold(sqlite_uri)
+    session = Session(hold, Work({}, ()), 5, Budget.since_start(60), Account.of([], 1, set(), {}))
     halt = session.halt
     for obj in (session, halt):
         assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue

@@ -13,10 +13,10 @@ from support.repo import REPO
 
 from cli.entry import CONFIG_DIR_ENV
 from config import grid
-from config.compose import compose, group_options, user_config_dirs
+from config.compose import compose, group_options, sweep_names, user_config_dirs
 from config.identity import config_hash
 from config.schema import ConfigError
-from sweeper.sweep import load, sweep_names
+from sweeper.sweep import load
 from sweeper.sweep import main as sweep_main
 from sweeper.train import main as train_main
 from sweeper.work import trial_overrides
@@ -61,7 +61,7 @@ def test_a_user_directory_adds_sweeps_and_options_and_is_searched_first(user_dir
     assert list(compose([*searched, "sweep=smoke"]).sweep.seeds) == [9]  # the user's smoke, not conf/'s
     assert list(compose(["sweep=smoke"]).sweep.seeds) == [153476998, 235510766]
     assert group_options("model", user_config_dirs(searched)) == ["paper", "wide"]
-    assert "mine" in sweep_names(searched) and "mine" not in sweep_names()
+    assert "mine" in sweep_names(user_config_dirs(searched)) and "mine" not in sweep_names()
     with pytest.raises(ConfigError, match=r"model=tall is not allowed: choose one of paper, wide"):
         compose([*searched, "model=tall"])
     with pytest.raises(ConfigError, match=r"^the defaults lists of sweep=loop .* include themselves"):

@@ -8,8 +8,8 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from tracking import store
-from tracking.store import TrackingError
+from tracking import store, view
+from tracking.errors import TrackingError
 
 
 class MlflowRecorder:
@@ -28,9 +28,9 @@ class MlflowRecorder:
     ) -> str:
         tags = {**tags, **self.extra_tags}
         if run_id is None:
-            run = self.client.create_run(
-                store.ensure_experiment(self.client, self.experiment), run_name=name, tags=tags
-            )
+            experiment = store.ensure_experiment(self.client, self.experiment)
+            view.install(self.client, experiment)
+            run = self.client.create_run(experiment, run_name=name, tags=tags)
             self.run_id = run.info.run_id
             self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
             return self.run_id

@@ -10,13 +10,12 @@ page's git commit).
 
 from __future__ import annotations
 
-import functools
 import getpass
 import sys
 
 from omegaconf import DictConfig
 
-from config.identity import configuration_name, operational_values
+from config.run import RunSpec
 from tracking.names import (
     CONFIGURATION,
     EVALUATION_LINK,
@@ -32,7 +31,7 @@ from tracking.recorder import git_commit
 from tracking.view import EMBEDDING_COLORS
 
 
-def training_tags(cfg: DictConfig, gpu_model: str | None) -> dict[str, str]:
+def training_tags(run: RunSpec, gpu_model: str | None) -> dict[str, str]:
     """The configuration (seed-free), the run's description, where it comes from and where and how it ran
     (train.device, tracking.uri, cluster.*: every config value that is no param; the GPU's model when it
     trains on one, `gpu_model`, None on a CPU).
@@ -40,11 +39,11 @@ def training_tags(cfg: DictConfig, gpu_model: str | None) -> dict[str, str]:
     In a sweep the driver, which opens the trials' runs, overrides the source tags with its own.
     """
     return {
-        CONFIGURATION: configuration_name(cfg),
-        MLFLOW_RUN_NOTE: description(cfg),
-        UI_RUN_COLOR: EMBEDDING_COLORS[cfg.model.embedding],
+        CONFIGURATION: run.configuration,
+        MLFLOW_RUN_NOTE: description(run.cfg),
+        UI_RUN_COLOR: EMBEDDING_COLORS[run.cfg.model.embedding],
         **source_tags(),
-        **operational_values(cfg),
+        **run.operational,
         **({GPU_MODEL: gpu_model} if gpu_model else {}),
     }
 
@@ -64,12 +63,8 @@ def description(cfg: DictConfig) -> str:
 
 
 def source_tags() -> dict[str, str]:
-    """Who ran what, from which code: this process's entry point, user and git commit."""
-    return dict(_source())
-
-
-@functools.cache  # one git call per process, not one per run a sweep opens
-def _source() -> tuple[tuple[str, str], ...]:
+    """Who ran what, from which code: this process's entry point, user and git commit (a git call: the sweep's
+    writer asks once, not once per run it opens)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     entry = spec.name if spec else getattr(main, "__file__", None) or "python"
@@ -77,12 +72,12 @@ def _source() -> tuple[tuple[str, str], ...]:
         user = getpass.getuser()
     except (KeyError, OSError):  # a container user without a passwd entry
         user = "unknown"
-    return (
-        (MLFLOW_SOURCE_NAME, entry),
-        (MLFLOW_SOURCE_TYPE, "LOCAL"),
-        (MLFLOW_USER, user),
-        (MLFLOW_GIT_COMMIT, git_commit()),
-    )
+    return {
+        MLFLOW_SOURCE_NAME: entry,
+        MLFLOW_SOURCE_TYPE: "LOCAL",
+        MLFLOW_USER: user,
+        MLFLOW_GIT_COMMIT: git_commit(),
+    }
 
 
 def evaluation_link(name: str, evaluation_run_id: str) -> tuple[str, str]:

@@ -138,8 +138,10 @@ def envelope(view: dict, now_ms: int) -> str:
     )
 
 
-def install(client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> None:
-    """Tag the experiment with the view unless its tags (`tags`) already hold this state."""
+def install(client: MlflowClient, experiment_id: str) -> None:
+    """Tag the experiment with the view unless it already holds this state (tracking.store.ensure_experiment
+    gets the experiment; this step gives it the view the printed link opens)."""
+    tags = client.get_experiment(experiment_id).tags
     try:
         if json.loads(tags.get(TAG, "{}")).get("state") == json.dumps(state(), sort_keys=True):
             return

@@ -3,7 +3,7 @@
 A run's workdir holds last.pt (written at every evaluation), best.pt (the
 evaluation with the lowest val_rel_lloyd so far) and run_id (its tracking
 run). A checkpoint is a plain dict of tensors and Python values
-(training.loop.Trainer.state), so it loads with torch.load(weights_only=True).
+(training.trainer.Trainer.state), so it loads with torch.load(weights_only=True).
 
 A damaged last.pt (truncated, overwritten, not a checkpoint) is an error
 only when the user asked to continue it strictly (train.resume=must; exit 5

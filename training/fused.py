@@ -35,7 +35,7 @@ from training.adam import PackedAdam
 from training.host_memory import keep_freed_memory
 
 if TYPE_CHECKING:
-    from training.loop import Trainer, Validation
+    from training.trainer import Trainer, Validation
 
 # The stacked weights and their gradients are views into flat (P, N) tensors (models.stacked); autograd warns
 # that such strided views miss its preferred layout, then adds into them in place as intended.
@@ -87,11 +87,11 @@ _COMPILED: dict[
 
 
 class Pack:
-    """The models of `trainers` (training.loop.Trainer, one shape: training.packed.SHARED_KEYS) as one.
+    """The models of `trainers` (training.trainer.Trainer, one shape: training.packed.SHARED_KEYS) as one.
 
     Built from the trainers' current state (fresh or restored); Pack.store writes
     a model's state back into its trainer, for its checkpoint. `validations`
-    (training.loop.Validation, one per trainer) are needed only by validate;
+    (training.trainer.Validation, one per trainer) are needed only by validate;
     `hook` (tests only: training.faults) sees every step's losses.
     """
 
@@ -153,7 +153,7 @@ class Pack:
         self.step_of += 1
         loss = self._loss(X, self.stacked.forward(X, C0))
         if self.hook:  # tests only
-            loss = self.hook([tr.key for tr in self.trainers], self.now(), loss)
+            loss = self.hook([tr.run_spec.key for tr in self.trainers], self.now(), loss)
         self.stacked.grad.zero_()
         # The models are independent, so the gradient of the sum is each model's own gradient.
         loss.sum().backward()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from training.loop import cuda_index, pick_device
+from training.device import cuda_index, pick_device
 
 
 def trial_device(name: str, share: float) -> torch.device:

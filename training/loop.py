@@ -7,14 +7,13 @@ checkpoint is written, from which the same command resumes after a crash.
 
 One loop (train_models) trains a list of models on one code path: alone, a
 pack of one (train); packed, several that share one fused step
-(training.fused, training.packed).
+(training.fused, training.packed). Each model's state is a training.trainer.Trainer.
 """
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,13 +21,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from config.compose import validate
-from config.identity import config_hash, flat_params, run_config, run_name
-from config.schema import ConfigError
-from models.lloyd import lloyd_step
-from models.losses import kmeans_objective
-from models.transformer import ClusteringTransformer
-from tasks.sampler import TaskSpec, validation_tasks
+from config.identity import config_hash
+from config.run import RunSpec
 from tracking.names import (
     BAD_CHECKPOINT,
     BEST_VAL_REL_LLOYD,
@@ -50,12 +44,11 @@ from tracking.names import (
 from tracking.recorder import Recorder, git_commit
 from tracking.run_tags import training_tags
 from training import checkpoint
-from training.adam import AdamState
-from training.checkpoint import CheckpointError
 from training.determinism import set_deterministic, warn_if_compiled
+from training.device import gpu_model, pick_device
 from training.faults import from_environment
 from training.fused import Pack, StepHook
-from training.plateau import Plateau
+from training.trainer import Trainer, Validation
 
 OnEval = Callable[[int, dict, Path], None]  # train(): (step, metrics, workdir) after each evaluation
 OnRound = Callable[[int, dict[Path, dict]], None]  # train_models(): (step, {workdir: metrics}) per round
@@ -75,161 +68,9 @@ class TrainResult:
     cause: str = ""  # why a diverged run diverged, in words: NON_FINITE or its final objective past n * d
 
 
-@dataclass
-class Progress:
-    """What the loop carries from step to step beyond model and optimizer (checkpointed)."""
-
-    step: int = 0
-    best_val: float = math.inf
-    window: list[float] = field(default_factory=list)  # batch losses since the last train_loss point
-    history: dict[str, list[list[float]]] = field(
-        default_factory=dict
-    )  # metric -> [[step, value]], for curves.png
-    metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
-
-
-def pick_device(name: str, key: str = "train.device") -> torch.device:
-    """The device `name` (auto: CUDA when present) on this machine; ConfigError naming `key` when this
-    machine lacks it (torch would fail later, at the first tensor moved there)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (device.index or 0) >= count:
-            allowed = f"cpu, auto, cuda or cuda:0 to cuda:{count - 1}" if count else "cpu or auto"
-            raise ConfigError(
-                f"{key}={name} is not allowed on this machine, which has {count} visible CUDA devices: "
-                f"choose {allowed}"
-            )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(
-            f"{key}={name} is not allowed on this machine, which has no MPS: choose cpu or auto"
-        )
-    return device
-
-
-def cuda_index(device: torch.device) -> int:
-    """The index of CUDA `device`; pick_device's cuda has none, which means the current device, and calls such
-    as torch.cuda.set_per_process_memory_fraction refuse a device without one."""
-    return torch.cuda.current_device() if device.index is None else device.index
-
-
-def gpu_model(device: torch.device) -> str | None:
-    """The model of the GPU `device` is (a run's gpu_model tag); None off CUDA."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
-
-
-def task_spec(cfg: DictConfig) -> TaskSpec:
-    return TaskSpec(**OmegaConf.to_container(cfg.task))
-
-
 def default_workdir(cfg: DictConfig) -> Path:
     """Where the CLI checkpoints a run: restarting the same command finds it again."""
     return Path(cfg.train.workdir) / config_hash(cfg)
-
-
-class Validation:
-    """The run's fixed validation set, with the one-Lloyd-step objectives computed once."""
-
-    def __init__(self, cfg: DictConfig, device: torch.device) -> None:
-        batches = validation_tasks(task_spec(cfg), cfg.seed, cfg.train.val_batches, cfg.train.batch)
-        self.batches = [(X.to(device), C.to(device)) for X, C in batches]
-        self.lloyd = [kmeans_objective(X, lloyd_step(X, C)) for X, C in self.batches]
-
-    @torch.no_grad()
-    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
-        model.eval()
-        objective, ratio = [], []
-        for (X, C), lloyd in zip(self.batches, self.lloyd):
-            obj = kmeans_objective(X, model(X, C))
-            objective.append(obj)
-            ratio.append(obj / lloyd)
-        model.train()
-        return {VAL_KMEANS: torch.cat(objective).mean().item(), VAL_REL_LLOYD: torch.cat(ratio).mean().item()}
-
-
-class Trainer:
-    """One model's state: weights, Adam state, learning-rate schedule, task stream and progress.
-
-    It takes no step: a training.fused.Pack steps it (a pack of one when
-    alone), holding its weights and Adam moments while it trains and writing
-    them back here for each checkpoint (state, restore); `adam` holds the
-    learning rate its `plateau` schedule sets.
-    """
-
-    def __init__(self, cfg: DictConfig, device: torch.device) -> None:
-        self.cfg, self.device = cfg, device
-        torch.manual_seed(cfg.seed)  # model initialisation, then dropout
-        m = cfg.model
-        self.model = ClusteringTransformer(
-            cfg.task.d, cfg.task.k, m.embedding, m.gamma, m.dropout, m.qkv_mult
-        ).to(device)
-        if cfg.train.compile == "cudagraphs" and device.type != "cuda":
-            raise ConfigError(
-                f"train.compile=cudagraphs needs a CUDA device, and train.device={cfg.train.device} "
-                f"is {device}: use train.compile=inductor or off"
-            )
-        # Adam's state and schedule in torch's checkpoint format, without torch's Optimizer (training.adam).
-        self.adam = AdamState([p.shape for p in self.model.parameters()], cfg.optim.lr)
-        self.plateau = Plateau(self.adam, cfg.optim.lr_factor, cfg.optim.lr_patience)
-        # The stream of training tasks, drawn on the training device: on a GPU the host never holds a step up
-        # (so a CUDA run draws other tasks than a CPU run of the same seed; the validation set is the same).
-        self.generator = torch.Generator(device=device).manual_seed(cfg.seed)
-        self.spec = task_spec(cfg)
-        self.key = config_hash(cfg)  # the run's identity (config.identity)
-        self.progress = Progress()
-
-    def state(self, run_id: str) -> dict:
-        """The checkpoint: everything needed to continue bit-for-bit (loads with weights_only=True)."""
-        p = self.progress
-        return dict(
-            model=self.model.state_dict(),
-            optimizer=self.adam.state_dict(),
-            scheduler=self.plateau.state_dict(),
-            generator=self.generator.get_state(),
-            torch_rng=torch.get_rng_state(),
-            cuda_rng=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            cuda_rng_device=self.cuda_index(),  # which of cuda_rng trained (checkpoint.cuda_rng_states)
-            step=p.step,
-            run_id=run_id,
-            best_val=p.best_val,
-            config=run_config(self.cfg),
-            window=p.window,
-            history=p.history,
-            metrics=p.metrics,
-        )
-
-    def restore(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.adam.load_state_dict(state["optimizer"])
-        self.plateau.load_state_dict(state["scheduler"])
-        try:
-            self.generator.set_state(state["generator"])
-        except RuntimeError:  # a CPU generator's state does not fit a CUDA one, nor the other way round
-            raise CheckpointError(
-                f"the checkpoint's task stream was drawn on another kind of device than "
-                f"train.device={self.cfg.train.device} ({self.device}): resume it on the kind "
-                "it started on, or start over with train.resume=never"
-            ) from None
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and torch.cuda.is_available():  # onto the GPUs this process has
-            mapped = checkpoint.cuda_rng_states(
-                state["cuda_rng"], state.get("cuda_rng_device"), torch.cuda.device_count(), self.cuda_index()
-            )
-            for index, rng in mapped.items():
-                torch.cuda.set_rng_state(rng, index)
-        self.progress = Progress(
-            state["step"], state["best_val"], list(state["window"]), state["history"], state["metrics"]
-        )
-
-    def cuda_index(self) -> int | None:
-        """The visible index of the GPU this model trains on; None when not on CUDA."""
-        return cuda_index(self.device) if self.device.type == "cuda" else None
-
-    @property
-    def lr(self) -> float:
-        return self.adam.lr
 
 
 @dataclass
@@ -243,26 +84,23 @@ class Run:
     result: TrainResult | None = None
 
 
-def open_run(cfg: DictConfig, recorder: Recorder, workdir: Path) -> Run:
+def open_run(spec: RunSpec, recorder: Recorder, workdir: Path) -> Run:
     """Resume from workdir's checkpoints (training.checkpoint) or start afresh, and open the recorder's
     run."""
-    validate(cfg)
+    cfg = spec.cfg
+    device = pick_device(cfg.train.device)
+    gpu = gpu_model(device)
     torch.set_num_threads(cfg.train.threads)  # CPU sums depend on the thread count: fixed by the config
     set_deterministic(cfg.train.deterministic)  # before the run's first CUDA operation
+    warn_if_compiled(cfg.train.compile, cfg.train.deterministic, device)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    resume = checkpoint.resume_state(workdir, cfg.train.resume, run_config(cfg))
-    trainer = Trainer(cfg, pick_device(cfg.train.device))
-    warn_if_compiled(cfg.train.compile, cfg.train.deterministic, trainer.device)
+    resume = checkpoint.resume_state(workdir, cfg.train.resume, spec.config)
+    trainer = Trainer(spec, device)
     if resume.state:
         trainer.restore(resume.state)
-    tags = {
-        CONFIG_HASH: trainer.key,
-        SEED: str(cfg.seed),
-        GIT_COMMIT: git_commit(),
-        **training_tags(cfg, gpu_model(trainer.device)),
-    }
-    run_id = recorder.start(run_name(cfg), flat_params(cfg), tags, run_id=resume.run_id)
+    tags = {CONFIG_HASH: spec.key, SEED: str(cfg.seed), GIT_COMMIT: git_commit(), **training_tags(spec, gpu)}
+    run_id = recorder.start(spec.name, spec.params, tags, run_id=resume.run_id)
     if resume.damaged:
         recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
     checkpoint.remember_run(workdir, run_id)
@@ -312,7 +150,7 @@ def train_models(
     runs: list[Run] = []
     try:
         for cfg, recorder, workdir in zip(cfgs, recorders, workdirs):
-            runs.append(open_run(cfg, recorder, workdir))
+            runs.append(open_run(RunSpec.of(cfg), recorder, workdir))  # validated, its identity derived
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
         if not active:
             return [run.result for run in runs]

@@ -24,28 +24,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from config.identity import config_hash
+from config.schema import SHARED_KEYS
 from tracking.recorder import Recorder
 from training.fused import StepHook
 from training.loop import OnRound, TrainResult, train_models
-
-# Keys every model of a pack must share: they fix tensor shapes, the attention kernel and the step schedule.
-SHARED_KEYS = (
-    "task.n",
-    "task.d",
-    "task.k",
-    "model.embedding",
-    "model.gamma",
-    "model.dropout",
-    "model.qkv_mult",
-    "train.steps",
-    "train.batch",
-    "train.eval_every",
-    "train.log_every",
-    "train.val_batches",
-    "train.device",
-    "train.compile",
-    "train.deterministic",  # a process-wide mode (training.determinism)
-)
 
 
 def check_packable(cfgs: list[DictConfig]) -> None:

@@ -4,9 +4,11 @@ A case compares a model with its reference seed by seed: its margin is the media
 difference (model minus reference), and the case holds when that margin has the claimed sign. A case holds
 by nothing else, so a verdict is always the sign of the margin printed beside it; a case without a margin
 (no seed with a value on both sides) is not judged, neither holding nor failing. The seeds' IQR of the
-difference is printed too; a case whose IQR straddles zero is *marginal*, which informs and never changes a
-verdict. A part is one condition of a claim over its cases; one failing case makes the claim FAIL, else a
-part without cases or a case not judged makes it UNTESTED (never PASS on zero cases), else PASS, which
+difference is printed too. A case over seeds is *firm* when the sign of its margin is settled, else
+*marginal*: firm when a one-sided exact sign test of its paired differences, in the direction of its margin,
+reaches LEVEL (docs/science.md section 7.2: at least 5 seeds, all agreeing); firmness informs and never
+changes a verdict. A part is one condition of a claim over its cases; one failing case makes the claim FAIL,
+else a part without cases or a case not judged makes it UNTESTED (never PASS on zero cases), else PASS, which
 reads PARTIAL where the claim's cases leave out configurations its scope holds in the paper grid
 (analysis.claims.coverage): a claim judged on part of its scope never reads PASS.
 """
@@ -25,15 +27,21 @@ from analysis.claims.scopes import Config
 PASS, PARTIAL, FAIL, UNTESTED = "PASS", "PARTIAL", "FAIL", "UNTESTED"
 STATUSES = (PASS, PARTIAL, FAIL, UNTESTED)  # the order counts are printed in
 SHOWN = 4  # cases printed per part and outcome
+# The firmness rule's level (docs/science.md section 7.2), fixed before any run it judges: a case is firm when
+# seeds whose paired differences had median zero would agree this often in the margin's direction at most
+# this often.
+LEVEL = 0.05
 
 
 @dataclass
 class Case:
     """One comparison: `measured` in words, the margin (the median over seeds of the paired difference model
     minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge),
-    the seeds' IQR of that difference and how many seeds it rests on (0: one measurement, no seeds), and
-    the configurations its values come from (scopes.config_of; none for a probe's or a benchmark's case),
-    which tell whether a claim was judged on all of its scope."""
+    the seeds' IQR of that difference and how many seeds it rests on (0: one measurement, no seeds), of them
+    how many differ from the reference (`untied`) and how many of those on the margin's side (`agree`): the
+    sign test's counts; and the configurations its values come from (scopes.config_of; a probe's models'
+    configurations, where its rows name them; none for a benchmark's case), which tell whether a claim was
+    judged on all of its scope and which configurations more seeds would go to (analysis.seeds)."""
 
     label: str
     measured: str
@@ -42,6 +50,8 @@ class Case:
     iqr: tuple[float, float] = (math.nan, math.nan)
     configs: tuple[Config, ...] = ()
     seeds: int = 0
+    agree: int = 0
+    untied: int = 0
 
     @property
     def judged(self) -> bool:
@@ -56,19 +66,32 @@ class Case:
         return self.judged and not self.holds
 
     @property
+    def p(self) -> float:
+        """The one-sided exact sign test's p in the margin's direction: 1 for a margin of zero."""
+        return sign_p(self.agree, self.untied) if self.margin != 0 else 1.0
+
+    @property
+    def firm(self) -> bool:
+        return self.judged and self.seeds > 0 and self.p <= LEVEL
+
+    @property
     def marginal(self) -> bool:
-        return bool(self.iqr[0] < 0 < self.iqr[1])
+        """Judged over seeds, its sign not settled; a case of one measurement (no seeds) is neither."""
+        return self.judged and self.seeds > 0 and not self.firm
 
     def describe(self) -> str:
         if not self.judged:
             return f"{self.label} {self.measured} (no seed with a value on both sides)"
         if math.isnan(self.iqr[0]) and math.isnan(self.iqr[1]):  # one measurement, no seeds to spread over
             return f"{self.label} {self.measured} (margin {signed(self.margin)})"
-        mark = ", marginal" if self.marginal else ""
         return (
             f"{self.label} {self.measured} (margin {signed(self.margin)}, "
-            f"IQR [{signed(self.iqr[0])}, {signed(self.iqr[1])}]{mark})"
+            f"IQR [{signed(self.iqr[0])}, {signed(self.iqr[1])}], {self.firmness()})"
         )
+
+    def firmness(self) -> str:
+        """'4 of 5 seeds agree, marginal': the sign test's counts and its outcome."""
+        return f"{self.agree} of {self.seeds} seeds agree, {'firm' if self.firm else 'marginal'}"
 
 
 @dataclass
@@ -139,6 +162,19 @@ def iqr(diffs: np.ndarray) -> tuple[float, float]:
     return float(q25), float(q75)
 
 
+def sign_p(agree: int, untied: int) -> float:
+    """P(at least `agree` of `untied` fair coins land on one side): the one-sided exact sign test (ties,
+    differences of zero, left out); 1 without untied differences."""
+    return sum(math.comb(untied, i) for i in range(agree, untied + 1)) / 2**untied if untied else 1.0
+
+
+def signs(diffs: np.ndarray, margin: float) -> tuple[int, int]:
+    """(differences on the margin's side, differences not zero): the sign test's counts."""
+    diffs = np.asarray(diffs, dtype=float)
+    side = np.sign(margin) if not math.isnan(margin) else 0.0
+    return int((np.sign(diffs) == side).sum()) if side else 0, int((diffs != 0).sum())
+
+
 def _median(values: pd.Series) -> float:
     return float(np.median(values.to_numpy(dtype=float)))
 
@@ -168,7 +204,8 @@ def compare(
         b = float(reference)
         diffs = np.array([_margin(v, b) for v in model], dtype=float)
     margin = float(np.median(diffs)) if len(diffs) else math.nan
-    return Case(label, words.format(a=fmt(a), b=fmt(b)), margin, holds, iqr(diffs), configs, len(diffs))
+    words = words.format(a=fmt(a), b=fmt(b))
+    return Case(label, words, margin, holds, iqr(diffs), configs, len(diffs), *signs(diffs, margin))
 
 
 # The claimed signs a case is judged on: holds(margin, 0).

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from analysis.claims.cases import Case, compare, gt, iqr
+from analysis.claims.cases import Case, compare, gt, iqr, signs
 from analysis.claims.scopes import AXES, D32, EMB, EXPERIMENT, D, K, config_of
 from analysis.context import scope, varying
 from analysis.runs import config_keys
@@ -195,5 +195,6 @@ def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "on
         ends = part[part[EMB].isin((rising, steady)) & part[K].isin((ks[0], ks[-1]))]
         configs = tuple(dict.fromkeys(config_of(row) for _, row in ends.iterrows()))
         label = config_label(part.iloc[0], keys)
-        cases.append(Case(label, words, float(margin), gt, iqr(diffs), configs, len(diffs)))
+        counts = signs(diffs.to_numpy(dtype=float), margin)
+        cases.append(Case(label, words, float(margin), gt, iqr(diffs), configs, len(diffs), *counts))
     return cases

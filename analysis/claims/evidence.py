@@ -15,7 +15,7 @@ from typing import Callable
 
 import pandas as pd
 
-from analysis.claims.cases import UNTESTED, Case, Part, partial, verdict
+from analysis.claims.cases import FAIL, PARTIAL, PASS, UNTESTED, Case, Part, partial, verdict
 from analysis.claims.configurations import seed_values, summary, with_enough_seeds
 from analysis.claims.coverage import judged_on, missing
 from analysis.claims.grid import flat_history, grid_runs
@@ -60,7 +60,6 @@ class View:
     notes: list[str] = field(default_factory=list)
     probed: list[Scope] = field(default_factory=list)  # the scopes whose probes it read, in order
     read_diverged: bool = False  # a scope it read holds a diverged run
-    read_d32: bool = False  # a scope it read holds a d 32 run: its verdict says how many seeds it rests on
 
     @property
     def T(self) -> int:
@@ -76,7 +75,6 @@ class View:
         if note not in self.notes:
             self.notes.append(note)
         self.read_diverged |= bool(OUTCOME in runs and (runs[OUTCOME] == DIVERGED).any())
-        self.read_d32 |= bool(D in runs and (runs[D] == D32).any())
         return runs
 
     def finals(self, metric: str, where: Scope | None = None, logged: bool = False) -> pd.DataFrame:
@@ -124,22 +122,27 @@ class Claim:
     numbers: str  # what was measured, and what is missing
     paper: str  # the paper's words (docs/science.md section 7.1)
     source: str = ""  # where the words stand in the paper
-    marginal: int = 0  # cases whose seeds' IQR of the margin straddles zero
+    marginal: int = 0  # judged cases over seeds whose sign is not settled (cases.LEVEL)
     beyond: bool = False  # a finding beyond the paper: its own heading, not among the paper's claims
     without_diverged: str = ""  # the verdict without the diverged runs, where that differs from `status`
-    seeds: str = ""  # a d 32 verdict's seeds per judged case, "3" or "2-3"; "" for the others
+    seeds: str = ""  # the judged cases' seeds, "3" or "3-5"; "" where no case rests on seeds
     cases: int = 0  # judged cases
+    firm: int = 0  # judged cases whose sign is settled
+    rests_on_marginal: bool = False  # one marginal case turning would change the verdict (rests_on_marginal)
+    judged: tuple[tuple[str, Case], ...] = ()  # (part, case) for every case, judged or not, in part order
 
     def mark(self) -> str:
-        """What is printed beside the verdict: for a d 32 verdict how many seeds it rests on and in how many
-        cases the seeds' IQR of the paired margin straddles zero (OH had numerical issues in 3 of the paper's
-        10 trials at d 32, tau 0.1, k 25, so a verdict on 3 seeds can turn on which were drawn), else its
-        marginal cases; and the verdict it rests on diverged runs for."""
+        """What is printed beside the verdict: how many seeds it rests on and how many of its cases are
+        marginal, whether the verdict rests on one (OH had numerical issues in 3 of the paper's 10 trials at
+        d 32, tau 0.1, k 25, so a verdict on 3 seeds can turn on which were drawn), and the verdict it rests
+        on diverged runs for."""
+        marks = []
         if self.seeds:
-            straddle = f"in {self.marginal} of {self.cases} cases" if self.marginal else "in no case"
-            marks = [f"{self.seeds} seeds, the paired margin's IQR straddles zero {straddle}"]
-        else:
-            marks = [f"{self.marginal} marginal"] if self.marginal else []
+            firmness = (
+                f"{self.marginal} of {self.cases} cases marginal" if self.marginal else "every case firm"
+            )
+            rests = ", the verdict rests on a marginal case" if self.rests_on_marginal else ""
+            marks.append(f"{self.seeds} seeds, {firmness}{rests}")
         if self.without_diverged:
             marks.append(f"{self.without_diverged} without its diverged runs")
         return f" ({', '.join(marks)})" if marks else ""
@@ -181,6 +184,7 @@ def judge(record: Record, evidence: Evidence) -> Claim:
     scoped = [left_out] if left_out and status != UNTESTED else []
     numbers = "; ".join([*view.notes, *scoped, *(part.describe() for part in parts)])
     judged = [c for part in parts for c in part.cases if c.judged]
+    every = tuple((part.what, c) for part in parts for c in part.cases)
     return Claim(
         record.name,
         status,
@@ -190,9 +194,20 @@ def judge(record: Record, evidence: Evidence) -> Claim:
         marginal=sum(c.marginal for c in judged),
         beyond=record.beyond,
         without_diverged="" if alone == status else alone,
-        seeds=_seeds(judged) if view.read_d32 else "",
+        seeds=_seeds(judged),
         cases=len(judged),
+        firm=sum(c.firm for c in judged),
+        rests_on_marginal=rests_on_marginal(status, judged),
+        judged=every,
     )
+
+
+def rests_on_marginal(status: str, judged: list[Case]) -> bool:
+    """Whether one marginal case turning would change the verdict: a FAIL whose every failing case is
+    marginal, or a PASS (PARTIAL) with a marginal case among those that hold (one that fails FAILs it)."""
+    if status == FAIL:
+        return all(c.marginal for c in judged if c.fails)
+    return status in (PASS, PARTIAL) and any(c.marginal for c in judged)
 
 
 def _seeds(cases: list[Case]) -> str:

@@ -16,7 +16,7 @@ from analysis.checkpoint_eval import FINAL_METRICS, LLOYD_METHOD
 from analysis.claims.evidence import Claim, Evidence, judge
 from analysis.claims.grid import paper_grid
 from analysis.claims.records import CLAIMS
-from analysis.claims.scopes import D32, EMB, EXPERIMENT, D
+from analysis.claims.scopes import D32, EMB, EXPERIMENT, D, config_of
 from analysis.context import Context, count_once, evaluation_rows, series_labels, varying
 from analysis.eval_figures import dissimilarity
 from analysis.plot import Figure, MissingInput
@@ -30,7 +30,8 @@ METHODS = {"multistep": ("reembed", "naive")}
 
 def probe_rows(ctx: Context, runs: pd.DataFrame, evaluation: str) -> pd.DataFrame:
     """Per-seed rows of `evaluation` for these runs (cached evaluations): one series per configuration, panels
-    '<column>=<value>', and a diverged model counted as +inf at every panel and step (it beats nothing)."""
+    '<column>=<value>', and a diverged model counted as +inf at every panel and step (it beats nothing); a
+    model row's `config` names its configuration (scopes.config_of), Lloyd's is None."""
     labels, _ = series_labels(runs, varying(runs) or [EMB])
     column = PANELS[evaluation]
     frames = []
@@ -45,7 +46,9 @@ def probe_rows(ctx: Context, runs: pd.DataFrame, evaluation: str) -> pd.DataFram
         frames.append(pd.concat([rows, *lost], ignore_index=True).assign(method=method))
     rows = pd.concat(frames, ignore_index=True)
     rows.loc[rows["series"] == LLOYD, "method"] = LLOYD_METHOD
-    return rows[["panel", "series", "method", SEED, "step", "value"]]
+    configs = {labels[i]: config_of(run) for i, run in runs.iterrows()}
+    rows["config"] = [configs.get(series) for series in rows["series"]]
+    return rows[["panel", "series", "method", SEED, "step", "value", "config"]]
 
 
 def _probe(ctx: Context) -> Callable[[pd.DataFrame, str], tuple[pd.DataFrame, str]]:

@@ -1,8 +1,10 @@
 """Probe cases (pure): models evaluated on fresh tasks against Lloyd's iterations, or against their own t=1.
 
 A probe's rows are per seed: panel, series, method, seed, step, value (the mean log objective after `step`
-iterations); Lloyd's series is analysis.style.LLOYD. A claim compares the models' median over seeds after the
-same T steps, on the models the figures draw (analysis.eval_figures.PROBES).
+iterations), and where the rows name it, `config`: a model series' configuration (scopes.config_of), the
+one more seeds would go to (analysis.seeds); Lloyd's series is analysis.style.LLOYD. A claim compares the
+models' median over seeds after the same T steps, on the models the figures draw
+(analysis.eval_figures.PROBES).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ def _at(rows: pd.DataFrame, step: int, method: str) -> tuple[pd.DataFrame, pd.Da
     return models[seeds >= 2], lloyd
 
 
+def _configs(rows: pd.DataFrame, series: str) -> tuple:
+    """The configuration of a model series, as its rows name it; () where they do not."""
+    if "config" not in rows:
+        return ()
+    named = rows.loc[rows["series"] == series, "config"].dropna()
+    return (named.iloc[0],) if len(named) else ()
+
+
 def vs_lloyd(
     rows: pd.DataFrame, T: int, holds: Callable[[float, float], bool], panels=None, method: str = "reembed"
 ) -> list[Case]:
@@ -37,7 +47,8 @@ def vs_lloyd(
         if (panels is not None and panel not in panels) or panel not in lloyd.index.get_level_values(0):
             continue
         words = "{a} vs Lloyd {b}"
-        cases.append(compare(f"{panel} {series}", part.set_index(SEED)["value"], lloyd[panel], holds, words))
+        values, config = part.set_index(SEED)["value"], _configs(rows, series)
+        cases.append(compare(f"{panel} {series}", values, lloyd[panel], holds, words, config))
     return cases
 
 
@@ -52,9 +63,8 @@ def vs_step1(
         if (panels is not None and panel not in panels) or (panel, series) not in first.index.droplevel(SEED):
             continue
         words = "{b} at t=1 -> {a}"
-        cases.append(
-            compare(f"{panel} {series}", part.set_index(SEED)["value"], first[(panel, series)], holds, words)
-        )
+        values, config = part.set_index(SEED)["value"], _configs(rows, series)
+        cases.append(compare(f"{panel} {series}", values, first[(panel, series)], holds, words, config))
     return cases
 
 

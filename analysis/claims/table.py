@@ -1,5 +1,6 @@
-"""The claims written down: claims.csv (one row per claim) and claims.md (the paper's claims, then those
-beyond the paper under their own heading)."""
+"""The claims written down: claims.csv (one row per claim), claim_cases.csv (one row per case: its seeds and
+firmness) and claims.md (the paper's claims, then those beyond the paper under their own heading, then every
+case)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,60 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.claims.cases import signed
 from analysis.claims.evidence import Claim
 from tracking.names import CLAIM_COUNTS
 
-COLUMNS = ["name", "status", "numbers", "paper", "source", "marginal", "seeds", "beyond"]
+COLUMNS = [
+    "name",
+    "status",
+    "numbers",
+    "paper",
+    "source",
+    "marginal",
+    "firm",
+    "rests_on_marginal",
+    "seeds",
+    "beyond",
+]
+CASE_COLUMNS = ["claim", "status", "part", "case", "margin", "seeds", "agree", "p", "firmness", "holds"]
 
 
 def claims_table(claims: list[Claim]) -> pd.DataFrame:
-    return pd.DataFrame([asdict(c) for c in claims], columns=COLUMNS)
+    return pd.DataFrame(
+        [{k: v for k, v in asdict(c).items() if k in COLUMNS} for c in claims], columns=COLUMNS
+    )
+
+
+def cases_table(claims: list[Claim]) -> pd.DataFrame:
+    """Every case of every claim: its margin, seeds, how many agree with its sign, the sign test's p and
+    whether it is firm, marginal, one measurement (no seeds) or not judged."""
+    rows = []
+    for claim in claims:
+        for part, case in claim.judged:
+            firmness = (
+                "not judged"
+                if not case.judged
+                else "one measurement"
+                if not case.seeds
+                else "firm"
+                if case.firm
+                else "marginal"
+            )
+            rows.append(
+                [claim.name, claim.status, part, case.label, case.margin, case.seeds, case.agree]
+                + [case.p if case.seeds else float("nan"), firmness, case.holds]
+            )
+    return pd.DataFrame(rows, columns=CASE_COLUMNS)
 
 
 def write_csv(claims: list[Claim], out_dir: Path) -> Path:
-    """claims.csv (COLUMNS: seeds, a d 32 verdict's seeds per case) in the report folder."""
+    """claims.csv (COLUMNS: seeds, the judged cases' seeds) and claim_cases.csv (cases_table) in the report
+    folder; the path of claims.csv."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "claims.csv"
     claims_table(claims).to_csv(path, index=False)
+    cases_table(claims).to_csv(out_dir / "claim_cases.csv", index=False)
     return path
 
 
@@ -32,9 +72,9 @@ def _cell(text: object) -> str:
 
 
 def markdown(claims: list[Claim], level: int = 2) -> str:
-    """claims.md: the paper's claims, then those beyond the paper under their own heading; beside its verdict
-    a claim says how many marginal cases it has (its verdict unchanged) and its verdict without its diverged
-    runs where that differs (Claim.mark)."""
+    """claims.md: the paper's claims, then those beyond the paper under their own heading, then every case's
+    seeds and firmness; beside its verdict a claim says how many seeds and marginal cases it has, whether the
+    verdict rests on one, and its verdict without its diverged runs where that differs (Claim.mark)."""
 
     def table(chosen: list[Claim]) -> str:
         lines = ["| status | name | numbers | paper |", "|---|---|---|---|"]
@@ -47,11 +87,13 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
     heading = "#" * level
     text = (
         f"{heading} The paper's claims\n\n{len(paper)} claims: {counts(paper)}. PARTIAL: every case judged "
-        "holds, but on part of the claim's scope (its numbers name what is missing). A case is *marginal* "
-        "when the seeds' IQR of its margin straddles zero; it still counts as it falls. Beside a verdict on "
-        "d 32 runs: how many seeds it rests on, and in how many cases the IQR straddles zero (OH had "
-        "numerical issues in 3 of the paper's 10 trials at d 32, tau 0.1, k 25: on 3 seeds, a "
-        f"configuration's median can fail by the seeds drawn alone, about 1 time in 5).\n\n{table(paper)}\n"
+        "holds, but on part of the claim's scope (its numbers name what is missing). A case is *firm* when "
+        "a one-sided exact sign test of its paired differences over the seeds, in its margin's direction, "
+        "reaches 5% (at least 5 seeds, all agreeing; docs/science.md section 7.2), else *marginal*; either "
+        "way it counts as it falls. Beside a verdict: how many seeds its cases rest on, how many are "
+        "marginal, and whether the verdict rests on a marginal case (OH had numerical issues in 3 of the "
+        "paper's 10 trials at d 32, tau 0.1, k 25: on 3 seeds, a configuration's median can fail by the "
+        f"seeds drawn alone, about 1 time in 5).\n\n{table(paper)}\n"
     )
     beyond = [c for c in claims if c.beyond]
     if beyond:
@@ -59,7 +101,19 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
             f"\n{heading} Beyond the paper\n\nJudged by the same rules, not counted among the paper's claims."
             f"\n\n{table(beyond)}\n"
         )
-    return text
+    return text + f"\n{heading} Every case: seeds and firmness\n\n{case_lines(claims)}\n"
+
+
+def case_lines(claims: list[Claim]) -> str:
+    """Every case as a table row: claim, part, case, margin, seeds agreeing of seeds, firmness."""
+    lines = ["| claim | part | case | margin | seeds agree | firmness |", "|---|---|---|---|---|---|"]
+    for row in cases_table(claims).itertuples():
+        agree = f"{row.agree} of {row.seeds}" if row.seeds else ""
+        margin = signed(row.margin) if row.margin == row.margin else ""  # NaN: not judged
+        lines.append(
+            f"| `{row.claim}` | {_cell(row.part)} | {_cell(row.case)} | {margin} | {agree} | {row.firmness} |"
+        )
+    return "\n".join(lines)
 
 
 def counts(claims: list[Claim]) -> str:

@@ -60,14 +60,19 @@ def sweep_jobs(overrides: list[str]) -> list[grid.Job]:
 
 
 def start_sweep(
-    overrides: list[str], log: Path, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+    overrides: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+    cwd: Path = REPO,
 ) -> subprocess.Popen:
     """`python -m sweeper.sweep` in its own session (the driver, its local Ray and trials form one group);
-    prefix: a command that runs it (`unshare ...`)."""
+    prefix: a command that runs it (`unshare ...`); cwd: its working directory (outside the repository, pass
+    env=subprocess_env())."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             [*prefix, sys.executable, "-m", "sweeper.sweep", *overrides],
-            cwd=REPO,
+            cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,0 +1,5 @@
+import sys
+
+from analysis.seeds import main
+
+sys.exit(main())
