@@ -1,8 +1,8 @@
 """Speed and memory benchmarks and probes: `python -m bench COMMAND [options] [key=value overrides]`.
 
 `python -m bench COMMAND --help` lists a command's options. step, pack, sweep,
-step_seconds and speed_memory print JSON on stdout and progress on stderr; gpu and scale
-print JSON and a table.
+step_seconds and speed_memory print JSON on stdout and progress on stderr; gpu prints JSON and a
+table. The sweep driver at scale is measured where it lives, by a command of sweeper/ (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ COMMANDS = {
     "step_seconds": "seconds per training step of a sweep's onehot/binary shapes (bench/step_seconds.py)",
     "speed_memory": "binary against onehot: forward/backward time and peak memory over d and k",
     "gpu": "the one-shot check of a GPU node (bench/gpu.py; `python -m bench gpu --help`)",
-    "scale": "the sweep driver at 300 to 3,000 trials (bench/scale.py; `python -m bench scale --help`)",
 }
-PROBES = ("gpu", "scale")  # with parsers of their own
+PROBES = ("gpu",)  # with parsers of their own
 
 
 def some(text: str) -> tuple[int, ...]:

@@ -190,7 +190,7 @@ def measure_syncs(device: torch.device, tiny: bool) -> dict:
 
 
 def check_memory_cap(device: torch.device, share: float = 0.25) -> dict:
-    """A trial's memory cap at `share` of its GPU (sweeper.trial, training.gpu_share): within it an
+    """A trial's memory cap at `share` of its GPU (a sweep's trial: training.gpu_share): within it an
     allocation succeeds, beyond it one fails with torch.OutOfMemoryError; the cap is lifted after. ok is None
     where there is no cap to check (not CUDA)."""
     if memory_fraction(device, share) is None:

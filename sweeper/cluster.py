@@ -7,11 +7,10 @@ cluster.storage is one file system every node sees (trials resume from checkpoin
 
 from __future__ import annotations
 
-import os
 import socket
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from omegaconf import DictConfig
 
@@ -128,34 +127,69 @@ def fits_this_machine(cluster: DictConfig, resources: dict[str, float]) -> None:
 
 
 def check_shared(storage: str | None) -> None:
-    """On several nodes, a local storage path must be one shared file system: try it from every node."""
+    """Storage every trial can resume from: on several nodes a local path must be one shared file system, and
+    a URI (s3://, gs://) one the driver writes and every node reads, with its own credentials: tried from
+    every node."""
     import ray
+    from pyarrow import fs
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [n for n in ray.nodes() if n["Alive"]]
-    if len(nodes) < 2 or (storage and "://" in storage):
-        return
     if storage is None:
+        if len(nodes) > 1:
+            raise ClusterError(
+                f"the Ray cluster has {len(nodes)} nodes: set cluster.storage to shared storage "
+                "(a path mounted alike on every node, or s3://, gs://) so trials resume anywhere"
+            )
+        return
+    if len(nodes) < 2 and "://" not in storage:
+        return  # this machine's own disk
+    marker = _joined(storage, f".shared-{uuid.uuid4().hex}")
+    try:
+        filesystem, path = fs.FileSystem.from_uri(marker)
+        filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        filesystem.open_output_stream(path).close()
+    except (OSError, ValueError) as err:  # no credentials, no such bucket, an endpoint that does not answer
         raise ClusterError(
-            f"the Ray cluster has {len(nodes)} nodes: set cluster.storage to shared storage "
-            "(a path mounted alike on every node, or s3://, gs://) so trials resume anywhere"
-        )
-    marker = Path(storage) / f".shared-{uuid.uuid4().hex}"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("")
-    sees = ray.remote(num_cpus=0)(os.path.exists)
+            f"cluster.storage={storage} cannot be written from the driver ({type(err).__name__}: {err}); "
+            "for s3:// or gs://, give the driver and every node credentials (docs/cluster.md)"
+        ) from None
+    sees = ray.remote(num_cpus=0)(unseen)
     try:
         refs = [
             sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                str(marker)
+                marker
             )
             for n in nodes
         ]
-        blind = [n["NodeManagerAddress"] for n, ok in zip(nodes, ray.get(refs, timeout=120)) if not ok]
+        blind = [
+            f"{n['NodeManagerAddress']} ({why})" for n, why in zip(nodes, ray.get(refs, timeout=120)) if why
+        ]
     finally:
-        marker.unlink()
+        filesystem.delete_file(path)
     if blind:
         raise ClusterError(
             f"cluster.storage={storage} is not shared storage: nodes {', '.join(blind)} do not "
-            "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs://"
+            "see it; on a multi-node cluster use a path mounted alike on every node, or s3://, gs:// with "
+            "credentials on every node"
         )
+
+
+def _joined(storage: str, name: str) -> str:
+    """storage/name, a URI's query (endpoint_override=...) kept at its end."""
+    if "://" not in storage:
+        return str(Path(storage) / name)
+    parts = urlsplit(storage)
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}"))
+
+
+def unseen(location: str) -> str | None:
+    """On a node: None when it finds the file at `location` (a path or URI), else why not."""
+    from pyarrow import fs
+
+    try:
+        filesystem, path = fs.FileSystem.from_uri(location)
+        found = filesystem.get_file_info(path).type != fs.FileType.NotFound
+    except (OSError, ValueError) as err:  # no credentials here, an endpoint this node does not reach
+        return f"{type(err).__name__}: {err}"
+    return None if found else "not found"

@@ -51,7 +51,7 @@ PROGRESS_S = {True: 15.0, False: 60.0}
 
 @dataclass(frozen=True)
 class Summary:
-    """What a sweep driver did: its last line, its exit code, the figures `python -m bench scale` reads."""
+    """What a sweep driver did: its last line, its exit code, the figures sweeper.scale_probe reads."""
 
     sweep: str
     experiment: str  # the experiment's id
@@ -63,6 +63,7 @@ class Summary:
     points_written: int = 0
     stopped_by: int | None = None  # the signal that stopped the sweep
     out_of_time: bool = False  # its time budget stopped it (cluster.time_budget_s)
+    writer_busy_s: float = 0.0  # seconds the writing thread spent writing (the rest it waited for events)
 
     @property
     def stopped(self) -> bool:
@@ -93,8 +94,17 @@ class Summary:
 class Session(DriverOnly, tune.Callback):
     """A sweep's session in MLflow (see the module docstring): Tune's callback, writing through one thread."""
 
-    def __init__(self, hold: Hold, work: Work, outage_s: float, budget: Budget, account: Account) -> None:
-        """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there."""
+    def __init__(
+        self,
+        hold: Hold,
+        work: Work,
+        outage_s: float,
+        budget: Budget,
+        account: Account,
+        storage: str | None = None,
+    ) -> None:
+        """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there;
+        storage: cluster.storage (the writer records checkpoints' URIs with its query)."""
         self.sweep, self.experiment, self.parent_id = hold.sweep, hold.experiment, hold.parent_id
         self.jobs, self.trials = len(hold.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
@@ -103,7 +113,14 @@ class Session(DriverOnly, tune.Callback):
         self.thread: threading.Thread | None = None
         patient = PatientClient(hold.client, hold.uri, outage_s, waiting=self.events.qsize)
         self.writer = MlflowWriter(
-            patient, hold.experiment, hold.sweep, hold.parent_id, work, hold.ledger.unfinished, hold.uri
+            patient,
+            hold.experiment,
+            hold.sweep,
+            hold.parent_id,
+            work,
+            hold.ledger.unfinished,
+            hold.uri,
+            storage,
         )
         self.halt = Halt(self.broken, budget)  # Tune's stopper
         self.account, self.started = account, time.monotonic()
@@ -111,6 +128,7 @@ class Session(DriverOnly, tune.Callback):
         self.earlier = hold.ledger.earlier({j.key for j in hold.jobs})  # the parent's counts start there
         self.shown: Counter | None = None  # the parent's counts as last written
         self.failed = 0  # trials that ended in error, once Tune ended
+        self.busy_s = 0.0  # the writing thread's time in events
         self.summary: Summary | None = None  # once the session ended
 
     def start(self) -> None:
@@ -132,13 +150,19 @@ class Session(DriverOnly, tune.Callback):
 
     def _apply(self) -> None:
         while (event := self.events.get()) is not None:
-            if self.error is None:
-                try:
-                    event()
-                    self._count()
-                except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
-                    self.error = err
-                    self.broken.set()
+            self._try(event)
+        self._try(self.writer.flush)  # points whose checkpoint never came (a stop, a trial's error)
+
+    def _try(self, event: Callable[[], None]) -> None:
+        if self.error is None:
+            start = time.perf_counter()
+            try:
+                event()
+                self._count()
+            except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
+                self.error = err
+                self.broken.set()
+            self.busy_s += time.perf_counter() - start
 
     def _count(self) -> None:
         """The parent's trial counts, written when a job has ended since they were last written."""
@@ -175,6 +199,7 @@ class Session(DriverOnly, tune.Callback):
             writer.points_written,
             halt.signal,
             halt.out_of_time and halt.signal is None,
+            self.busy_s,
         )
         account = self.account_now()
         line, rate = rate_line(account, self.account, time.monotonic() - self.started)
@@ -231,7 +256,7 @@ def recording(
 ) -> Iterator[Session]:
     """A session on the held sweep for `work`: the parent run opened, the writing thread on, SIGINT and
     SIGTERM caught while Tune runs, stopped by `budget`; at the end the session's summary (Session.end)."""
-    session = Session(hold, work, cfg.tracking.outage_s, budget, account)
+    session = Session(hold, work, cfg.tracking.outage_s, budget, account, cfg.cluster.storage)
     parent_run.open_parent(hold.client, hold.parent_id, cfg, plan, hold.jobs, argv)
     session.start()
     with session.halt.on_signals():

@@ -56,7 +56,7 @@ def load(overrides: list[str]) -> tuple[DictConfig, grid.Plan]:
 def drive(cfg: DictConfig, plan: grid.Plan, argv: list[str], trainable: Callable | None = None) -> Summary:
     """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
     records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent.
-    trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, for python -m bench scale)."""
+    trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, which measures the driver)."""
     from sweeper import cluster, tune
     from sweeper.budget import Account, Budget, outlook
     from sweeper.ledger import take_hold

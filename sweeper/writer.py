@@ -4,8 +4,10 @@ Trials report what they record through Ray Tune (sweeper.trial.Recorded);
 MlflowWriter, called by the sweep's session (sweeper.session) on its writing
 thread, writes it: one child run per job under one parent run per sweep (a
 Tune trial trains one job, or a pack of them), one log_batch per job and
-report. So a SQLite store sees one writer and an HTTP server one client,
-whatever the concurrency.
+report: a report's points wait for the checkpoint they lead up to and go with its location in one request
+(params and first tags too, in a run's first), as a tracking server with basic auth checks a password
+hash on every request. So a SQLite store sees one writer and an HTTP server one client, whatever the
+concurrency.
 
 Exactly-once rests on two facts. The ledger (sweeper.ledger): a job whose run
 carries an outcome is not scheduled again. And deterministic training: a
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
@@ -43,14 +47,36 @@ from tracking.names import (
 )
 from tracking.run_tags import source_tags
 
-BATCH = 1000  # MLflow's limit of metrics per log_batch
 
-
-def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
-    """A location Checkpoint(...) opens again: a plain path on a (shared) file system, else a URI."""
+def checkpoint_uri(checkpoint: tune.Checkpoint, storage: str | None) -> str:
+    """A location Checkpoint(...) opens again: a plain path on a (shared) file system, else a URI with the
+    query of the storage's (cluster.storage: s3://bucket/path?endpoint_override=..., a custom endpoint)."""
     if isinstance(checkpoint.filesystem, LocalFileSystem):
         return checkpoint.path
-    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}"
+    query = urlsplit(storage).query if storage else ""
+    return f"{checkpoint.filesystem.type_name}://{checkpoint.path}" + (f"?{query}" if query else "")
+
+
+class Batch:
+    """What waits to be written into one run: its params, points and tags, in one request when they fit."""
+
+    def __init__(self) -> None:
+        self.params: list[Param] = []
+        self.metrics: list[Metric] = []
+        self.tags: list[RunTag] = []
+
+    def write(self, client: MlflowClient, run_id: str) -> None:
+        """One log_batch; tags (a checkpoint's location) in a second when the points take several, so that a
+        checkpoint is never recorded before every point leading up to it (MLflow splits a large batch)."""
+        params_tags = len(self.params) + len(self.tags)
+        if (
+            len(self.metrics) + params_tags <= MAX_ENTITIES_PER_BATCH
+            and params_tags <= MAX_PARAMS_TAGS_PER_BATCH
+        ):
+            client.log_batch(run_id, metrics=self.metrics, params=self.params, tags=self.tags)
+            return
+        client.log_batch(run_id, metrics=self.metrics, params=self.params)
+        client.log_batch(run_id, tags=self.tags)
 
 
 def _delete(checkpoint: tune.Checkpoint) -> None:
@@ -76,10 +102,12 @@ class MlflowWriter:
         work: Work,
         unfinished: dict[str, str],
         uri: str,
+        storage: str | None = None,
     ) -> None:
         """unfinished: job -> the run without an outcome it continues (sweeper.ledger); uri: the store's,
-        whose home the checkpoints' locations are recorded relative to (sweeper.home)."""
-        self.client, self.uri = client, uri
+        whose home the checkpoints' locations are recorded relative to (sweeper.home); storage:
+        cluster.storage, whose URI's query (a custom endpoint) the checkpoints' locations keep."""
+        self.client, self.uri, self.storage = client, uri, storage
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
         self.trials, self.unfinished = work.trials, dict(unfinished)
         self.members: dict[str, Member] = {m.key: m for t in work.trials.values() for m in t.members}
@@ -90,12 +118,14 @@ class MlflowWriter:
         self.outcomes: dict[str, str] = {}  # job -> outcome, once it ended
         self.reported: dict[str, int] = {}  # job -> the last step its trial reported here
         self.resumable: dict[str, int] = {}  # job -> the step its latest recorded checkpoint resumes from
+        self.pending: dict[str, Batch] = {}  # job -> what its trial reported, waiting for the checkpoint
         self.points_written = 0
         self.retries = 0  # trials Tune restarted after a failure
         self.source = source_tags()  # the driver's: it launched the sweep
 
     def _run(self, key: str, start: RunStart | None) -> str:
-        """The job's run: opened once per session, continuing an unfinished one when there is one."""
+        """The job's run: opened once per session, continuing an unfinished one when there is one; its params
+        and tags wait in the job's batch."""
         if key in self.runs:
             return self.runs[key]
         member = self.members[key]
@@ -121,12 +151,10 @@ class MlflowWriter:
             run = self.client.get_run(run_id)
             self.logged[run_id] = store.last_steps(self.client, run)
             params = {k: v for k, v in params.items() if k not in run.data.params}
-        self.client.log_batch(
-            run_id,
-            params=[Param(k, v) for k, v in params.items()],
-            tags=[RunTag(k, v) for k, v in tags.items()],
-        )
         self.runs[key] = run_id
+        batch = self.pending.setdefault(key, Batch())
+        batch.params += [Param(k, v) for k, v in params.items()]
+        batch.tags += [RunTag(k, v) for k, v in tags.items()]
         return run_id
 
     def result(self, recorded: dict[str, Recorded]) -> None:
@@ -136,24 +164,36 @@ class MlflowWriter:
                 self._write(key, job_recorded)
 
     def _write(self, key: str, recorded: Recorded) -> None:
-        """One job's part of a report: its points, tags and artifacts; its end when training ended it."""
+        """One job's part of a report: its artifacts; its points and tags wait for the checkpoint
+        (self.checkpoint), or are written with its end when training ended it."""
         run_id = self._run(key, recorded.start)
         logged = self.logged[run_id]
-        points = []
+        batch = self.pending.setdefault(key, Batch())
         for name, value, step, timestamp in recorded.points:
             self.reported[key] = max(step, self.reported.get(key, 0))
             if step > logged.get(name, -1):
-                points.append(Metric(name, value, timestamp, step))
+                batch.metrics.append(Metric(name, value, timestamp, step))
                 logged[name] = step
-        tags = [RunTag(k, str(v)) for k, v in recorded.tags.items()]
-        for i in range(0, max(len(points), 1), BATCH):
-            self.client.log_batch(run_id, metrics=points[i : i + BATCH], tags=tags if i == 0 else [])
-        self.points_written += len(points)
+        batch.tags += [RunTag(k, str(v)) for k, v in recorded.tags.items()]
+        if recorded.status is not None:
+            self._flush(key)
         self._artifacts(run_id, recorded.artifacts)
         if recorded.status is not None:  # training ended: the outcome tag came with this report's tags
             self.client.set_terminated(run_id, recorded.status)
             self.outcomes[key] = recorded.tags.get(OUTCOME, "")
             self._release(key)
+
+    def _flush(self, key: str) -> None:
+        """Write what waits for the job's run."""
+        batch = self.pending.pop(key, None)
+        if batch is not None:
+            batch.write(self.client, self.runs[key])
+            self.points_written += len(batch.metrics)
+
+    def flush(self) -> None:
+        """Write everything that waits: at the session's end, points whose checkpoint never came."""
+        for key in list(self.pending):
+            self._flush(key)
 
     def _release(self, key: str) -> None:
         """A job that ended needs no checkpoint to resume from (its last and best are its run's artifacts)."""
@@ -189,12 +229,13 @@ class MlflowWriter:
         is not what a restart relies on).
         """
         previous = []
-        location = home.recorded(checkpoint_uri(checkpoint), self.uri)
+        location = home.recorded(checkpoint_uri(checkpoint, self.storage), self.uri)
         for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
                 step = self.reported.get(key, 0)
                 tags = [RunTag(TUNE_CHECKPOINT, location), RunTag(CHECKPOINT_STEP, str(step))]
-                self.client.log_batch(self.runs[key], tags=tags)
+                self.pending.setdefault(key, Batch()).tags += tags  # after the points they lead up to
+                self._flush(key)
                 self.resumable[key] = step
                 previous.append(self.held.get(key))
                 self.held[key] = checkpoint
@@ -205,18 +246,23 @@ class MlflowWriter:
         """A trial ended; its jobs still without an outcome were stopped by the scheduler."""
         for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
-                self.client.log_batch(self.runs[key], tags=[RunTag(OUTCOME, STOPPED)])
+                self.pending.setdefault(key, Batch()).tags.append(RunTag(OUTCOME, STOPPED))
+                self._flush(key)
                 self.client.set_terminated(self.runs[key], STATUS[STOPPED])
                 self.outcomes[key] = STOPPED
                 self._release(key)
 
     def recovered(self, trial: str) -> None:
-        self.retries += 1  # Tune restarts it from its last checkpoint; the writer drops replayed points
+        """Tune restarts it from its last checkpoint; the writer drops replayed points."""
+        self.retries += 1
+        for key in self._keys(trial):
+            self._flush(key)
 
     def failed(self, trial: str) -> None:
         """Out of retries: the runs stay without an outcome, so the next start of the sweep tries again."""
         for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
+                self._flush(key)
                 self.client.set_terminated(self.runs[key], "FAILED")
 
     def interrupted(self) -> list[str]:

@@ -302,6 +302,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-claims",
         "leaner-seeds",
         "leaner-bench",
+        "leaner-scale-probe",
     }
     for script, target in SCRIPTS.items():
         module, function = target.split(":")

@@ -37,7 +37,10 @@ from tracking import recorder
 
 DOCKER = REPO / "docker"
 CLUSTER_DOC = REPO / "docs" / "cluster.md"  # the cluster recipes (README links it)
-IMAGE = "leaner-clustering"  # the tags docker/Dockerfile's header builds: leaner-clustering:gpu / :cpu
+IMAGE = "leaner-clustering"  # docker/Dockerfile's header builds leaner-clustering:gpu-COMMIT and :cpu-COMMIT
+# The node image the cluster files name: tagged by commit (a reused tag leaves a node on the build it has),
+# the placeholder replaced as docs/cluster.md shows.
+NODE_IMAGE = f"{IMAGE}:gpu-GIT_COMMIT"
 NAMESPACE = "leaner-clustering"  # where docker/k8s-mlflow.yaml and docker/kuberay-rayjob.yaml are applied
 # What docs/cluster.md promises and the cluster files' resources must give: ten trials (packs) share a GPU.
 TRIALS_PER_GPU = 10
@@ -125,17 +128,18 @@ def ray_pin() -> str:
 
 
 def deps_install(lines: list[str]) -> str:
-    (run,) = [r for r in runs_of(lines) if "pip install" in r and "torch==" in r]
+    (run,) = [r for r in runs_of(lines) if "pip install" in r and " torch " in r]
     return run
 
 
 def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_source():
     lines = dockerfile_lines()
     deps = deps_install(lines)
-    # The lock's torch pin (which the Makefile installs), then pyproject.toml's dependencies, `cluster` extra
-    # (Ray's dashboard and job API) and `gpu` extra (NVML) as a requirements list; no dev extra (pytest...).
-    torch = next(l for l in (REPO / "requirements.lock").read_text().splitlines() if l.startswith("torch=="))
-    assert f"pip install -q {torch} " in deps, deps
+    # torch, then pyproject.toml's dependencies, `cluster` extra (Ray's dashboard and job API) and `gpu` extra
+    # (NVML) as a requirements list; no dev extra (pytest...); each at the lock's versions, as the Makefile
+    # installs them (not pyproject's ranges: the driver's MLflow would drift from the server's).
+    assert "pip install -q -c requirements.lock torch " in deps, deps
+    assert "$(PY) -m pip install -qq -c requirements.lock torch" in makefile_recipe("$(STAMP)")
     code = re.search(r'python -c "(.*?)" > /tmp/requirements\.txt', deps).group(1)
     listed = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
@@ -147,15 +151,16 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
         + project["project"]["optional-dependencies"]["cluster"]
         + project["project"]["optional-dependencies"]["gpu"]
     )
-    assert "pip install -q -r /tmp/requirements.txt" in deps
+    assert "pip install -q -c requirements.lock -r /tmp/requirements.txt" in deps
     text = "\n".join(lines)
     assert "[dev]" not in text and "'dev'" not in text, "the image holds the runtime only"
     # Layer order: pyproject.toml alone, the dependencies, then the source, installed without
     # dependencies and offline, so a code edit downloads nothing.
     copies = [i for i, l in enumerate(lines) if l.startswith("COPY ")]
-    assert [lines[i].split()[-2:] for i in copies] == [["pyproject.toml", "/app/"], [".", "/app"]], [
-        lines[i] for i in copies
-    ]
+    assert [lines[i].split()[2:] for i in copies] == [
+        ["pyproject.toml", "requirements.lock", "/app/"],
+        [".", "/app"],
+    ], [lines[i] for i in copies]
     assert copies[0] < lines.index(deps) < copies[1]
     (project_install,) = [r for r in runs_of(lines[copies[1] :])]
     assert project_install.endswith("pip install -q --no-deps --no-build-isolation -e .")
@@ -228,7 +233,7 @@ def test_dockerfile_runs_as_non_root_with_cuda_and_cpu_variants():
     assert "FROM ${BASE_IMAGE}" in lines and 'ARG TORCH_INDEX=""' in lines
     assert 'PIP_EXTRA_INDEX_URL="${TORCH_INDEX}"' in deps_install(lines)
     header = (DOCKER / "Dockerfile").read_text()
-    assert f"-t {IMAGE}:gpu" in header and f"-t {IMAGE}:cpu" in header
+    assert f"-t {IMAGE}:gpu-$GIT_COMMIT " in header and f"-t {IMAGE}:cpu-$GIT_COMMIT " in header
     assert "--build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu" in header
     # The venv comes first on PATH, also for login shells (KubeRay's `bash -lc`, `ray exec`).
     assert any(l.startswith("ENV PATH=/app/.venv/bin:") for l in lines)
@@ -258,6 +263,8 @@ def test_mlflow_server_image_pins_the_clients_mlflow():
     lines = dockerfile_lines("Dockerfile.mlflow")
     pinned = next(l for l in lines if l.startswith("ARG MLFLOW_VERSION=")).split("=", 1)[1]
     assert pinned == version("mlflow"), "server and clients should run the same MLflow"
+    lock = (REPO / "requirements.lock").read_text().splitlines()
+    assert f"mlflow=={pinned}" in lock, "the node image installs the lock's MLflow: the server's"
     assert any(
         '"mlflow[auth]==${MLFLOW_VERSION}"' in l and '"psycopg[binary]==${PSYCOPG_VERSION}"' in l
         for l in lines
@@ -736,8 +743,8 @@ def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
     # Both files go to that namespace, in that order (the RayJob's header refers to the MLflow one).
     readme = CLUSTER_DOC.read_text()
     applies = [
-        readme.index(f"kubectl -n {NAMESPACE} apply -f docker/{f}")
-        for f in ("k8s-mlflow.yaml", "kuberay-rayjob.yaml")
+        readme.index(f"kubectl -n {NAMESPACE} apply -f docker/k8s-mlflow.yaml"),
+        readme.index(f"docker/kuberay-rayjob.yaml | kubectl -n {NAMESPACE} apply -f -"),
     ]
     assert applies == sorted(applies)
     assert (
@@ -765,7 +772,7 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
 
     config = launcher_config()
     validate_config(prepare_config(config))  # what `ray up` runs first; raises on any unknown key
-    assert image_tag(config["docker"]["image"]) == f"{IMAGE}:gpu"
+    assert image_tag(config["docker"]["image"]) == NODE_IMAGE
     head = " ".join(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head, "the dashboard and its job API stay on the head's loopback"
     options = config["docker"]["run_options"]
@@ -774,7 +781,7 @@ def test_ray_cluster_yaml_passes_rays_own_validation():
     assert token.startswith("/shared/secrets/")
     mounts = [o for o in config["docker"]["run_options"] if o.startswith("--volume ")]
     assert "--volume /shared:/shared" in mounts
-    assert all("env-file" not in o for o in config["docker"]["run_options"]), (
+    assert all("mlflow.env" not in o for o in config["docker"]["run_options"]), (
         "only the driver needs MLflow secrets"
     )
     # docs/cluster.md allows a head without a GPU: Docker refuses `--gpus all` there.
@@ -905,15 +912,56 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
         )
         volumes = {v["name"]: v for v in pod["volumes"]}
         (container,) = pod["containers"]
-        assert image_tag(container["image"]) == f"{IMAGE}:gpu", name
+        assert image_tag(container["image"]) == NODE_IMAGE, name
         mounted = [
             m for m in container["volumeMounts"] if storage.startswith(m["mountPath"].rstrip("/") + "/")
         ]
         assert mounted, f"{name}: cluster.storage={storage} is not on a mounted volume"
         claim_name = volumes[mounted[0]["name"]]["persistentVolumeClaim"]["claimName"]
         assert claim_name == claim["metadata"]["name"], name
-        secrets = [e["secretRef"]["name"] for e in container.get("envFrom", [])]
-        assert secrets == (["mlflow-credentials"] if name == "head" else []), name
+        secrets = {e["secretRef"]["name"]: e["secretRef"] for e in container.get("envFrom", [])}
+        assert list(secrets) == (["mlflow-credentials"] if name == "head" else []) + ["storage-credentials"]
+        assert secrets["storage-credentials"]["optional"], "an object store's credentials, when it has one"
+
+
+def test_rayjob_gives_the_shared_folders_to_the_images_user_and_keeps_every_nodes_logs_there():
+    """The image's user writes cluster.storage on a volume whose ownership fsGroup may not set (NFS), and
+    each Ray node's logs (the driver's, its trials' output) outlive the cluster KubeRay deletes."""
+    spec = kuberay_documents()["RayJob"]["spec"]
+    storage = override(shlex.split(spec["entrypoint"]), "cluster.storage")
+    uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    (init,) = head["initContainers"]
+    assert set(init) <= CONTAINER and init["image"] == NODE_IMAGE
+    assert init["command"][:6] == ["install", "-d", "-o", uid, "-g", uid] and storage in init["command"]
+    assert init["securityContext"]["runAsUser"] == 0, "root, to give the folders away"
+    assert [m["mountPath"] for m in init["volumeMounts"]] == ["/shared"] and storage.startswith("/shared/")
+    pods = [head] + [g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    for pod in pods:
+        (container,) = pod["containers"]
+        (shell, flag, script) = container["lifecycle"]["preStop"]["exec"]["command"]
+        logs = re.fullmatch(r"mkdir -p (\S+) && cp -r /tmp/ray/session_latest/logs/\. \1/", script).group(1)
+        assert (shell, flag) == ("sh", "-c") and logs == "/shared/ray-logs/$(hostname)", container["name"]
+        assert os.path.dirname(logs) in init["command"], "the logs' folder belongs to the user too"
+        assert pod["terminationGracePeriodSeconds"] >= 60, "time for the copy before the pod is killed"
+    assert spec["shutdownAfterJobFinishes"] and spec["ttlSecondsAfterFinished"] > 0
+    config = launcher_config()
+    assert f"sudo install -d -o {uid} -g {uid} {storage}" in config["initialization_commands"]
+
+
+def test_an_object_stores_credentials_reach_every_node_of_the_launcher():
+    """cluster.storage=s3://...: the trials on every node write checkpoints there, with the credentials of
+    /shared/secrets/storage.env, which exists (empty) where none are needed, as Docker refuses a missing
+    --env-file. (The RayJob's: test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage.)"""
+    config = launcher_config()
+    uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
+    env_file = "/shared/secrets/storage.env"
+    assert f"--env-file {env_file}" in config["docker"]["run_options"], "every node's, not the head's alone"
+    assert (
+        f"test -e {env_file} || sudo install -m 600 -o {uid} -g {uid} /dev/null {env_file}"
+        in config["initialization_commands"]
+    )
+    assert "storage-credentials" in CLUSTER_DOC.read_text() and "storage.env" in CLUSTER_DOC.read_text()
 
 
 def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
@@ -922,9 +970,7 @@ def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
     submitter = job["submitterPodTemplate"]["spec"]
     check_pod_spec(submitter, "submitter")
     (container,) = submitter["containers"]
-    assert image_tag(container["image"]) == f"{IMAGE}:gpu", (
-        "the submitter runs `ray job submit`: it needs Ray"
-    )
+    assert image_tag(container["image"]) == NODE_IMAGE, "the submitter runs `ray job submit`: it needs Ray"
     assert "command" not in container, "KubeRay supplies the submit command from the entrypoint"
     cluster = job["rayClusterSpec"]
     pods = [("head", cluster["headGroupSpec"]["template"]["spec"]), ("submitter", submitter)]
@@ -950,6 +996,9 @@ def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
 # --- resources: the same in docs/cluster.md and both cluster files ---------------------------------
 
 RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial", "train.device")
+# A report in ten evaluation rounds: the rate the driver's one writing thread keeps up with against a tracking
+# server with basic auth (docs/cluster.md, "The tracking server at volume"; python -m sweeper.scale_probe).
+RECIPE = (*RESOURCES, "cluster.report_every")
 
 
 def cluster_sweeps() -> dict[str, list[str]]:
@@ -966,12 +1015,34 @@ def cluster_sweeps() -> dict[str, list[str]]:
     return sweeps
 
 
+def test_node_images_are_tagged_by_the_commit_they_were_built_from():
+    """Every build command tags the image with its commit and the docs apply the cluster files with the
+    placeholder replaced by it: a new build is a new tag, which every node pulls."""
+    doc = CLUSTER_DOC.read_text()
+    builds = [
+        l for b in blocks() for l in b.text.splitlines() if l.startswith("docker build -f docker/Dockerfile")
+    ]
+    assert len(builds) == 2 and all(re.search(rf"-t {IMAGE}:(gpu|cpu)-\$GIT_COMMIT ", b) for b in builds)
+    assert "GIT_COMMIT=$(git rev-parse HEAD)" in doc
+    assert f'sed "s|{NODE_IMAGE}|$REGISTRY/{IMAGE}:gpu-$GIT_COMMIT|"' in doc
+    images = [c["image"] for c in kuberay_containers()] + [launcher_config()["docker"]["image"]]
+    assert images and set(images) == {NODE_IMAGE}
+
+
+def kuberay_containers() -> list[dict]:
+    spec = kuberay_documents()["RayJob"]["spec"]
+    pods = [spec["submitterPodTemplate"], spec["rayClusterSpec"]["headGroupSpec"]["template"]]
+    pods += [g["template"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    return [c for pod in pods for c in pod["spec"]["containers"]]
+
+
 def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     sweeps = cluster_sweeps()
     assert len(sweeps) == 4, list(sweeps)  # docs/cluster.md: `ray job submit` and Ray started by hand
-    stated = {name: tuple(override(args, key) for key in RESOURCES) for name, args in sweeps.items()}
+    stated = {name: tuple(override(args, key) for key in RECIPE) for name, args in sweeps.items()}
     assert len(set(stated.values())) == 1, f"stated differently: {stated}"
-    pack, cpus, gpus, device = stated.popitem()[1]
+    pack, cpus, gpus, device, report_every = stated.popitem()[1]
+    assert report_every == "10", "one report in ten evaluations: the writer keeps up"
     cpus_per_trial, gpus_per_trial = float(cpus), float(gpus)
     assert pack == "seeds", "a trial trains the ten seeds of a configuration together"
     assert device == "cuda", "a trial whose CUDA does not start fails, rather than training on the CPU"
@@ -1014,7 +1085,7 @@ def test_slurm_script_trains_the_recipes_sweep_and_stops_before_slurms_warning(c
     options = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?$", text, flags=re.M))
     (default,) = re.findall(r"^    set -- (sweep=.*)$", text, flags=re.M)
     args = ["python", "-m", "sweeper.sweep", *default.split()]
-    assert [override(args, key) for key in RESOURCES] == ["seeds", "1", "0.1", "cuda"]
+    assert [override(args, key) for key in RECIPE] == ["seeds", "1", "0.1", "cuda", "10"]
     assert dry_run(args, capsys).strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
     gpus, cpus = int(options["gpus-per-node"]), int(options["cpus-per-task"])
     assert cpus >= round(gpus / 0.1) * 1 + 1, "ten trials of one CPU per GPU, and the driver's"
@@ -1027,8 +1098,6 @@ def test_slurm_script_trains_the_recipes_sweep_and_stops_before_slurms_warning(c
 def test_apptainer_image_is_the_dockerfiles_gpu_image():
     text = (DOCKER / "slurm" / "leaner-clustering.def").read_text()
     assert re.search(rf"^Bootstrap: docker-daemon\nFrom: {IMAGE}:{{{{ TAG }}}}$", text, flags=re.M)
-    assert re.search(r"^%arguments\n    TAG=gpu$", text, flags=re.M), (
-        "the default is the Dockerfile's GPU tag"
-    )
-    assert re.search(rf"-t {IMAGE}:gpu\b", (DOCKER / "Dockerfile").read_text())
+    assert "%arguments" not in text, "no default TAG: the build names the commit's image"
+    assert "apptainer build --build-arg TAG=gpu-$GIT_COMMIT " in CLUSTER_DOC.read_text()
     assert "RUN=${RUN-apptainer exec --nv $IMAGE}" in SBATCH.read_text()

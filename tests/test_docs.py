@@ -139,7 +139,7 @@ def test_docs_list_the_exit_code_table_and_every_command():
         f"{page.name}'s exit codes differ from cli/exit_codes.py's table"
     )
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    listed = re.findall(r"^\| `(leaner-\w+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
+    listed = re.findall(r"^\| `(leaner-[\w-]+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
     # `python -m bench` runs bench/__main__.py, which calls bench.cli:main.
     assert {name: f"{module}:main" for name, module in listed} == {
         name: target.replace("bench.cli:", "bench:") for name, target in scripts.items()

@@ -328,7 +328,7 @@ def imports_of(folder: str) -> set[str]:
 
 # Packages depend one way: each imports only itself and the packages before it in this order, but bench/ and
 # analysis/ nothing of sweeper/: they measure and read what a sweep leaves, not the driver's internals (the
-# scale probe's driver side is sweeper/scale_probe.py, which `python -m bench scale` runs as a process).
+# driver at scale is measured by sweeper/scale_probe.py, a command of its own).
 LAYERS = ("cli", "tasks", "models", "config", "tracking", "training", "sweeper", "bench", "analysis")
 NOT_SWEEPER = ("bench", "analysis")
 MAY_IMPORT = {
@@ -342,6 +342,16 @@ def test_imports_flow_one_way(package):
     allowed = MAY_IMPORT[package]
     wrong = sorted(m for m in imports_of(package) if m not in allowed and m.split(".")[0] not in allowed)
     assert not wrong, f"{package}/ imports {wrong}; it may import only {sorted(allowed)}"
+
+
+def test_bench_names_no_sweeper_module_in_a_string():
+    """No tie the imports cannot see: a module run by its name (`python -m sweeper.x` in a subprocess) or
+    imported by a name built at run time. (analysis/ names the commands that fill a store in its advice.)"""
+    for path in (REPO / "bench").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named = re.findall(r"\bsweeper\.\w+", node.value)
+                assert not named, f"{path.relative_to(REPO)} names {named}"
 
 
 def module_imports(package: str) -> dict[str, set[str]]:

@@ -1,6 +1,6 @@
-"""The scale probe (python -m bench scale, one child process per size: python -m sweeper.scale_probe) end to
-end at 12 trials and 2 packs of ten: the sweep's production wiring (its record, the Tuner) and
-`mlflow server` on SQLite; every model stored once with every point.
+"""The scale probe (python -m sweeper.scale_probe, a fresh process per measurement) end to end at 12 trials
+and 2 packs of ten: the sweep's production wiring (its record, the Tuner) and `mlflow server` on SQLite;
+every model stored once with every point.
 The 3,000-trial run is a benchmark (docs/cluster.md, "The driver at 3,000 trials"), not a test."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import pytest
 from support.repo import REPO
 
-from sweeper.scale_probe import REPORTS, interval_points
+from sweeper.scale_probe import INTERVALS, interval_points
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +22,7 @@ def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None
         [
             sys.executable,
             "-m",
-            "bench",
-            "scale",
+            "sweeper.scale_probe",
             "--trials",
             "12",
             "--packs",
@@ -43,9 +42,9 @@ def test_tiny_scale_probe_stores_every_model_once_and_prints_the_table() -> None
     lines = done.stdout.splitlines()
     rows = [json.loads(line) for line in lines if line.startswith("{")]
     assert [(r["models"], r["trials"], r["pack"]) for r in rows] == [(12, 12, "none"), (20, 2, "seeds")]
-    per_model = REPORTS * len(interval_points(50))
+    per_model = INTERVALS * len(interval_points(50))
     for r in rows:
         assert r["exit_code"] == 0 and r["runs_stored"] == r["models"] and r["lost"] == 0
         assert r["points_written"] == r["models"] * per_model  # none dropped, none twice
         assert r["cpu_s_per_trial"] > 0 and r["driver_rss_peak_mib"] >= r["driver_rss_start_mib"] > 0
-    assert "MLflow server on sqlite" in done.stdout and lines[-1].split()[:3] == ["20", "2", "seeds"]
+    assert lines[-1] == "tracking server on sqlite" and lines[-2].split()[:3] == ["20", "2", "seeds"]

@@ -37,13 +37,17 @@ class MlflowServer:
     """A real `mlflow server` on 127.0.0.1 at a fixed free port over `backend` (any store URI), artifacts in
     `root`.
 
-    stop() and start() again on the same port: a tracking-server outage, as clients see one.
+    stop() and start() again on the same port: a tracking-server outage, as clients see one. options: more of
+    `mlflow server`'s (`--app-name basic-auth`), env: more of its environment; it runs in `root`.
     """
 
     START_TIMEOUT_S = 180  # a cold `mlflow server` on two busy cores takes a while
 
-    def __init__(self, backend: str, root: Path) -> None:
+    def __init__(
+        self, backend: str, root: Path, options: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> None:
         self.backend, self.root, self.port = backend, root, free_port()
+        self.options, self.env = options, env or {}
         self.uri = f"http://127.0.0.1:{self.port}"
         self.log = root / "server.log"
         self.proc: subprocess.Popen | None = None
@@ -64,6 +68,7 @@ class MlflowServer:
             str(self.root / "artifacts"),
             "--workers",
             "1",
+            *self.options,
         ]
         with open(self.log, "ab") as out:  # its own process group: the server forks workers, stopped together
             self.proc = subprocess.Popen(
@@ -71,7 +76,7 @@ class MlflowServer:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.root,
-                env=SERVER_ENV,
+                env={**SERVER_ENV, **self.env},
                 start_new_session=True,
             )
         wait_until_up(self.uri, self.proc, self.log, self.START_TIMEOUT_S)

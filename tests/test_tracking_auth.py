@@ -1,0 +1,111 @@
+"""The tracking server of the recipes, with basic auth, against the sweep driver's requests.
+
+A real `mlflow server --app-name basic-auth` with docker/Dockerfile.mlflow's settings: the driver of a real
+sweep sends one log-batch request per model and report (a report's points and the location of the
+checkpoint they lead up to together), and the server trusts a checked credential for a while (its
+credential cache) instead of hashing the password on every request. What these cost at volume is a
+benchmark's figure (docs/cluster.md, "The tracking server at volume"), not a test's.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from support.repo import REPO, subprocess_env
+from support.servers import MlflowServer
+from support.sweeps import children, run_sweep
+
+from tracking.names import VAL_REL_LLOYD
+
+pytestmark = pytest.mark.slow
+
+ADMIN, PASSWORD = "admin", "a-long-admin-password-1"
+LOG_BATCH = re.compile(r'"POST /api/2\.0/mlflow/runs/log-batch HTTP/1\.1" 200')
+
+
+def recipe_auth_config() -> Path:
+    """The basic-auth settings docker/Dockerfile.mlflow copies into its image and points the server at."""
+    lines = (REPO / "docker" / "Dockerfile.mlflow").read_text().splitlines()
+    (copied,) = [l.split()[1:] for l in lines if l.startswith("COPY ")]
+    (env,) = [l.split("=", 1)[1] for l in lines if l.startswith("ENV MLFLOW_AUTH_CONFIG_PATH=")]
+    source, target = copied
+    assert target == env, "the server reads the file the image holds"
+    return REPO / source
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path, _empty_store: Path):
+    root = tmp_path / "server"  # its working directory: basic_auth.db
+    root.mkdir()
+    shutil.copyfile(_empty_store, root / "mlflow.db")
+    env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(recipe_auth_config()),
+        "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
+        "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret",
+    }
+    server = MlflowServer(f"sqlite:///{root}/mlflow.db", root, ("--app-name", "basic-auth"), env)
+    server.start()
+    yield server
+    server.stop()
+
+
+def status(uri: str, user: str, password: str) -> int:
+    request = urllib.request.Request(f"{uri}/api/2.0/mlflow/experiments/search?max_results=1")
+    request.add_header("Authorization", "Basic " + b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_the_recipes_server_trusts_a_checked_credential_for_a_while(auth_server):
+    """With the cache on, a credential the server checked stays valid when the stored hash changes behind its
+    back (as it would for a password changed on another worker), until the cache's time is up; without the
+    cache the next request is refused. A wrong password is refused either way."""
+    assert status(auth_server.uri, ADMIN, PASSWORD) == 200
+    with sqlite3.connect(auth_server.root / "basic_auth.db") as db:  # out of band: no worker hears of it
+        db.execute("UPDATE users SET password_hash = 'no-password-matches' WHERE username = ?", (ADMIN,))
+    assert status(auth_server.uri, ADMIN, PASSWORD) == 200, "checked once, trusted: the cache is on"
+    assert status(auth_server.uri, ADMIN, "wrong-password-3") == 401
+
+
+def test_the_driver_sends_one_request_per_model_and_report(auth_server, ray_cluster, tmp_path):
+    """A smoke sweep (6 models, a report per evaluation and one at the end) through the driver: log-batch
+    requests, counted in the server's access log, are one per model and report and the parent run's few (it
+    was two per report and more: the points and the checkpoint's location apart, the params first)."""
+    experiment = "auth-requests"
+    env = {**subprocess_env(), "MLFLOW_TRACKING_USERNAME": ADMIN, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
+    before = len(LOG_BATCH.findall(auth_server.log.read_text()))
+    done = run_sweep(
+        [
+            "sweep=smoke",
+            ray_cluster,
+            f"tracking.uri={auth_server.uri}",
+            f"tracking.experiment={experiment}",
+            f"cluster.storage={tmp_path}/ray",
+            "cluster.report_every=1",
+        ],
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    requests = len(LOG_BATCH.findall(auth_server.log.read_text())) - before
+    client = MlflowClient(tracking_uri=auth_server.uri)
+    with pytest.MonkeyPatch.context() as env_of_test:
+        env_of_test.setenv("MLFLOW_TRACKING_USERNAME", ADMIN)
+        env_of_test.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+        runs = children(auth_server.uri, "smoke", experiment)
+        # A report per evaluation (report_every=1), and the last with the outcome.
+        reports = sum(len(client.get_metric_history(r.info.run_id, VAL_REL_LLOYD)) + 1 for r in runs)
+    assert len(runs) == 6 and reports >= 6 * 5
+    parent = 2 + len(runs)  # the parent run's: its tags, then its counts at the start and as each model ends
+    assert reports <= requests <= reports + parent, (requests, reports)
