@@ -177,7 +177,7 @@ def test_bench_pack_rejects_bad_options_naming_them(
     assert named in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["step", "pack", "sweep", "speed_memory", "gpu", "scale", None])
+@pytest.mark.parametrize("command", ["step", "pack", "sweep", "speed_memory", "gpu", None])
 def test_help_lists_the_options_and_exit_codes(command: str | None, capsys: pytest.CaptureFixture) -> None:
     assert main([command, "--help"] if command else ["--help"]) == 0
     text = capsys.readouterr().out
@@ -197,7 +197,6 @@ def test_help_lists_the_options_and_exit_codes(command: str | None, capsys: pyte
         "sweep": ["--sweep-pack"],
         "speed_memory": ["--quick"],
         "gpu": ["--tiny"],
-        "scale": ["--trials"],
         None: list(COMMANDS),
     }[command]
     assert all(option in text for option in own), (own, text)

@@ -104,16 +104,21 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
     from analysis import cli
     from bench import cli as bench_cli
-    from bench import gpu, scale
+    from bench import gpu
+    from sweeper import scale_probe
 
     for args in python_module_commands("analysis.report") + python_module_commands("analysis.claims"):
         cli.parse(args)
     for args in [a for a in python_module_commands("bench") if a]:  # a bare mention names the module
-        probes = {"gpu": gpu.parse, "scale": scale.parse}
-        if args[0] in probes:
-            probes[args[0]](args[1:])
+        if args[0] == "gpu":
+            gpu.parse(args[1:])
             continue
         _, overrides = bench_cli.parse(args)
+        compose(overrides)
+    probes = [a for a in python_module_commands("sweeper.scale_probe") if a]
+    assert probes, "docs/cluster.md shows the driver's scale probe"
+    for args in probes:
+        _, overrides = scale_probe.parse(args)
         compose(overrides)
     reruns = [a for a in python_module_commands("sweeper.rerun") if a]
     assert reruns and all(
