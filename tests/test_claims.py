@@ -292,7 +292,7 @@ def test_ne_rise_is_judged_by_the_sign_of_its_printed_margin_alone() -> None:
     claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(runs, GRID, T, history=curves))
     assert claim.status == PASS, claim.numbers
     rise = "final 1.200 vs lowest x1.1 1.100 (margin +0.100, IQR [-0.100, +0.100], 6 of 10 seeds agree"
-    assert f"{rise}, marginal)" in claim.numbers
+    assert f"{rise}, marginal, IQR straddles zero)" in claim.numbers
     assert "rise IQR" not in claim.numbers
 
 
@@ -468,6 +468,7 @@ def test_margin_is_the_median_of_the_paired_differences_and_decides_the_case() -
     assert case.margin == pytest.approx(np.median(model - lloyd))  # -0.03 (medians: 0.960 vs 0.995)
     assert case.iqr == pytest.approx(tuple(np.percentile(model - lloyd, [25, 75])))
     assert case.holds and case.marginal  # below on the paired median, 2 of 4 seeds' differences agree
+    assert case.straddles  # differences -0.10, +0.01, +0.03, -0.06: IQR [-0.07, +0.015]
     assert (case.agree, case.untied) == (2, 4)
     assert case.measured == "0.960 vs 0.995"
     fixed = compare("c", model, 1.0, lambda a, b: a < b, "")
@@ -535,7 +536,8 @@ def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> Non
     text = markdown([claim])
     mark = f"5 seeds, 1 of {claim.cases} cases marginal, the verdict rests on a marginal case"
     assert f"| PASS ({mark}) | `l2_better_val_tau1_d4` |" in text
-    assert "| `l2_better_val_tau1_d4` | l2 val_rel_lloyd < ne's | BN | -0.100 | 4 of 5 | marginal |" in text
+    row = "| l2 val_rel_lloyd < ne's | BN | -0.100 | [-0.200, -0.100] | 4 of 5 | marginal |"
+    assert row in text and "straddles 0" not in text  # marginal by the sign test, its IQR wholly below zero
     write_markdown([claim], tmp_path)
     assert (tmp_path / "claims.md").read_text() == text
     write_csv([claim], tmp_path)
@@ -549,6 +551,30 @@ def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> Non
     steady = judged("l2_better_val_tau1_d4", runs)
     assert (steady.marginal, steady.rests_on_marginal) == (0, False)
     assert "| PASS (5 seeds, every case firm) | `l2_better_val_tau1_d4` |" in markdown([steady])
+
+
+def test_a_case_whose_iqr_straddles_zero_is_marked_apart_from_its_firmness(tmp_path) -> None:
+    """docs/science.md section 7.1: beside its firmness a case says whether its seeds' IQR of the paired
+    difference straddles zero (one seed more could move its margin across), in its numbers, claims.md's case
+    table, claim_cases.csv and the count beside the verdict; an IQR that only touches zero does not."""
+    runs = holding("l2_better_val_tau1_d4", seeds=(1, 2, 3))
+    one = (runs[TAU] == 1.0) & (runs[EMB] == "binary") & (runs[REG] == "l2") & (runs[D] == 4)
+    runs.loc[one, VAL_REL_LLOYD] = runs.loc[one, SEED].map({1: 1.0, 2: 1.2, 3: 1.05})  # vs ne's 1.1
+    claim = judged("l2_better_val_tau1_d4", runs)
+    assert claim.status == PASS and claim.straddles == 1, claim.numbers  # margin -0.05, IQR [-0.075, +0.025]
+    assert "(margin -0.050, IQR [-0.075, +0.025], 2 of 3 seeds agree, marginal, IQR straddles zero)" in (
+        claim.numbers
+    )
+    text = markdown([claim])
+    mark = "3 seeds, 2 of 2 cases marginal, 1 whose IQR straddles zero, the verdict rests on a marginal case"
+    assert f"| PASS ({mark}) | `l2_better_val_tau1_d4` |" in text
+    assert "| BN | -0.050 | [-0.075, +0.025] straddles 0 | 2 of 3 | marginal |" in text
+    write_csv([claim], tmp_path)
+    cases = pd.read_csv(tmp_path / "claim_cases.csv")
+    assert cases["straddles"].tolist() == [True, False] and cases["iqr_high"].iloc[0] == pytest.approx(0.025)
+    assert pd.read_csv(tmp_path / "claims.csv")["straddles"].tolist() == [1]
+    touching = compare("c", pd.Series([-0.2, -0.1, 0.0, 0.0, 0.0]), 0.0, lt, "")  # IQR [-0.1, 0]
+    assert touching.iqr[1] == 0.0 and not touching.straddles
 
 
 def test_a_fail_rests_on_marginal_cases_only_when_every_failing_case_is_marginal() -> None:
@@ -907,6 +933,7 @@ def test_the_eighteen_claims_in_the_specs_order_and_one_beyond() -> None:
         "source",
         "marginal",
         "firm",
+        "straddles",
         "rests_on_marginal",
         "seeds",
         "beyond",

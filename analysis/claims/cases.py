@@ -4,7 +4,8 @@ A case compares a model with its reference seed by seed: its margin is the media
 difference (model minus reference), and the case holds when that margin has the claimed sign. A case holds
 by nothing else, so a verdict is always the sign of the margin printed beside it; a case without a margin
 (no seed with a value on both sides) is not judged, neither holding nor failing. The seeds' IQR of the
-difference is printed too. A case over seeds is *firm* when the sign of its margin is settled, else
+difference is printed too, marked where it straddles zero (one seed more could move the margin across it).
+A case over seeds is *firm* when the sign of its margin is settled, else
 *marginal*: firm when a one-sided exact sign test of its paired differences, in the direction of its margin,
 reaches LEVEL (docs/science.md section 7.2: at least 5 seeds, all agreeing); firmness informs and never
 changes a verdict. A part is one condition of a claim over its cases; one failing case makes the claim FAIL,
@@ -79,6 +80,13 @@ class Case:
         """Judged over seeds, its sign not settled; a case of one measurement (no seeds) is neither."""
         return self.judged and self.seeds > 0 and not self.firm
 
+    @property
+    def straddles(self) -> bool:
+        """The seeds' IQR of the paired difference reaches both sides of zero: the mark docs/science.md
+        section 7.1 prints beside the firmness (a band from 0 to a positive value does not straddle)."""
+        lo, hi = self.iqr
+        return self.judged and self.seeds > 0 and lo < 0 < hi
+
     def describe(self) -> str:
         if not self.judged:
             return f"{self.label} {self.measured} (no seed with a value on both sides)"
@@ -90,8 +98,10 @@ class Case:
         )
 
     def firmness(self) -> str:
-        """'4 of 5 seeds agree, marginal': the sign test's counts and its outcome."""
-        return f"{self.agree} of {self.seeds} seeds agree, {'firm' if self.firm else 'marginal'}"
+        """'4 of 5 seeds agree, marginal, IQR straddles zero': the sign test's counts and its outcome, and
+        whether the seeds' IQR straddles zero."""
+        straddles = ", IQR straddles zero" if self.straddles else ""
+        return f"{self.agree} of {self.seeds} seeds agree, {'firm' if self.firm else 'marginal'}{straddles}"
 
 
 @dataclass

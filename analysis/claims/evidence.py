@@ -128,21 +128,23 @@ class Claim:
     seeds: str = ""  # the judged cases' seeds, "3" or "3-5"; "" where no case rests on seeds
     cases: int = 0  # judged cases
     firm: int = 0  # judged cases whose sign is settled
+    straddles: int = 0  # judged cases over seeds whose IQR of the paired difference straddles zero
     rests_on_marginal: bool = False  # one marginal case turning would change the verdict (rests_on_marginal)
     judged: tuple[tuple[str, Case], ...] = ()  # (part, case) for every case, judged or not, in part order
 
     def mark(self) -> str:
-        """What is printed beside the verdict: how many seeds it rests on and how many of its cases are
-        marginal, whether the verdict rests on one (OH had numerical issues in 3 of the paper's 10 trials at
-        d 32, tau 0.1, k 25, so a verdict on 3 seeds can turn on which were drawn), and the verdict it rests
-        on diverged runs for."""
+        """What is printed beside the verdict: how many seeds it rests on, how many of its cases are
+        marginal and how many have an IQR that straddles zero, whether the verdict rests on a marginal one
+        (OH had numerical issues in 3 of the paper's 10 trials at d 32, tau 0.1, k 25, so a verdict on 3
+        seeds can turn on which were drawn), and the verdict it rests on diverged runs for."""
         marks = []
         if self.seeds:
             firmness = (
                 f"{self.marginal} of {self.cases} cases marginal" if self.marginal else "every case firm"
             )
+            straddles = f", {self.straddles} whose IQR straddles zero" if self.straddles else ""
             rests = ", the verdict rests on a marginal case" if self.rests_on_marginal else ""
-            marks.append(f"{self.seeds} seeds, {firmness}{rests}")
+            marks.append(f"{self.seeds} seeds, {firmness}{straddles}{rests}")
         if self.without_diverged:
             marks.append(f"{self.without_diverged} without its diverged runs")
         return f" ({', '.join(marks)})" if marks else ""
@@ -197,6 +199,7 @@ def judge(record: Record, evidence: Evidence) -> Claim:
         seeds=_seeds(judged),
         cases=len(judged),
         firm=sum(c.firm for c in judged),
+        straddles=sum(c.straddles for c in judged),
         rests_on_marginal=rests_on_marginal(status, judged),
         judged=every,
     )

@@ -22,11 +22,26 @@ COLUMNS = [
     "source",
     "marginal",
     "firm",
+    "straddles",
     "rests_on_marginal",
     "seeds",
     "beyond",
 ]
-CASE_COLUMNS = ["claim", "status", "part", "case", "margin", "seeds", "agree", "p", "firmness", "holds"]
+CASE_COLUMNS = [
+    "claim",
+    "status",
+    "part",
+    "case",
+    "margin",
+    "iqr_low",
+    "iqr_high",
+    "straddles",
+    "seeds",
+    "agree",
+    "p",
+    "firmness",
+    "holds",
+]
 
 
 def claims_table(claims: list[Claim]) -> pd.DataFrame:
@@ -36,8 +51,9 @@ def claims_table(claims: list[Claim]) -> pd.DataFrame:
 
 
 def cases_table(claims: list[Claim]) -> pd.DataFrame:
-    """Every case of every claim: its margin, seeds, how many agree with its sign, the sign test's p and
-    whether it is firm, marginal, one measurement (no seeds) or not judged."""
+    """Every case of every claim: its margin, the seeds' IQR of the paired difference and whether it
+    straddles zero, seeds, how many agree with its sign, the sign test's p and whether it is firm, marginal,
+    one measurement (no seeds) or not judged."""
     rows = []
     for claim in claims:
         for part, case in claim.judged:
@@ -51,8 +67,8 @@ def cases_table(claims: list[Claim]) -> pd.DataFrame:
                 else "marginal"
             )
             rows.append(
-                [claim.name, claim.status, part, case.label, case.margin, case.seeds, case.agree]
-                + [case.p if case.seeds else float("nan"), firmness, case.holds]
+                [claim.name, claim.status, part, case.label, case.margin, *case.iqr, case.straddles]
+                + [case.seeds, case.agree, case.p if case.seeds else float("nan"), firmness, case.holds]
             )
     return pd.DataFrame(rows, columns=CASE_COLUMNS)
 
@@ -73,8 +89,9 @@ def _cell(text: object) -> str:
 
 def markdown(claims: list[Claim], level: int = 2) -> str:
     """claims.md: the paper's claims, then those beyond the paper under their own heading, then every case's
-    seeds and firmness; beside its verdict a claim says how many seeds and marginal cases it has, whether the
-    verdict rests on one, and its verdict without its diverged runs where that differs (Claim.mark)."""
+    seeds, IQR and firmness; beside its verdict a claim says how many seeds and marginal cases it has, how
+    many cases' IQR straddles zero, whether the verdict rests on one, and its verdict without its diverged
+    runs where that differs (Claim.mark)."""
 
     def table(chosen: list[Claim]) -> str:
         lines = ["| status | name | numbers | paper |", "|---|---|---|---|"]
@@ -90,8 +107,10 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
         "holds, but on part of the claim's scope (its numbers name what is missing). A case is *firm* when "
         "a one-sided exact sign test of its paired differences over the seeds, in its margin's direction, "
         "reaches 5% (at least 5 seeds, all agreeing; docs/science.md section 7.2), else *marginal*; either "
-        "way it counts as it falls. Beside a verdict: how many seeds its cases rest on, how many are "
-        "marginal, and whether the verdict rests on a marginal case (OH had numerical issues in 3 of the "
+        "way it counts as it falls. Apart from firmness, a case whose seeds' IQR of the paired difference "
+        "straddles zero is marked so: one seed more could move its margin across zero. Beside a verdict: "
+        "how many seeds its cases rest on, how many are marginal, how many straddle zero, and whether the "
+        "verdict rests on a marginal case (OH had numerical issues in 3 of the "
         "paper's 10 trials at d 32, tau 0.1, k 25: on 3 seeds, a configuration's median can fail by the "
         f"seeds drawn alone, about 1 time in 5).\n\n{table(paper)}\n"
     )
@@ -101,17 +120,24 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
             f"\n{heading} Beyond the paper\n\nJudged by the same rules, not counted among the paper's claims."
             f"\n\n{table(beyond)}\n"
         )
-    return text + f"\n{heading} Every case: seeds and firmness\n\n{case_lines(claims)}\n"
+    return text + f"\n{heading} Every case: seeds, IQR and firmness\n\n{case_lines(claims)}\n"
 
 
 def case_lines(claims: list[Claim]) -> str:
-    """Every case as a table row: claim, part, case, margin, seeds agreeing of seeds, firmness."""
-    lines = ["| claim | part | case | margin | seeds agree | firmness |", "|---|---|---|---|---|---|"]
+    """Every case as a table row: claim, part, case, margin, the seeds' IQR of the difference (marked where
+    it straddles zero), seeds agreeing of seeds, firmness."""
+    lines = [
+        "| claim | part | case | margin | IQR | seeds agree | firmness |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in cases_table(claims).itertuples():
         agree = f"{row.agree} of {row.seeds}" if row.seeds else ""
         margin = signed(row.margin) if row.margin == row.margin else ""  # NaN: not judged
+        band = f"[{signed(row.iqr_low)}, {signed(row.iqr_high)}]" if row.seeds else ""
+        band += " straddles 0" if row.straddles else ""
         lines.append(
-            f"| `{row.claim}` | {_cell(row.part)} | {_cell(row.case)} | {margin} | {agree} | {row.firmness} |"
+            f"| `{row.claim}` | {_cell(row.part)} | {_cell(row.case)} | {margin} | {band} | {agree} "
+            f"| {row.firmness} |"
         )
     return "\n".join(lines)
 
