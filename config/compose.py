@@ -137,6 +137,13 @@ def searchpath_override(dirs: Iterable[Path]) -> list[str]:
     return [f"{SEARCHPATH}=[{','.join(repr(str(d)) for d in dirs)}]"] if dirs else []
 
 
+def trial_words(overrides: list[str]) -> list[str]:
+    """The command line as a sweep's trial composes with it: the user config directories as one override of
+    absolute paths (a trial's worker has another working directory, and on a cluster not the driver's
+    environment), then the other overrides, of which config.grid.prepare keeps what the grid does not set."""
+    return searchpath_override(user_config_dirs(overrides)) + without_searchpath(overrides)
+
+
 def _no_sweep_to_none(cfg: DictConfig, dirs: list[Path]) -> None:
     """sweep=none (conf/sweep/none.yaml, no keys) composes to a SweepConfig of missing values: make it
     None."""

@@ -6,6 +6,10 @@ configurations (a configuration named by several sub-grids appears once and
 remembers all their names); every configuration runs once per seed. All of
 this is checked here, with the training config's own validation, before any
 job starts.
+
+The sweep driver takes a sweep in one pass (prepare): every configuration validated, every job identified
+(config_hash, run name, its configuration's override words) and the command line's overrides its trials
+compose with, as one Sweep that none of its later steps comes back to config/ for.
 """
 
 from __future__ import annotations
@@ -13,14 +17,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from config.compose import compose
-from config.identity import config_hash, flatten, format_value, run_name
+from config.identity import format_value, seed_identities
 from config.schema import ConfigError
 from config.validate import validate
 
@@ -60,6 +64,7 @@ class Job:
     seed: int
     name: str  # the run name, e.g. BN-L2 tau0.1 d32 k10 n512 s153476998 (config.identity.run_name)
     configuration: Configuration
+    overrides: tuple[str, ...]  # its configuration's, as override words (Configuration.override_strings)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,23 @@ class Plan:
         rows.append(("union", "distinct configurations", str(len(self.configurations))))
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep as its driver runs it, made in one pass (prepare) so that no later step comes back to config/:
+    the command line's configuration, its plan, every job with its identity, and the overrides each trial
+    composes with before its configuration's (sweeper.trial)."""
+
+    cfg: DictConfig  # the command line's composition
+    plan: Plan
+    jobs: tuple[Job, ...]  # every configuration at every seed, in the plan's order
+    base: tuple[str, ...]  # the command line's overrides a trial keeps: neither the sweep's nor the grid's
+
+    def first(self, count: int) -> Sweep:
+        """The sweep of its first `count` configurations alone (sweeper.scale_probe's smaller grids)."""
+        plan = replace(self.plan, configurations=self.plan.configurations[:count])
+        return replace(self, plan=plan, jobs=self.jobs[: count * len(plan.seeds)])
 
 
 def _fail(sweep: str, where: str, message: str) -> None:
@@ -197,6 +219,15 @@ def fixed_values(spec: dict, command_line: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in flatten(spec.get("fixed") or {}).items() if k not in command_line}
 
 
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested keys dotted: {train: {steps: 5}} and {train.steps: 5} alike -> {"train.steps": 5}."""
+    out: dict[str, Any] = {}
+    for key, child in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        out.update(flatten(child, name) if isinstance(child, dict) else {name: child})
+    return out
+
+
 def compose_one(overrides: list[str]) -> DictConfig:
     """One run's configuration (python -m sweeper.train): with sweep=NAME, at that sweep's `fixed` values
     where the command line leaves them, as the sweep's own trials train (sweep=smoke: 20 steps on n=16)."""
@@ -286,19 +317,27 @@ def _rejecting(plan: Plan, configuration: Configuration) -> Iterator[None]:
     ) from None
 
 
-def check(base: DictConfig, plan: Plan) -> None:
-    """Validate every configuration of the plan in one pass each, as a sweep's Ray trial runs it (`base`,
-    the command line's, was validated so when composed: config.compose.compose_sweep)."""
-    for configuration, cfg in _configured(base, plan):
-        with _rejecting(plan, configuration):
-            validate(cfg, trial=True)
-
-
 def jobs(base: DictConfig, plan: Plan) -> list[Job]:
-    """Every (configuration, seed) with its config_hash, the key of exactly-once."""
+    """Every configuration validated as a sweep's Ray trial runs it (`base`, the command line's, was validated
+    so when composed: config.compose.compose_sweep), and at each seed a job with its config_hash, the key of
+    exactly-once: one pass, each configuration read once for all its seeds."""
     out = []
     for configuration, cfg in _configured(base, plan):
-        for seed in plan.seeds:
-            cfg.seed = seed
-            out.append(Job(config_hash(cfg), seed, run_name(cfg, plan.name), configuration))
+        words = tuple(configuration.override_strings())
+        with _rejecting(plan, configuration):
+            validate(cfg, trial=True)
+        for seed, (key, name) in zip(plan.seeds, seed_identities(cfg, plan.seeds, plan.name)):
+            out.append(Job(key, seed, name, configuration, words))
     return out
+
+
+def prepare(cfg: DictConfig, plan: Plan, words: list[str]) -> Sweep:
+    """The sweep of `plan` on the command line's configuration `cfg`: every configuration validated, every job
+    identified (jobs). words: the command line as a trial composes with it (config.compose.trial_words), of
+    which a trial keeps what neither the sweep nor the grid sets."""
+    gridded = {key for c in plan.configurations for key in c.overrides} | {"seed"}
+    keys = [(word, override_key(word)) for word in words]
+    base = tuple(
+        w for w, key in keys if key != "sweep" and not key.startswith("sweep.") and key not in gridded
+    )
+    return Sweep(cfg, plan, tuple(jobs(cfg, plan)), base)

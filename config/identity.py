@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -87,8 +87,22 @@ def run_name(cfg: DictConfig, sweep: str | None = None) -> str:
     (its grid varies the axes a name spells); ' train' follows for a run outside a sweep (sweeper.train,
     sweeper.rerun). The sweep's name is the run's `sweep` tag and its parent row; the full configuration is
     in its params and its `configuration` tag."""
-    name = f"{readable(cfg)} s{cfg.seed}"
-    return name if sweep else f"{name} train"
+    return _named(readable(cfg), cfg.seed, sweep)
+
+
+def _named(axes: str, seed: int, sweep: str | None) -> str:
+    return f"{axes} s{seed}" if sweep else f"{axes} s{seed} train"
+
+
+def seed_identities(cfg: DictConfig, seeds: Iterable[int], sweep: str) -> list[tuple[str, str]]:
+    """config_hash and run_name of `cfg` at each of `seeds`, its configuration read once: a sweep's jobs are
+    each configuration at every seed of the sweep (config.grid.jobs)."""
+    config, axes = run_config(cfg), readable(cfg)
+    out = []
+    for seed in seeds:
+        config["seed"] = seed
+        out.append((_digest(config), _named(axes, seed, sweep)))
+    return out
 
 
 def format_value(value: object) -> str:
@@ -123,17 +137,13 @@ def operational_values(cfg: DictConfig) -> dict[str, str]:
     return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
 
 
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """Nested keys dotted: {train: {steps: 5}} and {train.steps: 5} alike -> {"train.steps": 5}."""
-    out: dict[str, Any] = {}
-    for key, child in tree.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        out.update(flatten(child, name) if isinstance(child, dict) else {name: child})
-    return out
-
-
-def _formatted(tree: dict) -> dict[str, str]:
-    return {key: format_value(value) for key, value in flatten(tree).items()}
+def _formatted(groups: dict[str, dict]) -> dict[str, str]:
+    """{group: {key: value}} (the schema's groups hold no nested ones) as {"group.key": override text}."""
+    return {
+        f"{group}.{key}": format_value(value)
+        for group, values in groups.items()
+        for key, value in values.items()
+    }
 
 
 def run_overrides(params: dict[str, str]) -> list[str]:

@@ -2,7 +2,7 @@
 and models/ themselves. Every failure is one ConfigError naming the key, the value and what is allowed.
 
 `validate` checks a training configuration in one pass (config.compose runs it on every composition, a
-sweep's grid on each of its configurations: config.grid.check), `validate_analysis` the report's.
+sweep's grid on each of its configurations: config.grid.jobs), `validate_analysis` the report's.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ process's start, so Python's imports and Ray's start are inside it.
 
 The account counts model-steps: a model with an outcome counts all its train.steps (it will not train
 again), an interrupted one the step its recorded checkpoint resumes from (the steps after it are replayed).
+The session prints it as it goes and records its allocation's rate at its end (sweeper.session), by which the
+next allocation's outlook says whether the sweep should end within its budget (outlook).
 """
 
 from __future__ import annotations
@@ -72,33 +74,6 @@ class Account:
     def steps_line(self) -> str:
         share = self.done / self.total if self.total else 1.0
         return f"{self.done:,} of {self.total:,} model-steps done ({share:.0%})"
-
-
-def rate_line(account: Account, since: Account, seconds: float) -> tuple[str, float | None]:
-    """What this allocation trained (model-steps since `since`, in `seconds`) and the time the rest needs at
-    that rate; the rate (None when nothing was trained)."""
-    trained = account.done - since.done
-    if trained <= 0 or seconds <= 0:
-        return "no model-steps trained in this allocation", None
-    rate = trained / seconds
-    left = account.total - account.done
-    return (
-        f"{trained:,} in this allocation at {rate:,.1f} model-steps/s; the {left:,} left need about "
-        f"{duration(left / rate)} at that rate",
-        rate,
-    )
-
-
-def progress(sweep: str, account: Account, since: Account, seconds: float) -> str:
-    """The sweep's progress line while it runs: models and model-steps done of its total, this session's
-    rate and the time the rest needs at it."""
-    trained, left = account.done - since.done, account.total - account.done
-    pace = ""
-    if trained > 0 and seconds > 0:
-        rate = trained / seconds
-        pace = f", {rate:,.1f} model-steps/s, about {duration(left / rate)} left"
-    ended = f"{len(account.ended)} of {len(account.steps)} models ended"
-    return f"sweep {sweep}: {ended}; {account.steps_line()}{pace}"
 
 
 def outlook(account: Account, budget: Budget, rate: float | None) -> str:

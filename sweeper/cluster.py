@@ -15,18 +15,16 @@ from urllib.parse import urlsplit, urlunsplit
 from omegaconf import DictConfig
 
 from config.schema import ConfigError
-from sweeper import home
 from sweeper.errors import ClusterError
 from training import faults
 
 
-def join(cluster: DictConfig, uri: str) -> str | None:
-    """Start or join Ray (cluster.address) and check its storage (sweeper.home.storage, of the sweep whose
-    store is at `uri`); the storage path Tune writes to."""
+def join(cluster: DictConfig, storage: str | None) -> str | None:
+    """Start or join Ray (cluster.address) and check the sweep's storage (sweeper.home.storage), which Tune
+    writes to; that storage."""
     connect(cluster)
-    where = home.storage(cluster, uri)
-    check_shared(where)
-    return where
+    check_shared(storage)
+    return storage
 
 
 def gcs_address() -> str:
@@ -91,6 +89,19 @@ def connect(cluster: DictConfig) -> None:
         raise ClusterError(
             f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"
         ) from None
+
+
+def check(cfg: DictConfig) -> None:
+    """Refuse, before the store is touched (nothing to undo), a sweep this driver cannot run: on a cluster's
+    head node (cluster.address=ray://) the driver, the MLflow writer, needs a store it reaches over HTTP; on a
+    local instance every trial must fit this machine (check_this_machine)."""
+    uri, address = cfg.tracking.uri, cfg.cluster.address or ""
+    if address.startswith("ray://") and not uri.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"cluster.address={address} runs the sweep driver, the MLflow writer, on the "
+            f"cluster's head node: tracking.uri={uri} must be a server it reaches (http://HOST:PORT)"
+        )
+    check_this_machine(cfg.cluster)
 
 
 def check_this_machine(cluster: DictConfig) -> None:

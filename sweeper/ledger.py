@@ -6,27 +6,19 @@ or plain `sweeper.train` it ran, and is not scheduled again. This sweep's runs
 without an outcome are continued in place, from the Tune checkpoint they
 recorded. The parent run is found by one rule (tracking.parent_run.is_parent).
 
-A driver takes hold of the sweep (take_hold): it reads the store once (one search of the experiment) and
-adopts the finished runs it skips; when anything is left to run, and once its Ray cluster has accepted the
-sweep (a refusal leaves no parent run behind), it locks the sweep's parent run against a second driver
-(Hold.locked, sweeper.lock). Between the read and the lock another driver could have run the sweep: the
-parent run then has another end time, or is not the one the read found nor the one this driver made, and
-the ledger is read again.
+The driver reads the ledger, and adopts the finished runs it skips, through its hold on the sweep
+(sweeper.hold), which reads it again only when another driver ran the sweep since.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from mlflow.entities import Run, RunTag
 from mlflow.tracking import MlflowClient
 
-from config.grid import Job
-from sweeper.lock import DriverLock
-from tracking import parent_run, store, view
+from tracking import parent_run
 from tracking.names import (
     CHECKPOINT_STEP,
     CONFIG_HASH,
@@ -117,76 +109,3 @@ def adopt(client: MlflowClient, ledger: Ledger, sweep: str, subgrids: dict[str, 
 def _extended(listed: str | None, names) -> str:
     have = [n for n in (listed or "").split(",") if n]
     return ",".join(have + [n for n in names if n not in have])
-
-
-class Hold:
-    """A sweep's ledger as one driver holds it: read once at its start, then locked (the module docstring)."""
-
-    def __init__(
-        self, uri: str, experiment: str, sweep: str, jobs: list[Job], client: MlflowClient | None = None
-    ) -> None:
-        self.uri, self.sweep, self.jobs = uri, sweep, jobs
-        self.client = client or store.connect(uri)  # probes the store first: unreachable fails here, fast
-        self.experiment = store.ensure_experiment(self.client, experiment)
-        view.install(self.client, self.experiment)
-        self.ledger = self._read()
-        self.parent_id: str | None = None  # the parent run this driver locked
-        self.lock: DriverLock | None = None  # its lock, while held
-
-    def _read(self) -> Ledger:
-        found = read(store.search(self.client, [self.experiment]), self.sweep)
-        for run_id, status in found.unclosed.items():
-            self.client.set_terminated(run_id, status)
-        return found
-
-    def adopt(self) -> int:
-        """Tag the finished runs this sweep skips as its own too (adopt); how many changed."""
-        return adopt(
-            self.client, self.ledger, self.sweep, {j.key: j.configuration.subgrids for j in self.jobs}
-        )
-
-    def pending(self) -> list[Job]:
-        return [j for j in self.jobs if j.key not in self.ledger.done]
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """This driver alone on the sweep, its parent run found or made; else sweeper.lock.SweepLocked."""
-        seen = self.ledger.parent
-        parent_id, created = self._parent()
-        lock = DriverLock(self.client, parent_id, self.sweep)
-        lock.take()
-        self.parent_id, self.lock = parent_id, lock
-        try:
-            if not created and (seen is None or _ended(self.client.get_run(parent_id)) != _ended(seen)):
-                self.ledger = self._read()  # another driver made the parent, or ran the sweep, after the read
-            yield
-        finally:
-            lock.release()
-
-    def _parent(self) -> tuple[str, bool]:
-        """The parent run's id, and whether this driver created it.
-
-        The one the read found, else a new one; of two made at once, both drivers keep the oldest.
-        """
-        if self.ledger.parent is not None:
-            return self.ledger.parent.info.run_id, False
-        name = parent_run.name_of(self.sweep)
-        mine = self.client.create_run(self.experiment, run_name=name, tags={SWEEP: self.sweep}).info.run_id
-        oldest = parent_run.find_parent(self.client, self.experiment, self.sweep)
-        if oldest != mine:
-            self.client.delete_run(mine)
-        return oldest, oldest == mine
-
-
-def take_hold(uri: str, experiment: str, sweep: str, jobs: list[Job]) -> Hold:
-    """The sweep's ledger read once and the finished runs it skips adopted; not locked yet (Hold.locked)."""
-    hold = Hold(uri, experiment, sweep, jobs)
-    adopted = hold.adopt()
-    if adopted:
-        print(f"{adopted} runs finished outside this sweep now carry sweep={sweep} too")
-    return hold
-
-
-def _ended(run: Run) -> tuple:
-    """What a driver that ran the sweep changed on its parent run: it finished it, or stopped it."""
-    return run.info.status, run.info.end_time

@@ -9,7 +9,7 @@ wins and the others refuse. A second driver refuses, naming the running one.
 The tag is deleted when the driver exits; a driver killed outright leaves it
 behind, and it is stale, not blocking a restart, when its process is gone
 from this host (or, on another host, when its heartbeat, renewed every BEAT_S,
-is older than STALE_S). The driver's hold on the sweep (sweeper.ledger) decides when to lock: after
+is older than STALE_S). The driver's hold on the sweep (sweeper.hold) decides when to lock: after
 its one read of the store, checking that no other driver wrote in between.
 
 A driver killed with its host (a lost head pod, an allocation's end) is retried on a new Ray cluster on

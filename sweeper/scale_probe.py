@@ -25,7 +25,6 @@ its packing. Exit code 1 when a run is missing or the sweep did not end every tr
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import itertools
 import json
@@ -113,9 +112,9 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
     """Run `models` jobs of the paper grid (packed by `pack`) on `server`; the driver's figures."""
     import ray
 
-    from config import grid
     from sweeper import ledger
-    from sweeper.sweep import drive, load
+    from sweeper.sweep import load
+    from sweeper.timeline import drive
     from tracking import store
 
     tmp = tempfile.mkdtemp(prefix="ray-", dir=server.log.parent)  # removed with the command's folder
@@ -123,7 +122,7 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
     # enough for `models` jobs (rounded up to whole configurations).
     seeds = range(PACK) if pack == "seeds" else range(-(-models // CONFIGURATIONS))
     name = f"scale-{models}-{pack}-{os.getpid()}"
-    cfg, plan = load(
+    sweep = load(
         [
             "sweep=paper",
             f"sweep.seeds=[{', '.join(map(str, seeds))}]",
@@ -133,8 +132,8 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
             f"cluster.pack={pack}",
             *overrides,
         ]
-    )
-    plan = dataclasses.replace(plan, configurations=plan.configurations[: -(-models // len(seeds))])
+    ).first(-(-models // len(seeds)))
+    cfg = sweep.cfg
     every = cfg.cluster.report_every
     trial = functools.update_wrapper(
         functools.partial(noop_trial, intervals=intervals, every=every), noop_trial
@@ -145,15 +144,15 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
     rss.start()
     requests = server.requests()
     start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    summary = drive(cfg, plan, [], trainable=trial)
+    summary = drive(sweep, [], trainable=trial)
     wall, end_cpu = time.perf_counter() - start, me.cpu_times()
     requests = [after - before for after, before in zip(server.requests(), requests)]
     rss.stop.set()
     ray.shutdown()
     cpu = (end_cpu.user - start_cpu.user) + (end_cpu.system - start_cpu.system)
     runs = store.search(store.connect(server.uri), [summary.experiment])
-    jobs = {j.key for j in grid.jobs(cfg, plan)}
-    stored = len(ledger.read(runs, plan.name).done & jobs)
+    jobs = {j.key for j in sweep.jobs}
+    stored = len(ledger.read(runs, sweep.plan.name).done & jobs)
     trials = summary.trials
     reports = len(jobs) * (math.ceil(intervals / every) + 1)  # the intervals' reports and the outcome's
     return {

@@ -1,19 +1,21 @@
 """A sweep's session in MLflow: the parent run opened, every trial's report written, the parent run ended.
 
-    with recording(hold, cfg, plan, argv, work) as session:  # the parent run open, the writing thread on
-        sweeper.tune.fit(cfg, plan, work, storage, session)     # Tune's callback; session.halt its stopper
-    session.summary                                              # what the session did, and the exit code
+    with recording(hold, sweep, argv, work, halt) as session:  # the parent run open, the writing thread on
+        sweeper.tune.fit(sweep, work, storage, session)             # Tune's callback; halt its stopper
+    session.summary                                            # what the session did, and the exit code
 
-- Opens the sweep's parent run that the driver's hold found or made and locked (sweeper.ledger): the plan,
+- Opens the sweep's parent run that the driver's hold found or made and locked (sweeper.hold): the plan,
   the command line (tracking.parent_run), its counts kept current.
 - Is the Tune callback: each of Tune's events goes to one writing thread, always on, that applies them in
   order through the MlflowWriter (sweeper.writer) with a client that waits out a server outage
   (sweeper.outage), so the Tune loop never waits on the store and trials keep training. The queue holds
   at most BUFFER events (bounded memory); when it is full the Tune loop waits, which pauses the trials.
   Tune keeps nothing of it (sweeper.driver_only).
-- Stops the sweep on SIGINT/SIGTERM or when a write failed (sweeper.stop.Halt). At its end it writes what is
-  left (for at most STOP_DRAIN_S after a stop), raises a write's error, and finishes the parent run, or,
-  after a stop (a signal, the time budget), marks the runs still training KILLED.
+- Prints a progress line at a steady pace (progress), and is stopped by the driver's Halt (sweeper.stop) on
+  SIGINT/SIGTERM, its time budget spent, or a failed write. At its end it writes what is left (for at most
+  STOP_DRAIN_S after a stop), raises a write's error, records the rate of this allocation on the parent run
+  (rate_line: the next allocation's outlook, sweeper.budget.outlook), and finishes the parent run, or, after
+  a stop, marks the runs still training KILLED and prints the sweep's account (sweeper.stop.stopped).
 """
 
 from __future__ import annotations
@@ -27,15 +29,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from omegaconf import DictConfig
 from ray import tune
 from ray.tune.experiment import Trial
 
 from cli import exit_codes
-from config.grid import Plan
-from sweeper.budget import Account, Budget, progress, rate_line
+from config.grid import Sweep
+from sweeper.budget import Account, duration
 from sweeper.driver_only import DriverOnly
-from sweeper.ledger import Hold
+from sweeper.hold import Hold
 from sweeper.outage import PatientClient
 from sweeper.stop import STOP_DRAIN_S, Halt, stopped
 from sweeper.trial import PAYLOAD
@@ -45,7 +46,7 @@ from tracking import parent_run
 from tracking.names import STEP_RATE
 
 BUFFER = 10_000  # events (a trial's report, checkpoint, end) waiting for the store at most
-# The progress line (sweeper.budget.progress) every this many seconds: on a terminal, into a log file.
+# The progress line (progress) every this many seconds: on a terminal, into a log file.
 PROGRESS_S = {True: 15.0, False: 60.0}
 
 
@@ -91,49 +92,69 @@ class Summary:
         )
 
 
+def rate_line(account: Account, since: Account, seconds: float) -> tuple[str, float | None]:
+    """What this allocation trained (model-steps since `since`, in `seconds`) and the time the rest needs at
+    that rate; the rate (None when nothing was trained)."""
+    trained = account.done - since.done
+    if trained <= 0 or seconds <= 0:
+        return "no model-steps trained in this allocation", None
+    rate = trained / seconds
+    left = account.total - account.done
+    return (
+        f"{trained:,} in this allocation at {rate:,.1f} model-steps/s; the {left:,} left need about "
+        f"{duration(left / rate)} at that rate",
+        rate,
+    )
+
+
+def progress(sweep: str, account: Account, since: Account, seconds: float) -> str:
+    """The sweep's progress line while it runs: models and model-steps done of its total, this session's
+    rate and the time the rest needs at it."""
+    trained, left = account.done - since.done, account.total - account.done
+    pace = ""
+    if trained > 0 and seconds > 0:
+        rate = trained / seconds
+        pace = f", {rate:,.1f} model-steps/s, about {duration(left / rate)} left"
+    ended = f"{len(account.ended)} of {len(account.steps)} models ended"
+    return f"sweep {sweep}: {ended}; {account.steps_line()}{pace}"
+
+
 class Session(DriverOnly, tune.Callback):
     """A sweep's session in MLflow (see the module docstring): Tune's callback, writing through one thread."""
 
     def __init__(
-        self,
-        hold: Hold,
-        work: Work,
-        outage_s: float,
-        budget: Budget,
-        account: Account,
-        storage: str | None = None,
+        self, hold: Hold, work: Work, halt: Halt, outage_s: float, storage: str | None = None
     ) -> None:
-        """account: the sweep's as the ledger found it (sweeper.budget); the stop's account starts there;
-        storage: cluster.storage (the writer records checkpoints' URIs with its query)."""
-        self.sweep, self.experiment, self.parent_id = hold.sweep, hold.experiment, hold.parent_id
+        """halt: Tune's stopper, which a failed write sets too; the held ledger's account (sweeper.budget) is
+        where the stop's starts; storage: cluster.storage (the writer records checkpoints' URIs with its
+        query)."""
+        self.sweep, self.experiment, self.parent_id = hold.name, hold.experiment_id, hold.parent_id
         self.jobs, self.trials = len(hold.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
         self.error: Exception | None = None
-        self.broken = threading.Event()  # set with `error`: the stopper reads it from the Tune loop
         self.thread: threading.Thread | None = None
         patient = PatientClient(hold.client, hold.uri, outage_s, waiting=self.events.qsize)
         self.writer = MlflowWriter(
             patient,
-            hold.experiment,
-            hold.sweep,
+            hold.experiment_id,
+            hold.name,
             hold.parent_id,
             work,
             hold.ledger.unfinished,
             hold.uri,
             storage,
         )
-        self.halt = Halt(self.broken, budget)  # Tune's stopper
-        self.account, self.started = account, time.monotonic()
+        self.halt = halt
+        self.account, self.started = hold.account, time.monotonic()
         self.ended = threading.Event()  # Tune ended: no more progress lines
-        self.earlier = hold.ledger.earlier({j.key for j in hold.jobs})  # the parent's counts start there
-        self.shown: Counter | None = None  # the parent's counts as last written
+        self.earlier = hold.earlier  # the parent's counts start there
+        self.shown = self.earlier  # the parent's counts as last written (by tracking.parent_run.open_parent)
         self.failed = 0  # trials that ended in error, once Tune ended
         self.busy_s = 0.0  # the writing thread's time in events
         self.summary: Summary | None = None  # once the session ended
 
     def start(self) -> None:
         self.started = time.monotonic()
-        self._count()
         self.thread = threading.Thread(target=self._apply, name="mlflow-writer", daemon=True)
         self.thread.start()
         threading.Thread(target=self._show_progress, name="progress", daemon=True).start()
@@ -161,7 +182,7 @@ class Session(DriverOnly, tune.Callback):
                 self._count()
             except Exception as err:  # the Tune loop sees it (the stopper) and stops the sweep
                 self.error = err
-                self.broken.set()
+                self.halt.write_failed.set()
             self.busy_s += time.perf_counter() - start
 
     def _count(self) -> None:
@@ -251,13 +272,12 @@ class Session(DriverOnly, tune.Callback):
 
 
 @contextlib.contextmanager
-def recording(
-    hold: Hold, cfg: DictConfig, plan: Plan, argv: list[str], work: Work, budget: Budget, account: Account
-) -> Iterator[Session]:
+def recording(hold: Hold, sweep: Sweep, argv: list[str], work: Work, halt: Halt) -> Iterator[Session]:
     """A session on the held sweep for `work`: the parent run opened, the writing thread on, SIGINT and
-    SIGTERM caught while Tune runs, stopped by `budget`; at the end the session's summary (Session.end)."""
-    session = Session(hold, work, cfg.tracking.outage_s, budget, account, cfg.cluster.storage)
-    parent_run.open_parent(hold.client, hold.parent_id, cfg, plan, hold.jobs, argv)
+    SIGTERM caught while Tune runs, stopped by `halt`; at the end the session's summary (Session.end)."""
+    cfg = sweep.cfg
+    session = Session(hold, work, halt, cfg.tracking.outage_s, cfg.cluster.storage)
+    parent_run.open_parent(hold.client, hold.parent_id, sweep, argv, session.earlier)
     session.start()
     with session.halt.on_signals():
         yield session

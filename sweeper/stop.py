@@ -7,7 +7,8 @@ outcome and their last recorded checkpoint (one per report, at most
 train.eval_every x cluster.report_every steps back). The driver then writes what the trials reported
 (for at most STOP_DRAIN_S), marks those runs KILLED and prints the command that
 resumes them: the same one. A second signal kills the driver at once. Halt
-also ends the run when the sweep's session failed to write (sweeper.session).
+also ends the run when the sweep's session failed to write (sweeper.session). The driver makes it before
+Ray starts: a budget already spent then ends the sweep there (Halt.spent_before_start), nothing begun.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import threading
 from ray.tune.stopper import Stopper
 
 from cli import exit_codes
-from sweeper.budget import Budget
+from sweeper.budget import Account, Budget
 from sweeper.driver_only import DriverOnly
 
 STOP_DRAIN_S = 60.0  # after a signal or the budget, how long the driver still writes what the trials reported
@@ -29,8 +30,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Halt(DriverOnly, Stopper):
-    def __init__(self, write_failed: threading.Event, budget: Budget) -> None:
-        self.write_failed = write_failed  # set when the session's writing thread failed: that stops it too
+    def __init__(self, budget: Budget) -> None:
+        self.write_failed = threading.Event()  # the session's writing thread failed: that stops it too
         self.budget = budget
         self.signal: int | None = None
         self.out_of_time = False  # the budget was spent while the sweep ran
@@ -47,6 +48,15 @@ class Halt(DriverOnly, Stopper):
                 flush=True,
             )
         return self.stopped or self.write_failed.is_set()
+
+    def spent_before_start(self, sweep: str, argv: list[str], account: Account) -> bool:
+        """Whether the budget was spent before any trial started; if so the stop is printed with the sweep's
+        account (nothing was begun: nothing to stop, no run to mark)."""
+        if not self.budget.spent():
+            return False
+        reason = f"at its time budget ({self.budget.seconds:g} s) before any trial started"
+        stopped(sweep, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
+        return True
 
     @property
     def stopped(self) -> bool:
@@ -87,6 +97,16 @@ class Halt(DriverOnly, Stopper):
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+def spent_before_start(budget: Budget, sweep: str, argv: list[str], account: Account) -> bool:
+    """Whether the budget was spent before any trial started; if so the stop is printed, with the sweep's
+    account (nothing was begun, nothing to stop: no run is marked)."""
+    if not budget.spent():
+        return False
+    reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
+    stopped(sweep, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
+    return True
 
 
 def stopped(

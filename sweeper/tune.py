@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from ray import tune
 
 from cli import console
-from config.grid import Plan
+from config.grid import Plan, Sweep
 from sweeper.fifo import LiveFifo
 from sweeper.session import Session
 from sweeper.trial import STEP, run_trial
@@ -28,15 +28,11 @@ QUIET_TABLE_S = 60  # Tune's status table at most once a minute (13 lines for th
 
 
 def fit(
-    cfg: DictConfig,
-    plan: Plan,
-    work: Work,
-    storage: str | None,
-    session: Session,
-    trainable: Callable | None = None,
+    sweep: Sweep, work: Work, storage: str | None, session: Session, trainable: Callable | None = None
 ) -> None:
     """Run the work's trials with `trainable` (default sweeper.trial.run_trial) until each ended or the
     session's stopper stops them; Tune tells the session how each one ended."""
+    cfg, plan = sweep.cfg, sweep.plan
     c, asha = cfg.cluster, cfg.sweep.scheduler == "asha"
     trainable = tune.with_parameters(trainable or run_trial, work=work)
     trainable = tune.with_resources(trainable, {"cpu": c.cpus_per_trial, "gpu": c.gpus_per_trial})

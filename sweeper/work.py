@@ -1,27 +1,24 @@
 """The work a sweep driver hands Ray Tune: what is left of the sweep, packed into trials, as frozen data.
 
-The driver plans it once (plan_work), after reading the ledger (sweeper.ledger): each pending job becomes a
-Member (what its trial composes and trains, and what the driver's writer tags its run with), each Tune
-trial a Trial that trains one member or a pack of them (cluster.pack). The trials travel once to every
-worker (tune.with_parameters); Tune's param space carries only each trial's identity, a TrialId, encoded
-and decoded here alone.
+The driver plans it once (plan_work), from the sweep as config/ made it (config.grid.Sweep: its jobs, their
+override words, the command line's) and its hold on the ledger (sweeper.hold: the jobs left, where each
+resumes): each pending job becomes a Member (what its trial composes and trains, and what the driver's
+writer tags its run with), each Tune trial a Trial that trains one member or a pack of them (cluster.pack).
+The trials travel once to every worker (tune.with_parameters); Tune's param space carries only each trial's
+identity, a TrialId, encoded and decoded here alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from omegaconf import DictConfig
-
-from config import grid
-from config.compose import searchpath_override, user_config_dirs, without_searchpath
+from config.grid import Job, Sweep
 from config.schema import SHARED_KEYS
-from sweeper import home
 
 if TYPE_CHECKING:
-    from sweeper.ledger import Hold
+    from sweeper.hold import Hold
 
 TRIAL = "trial"  # a Tune trial's config: {TRIAL: its TrialId, encoded}
 
@@ -57,7 +54,7 @@ class Member:
     seed: int
     overrides: tuple[str, ...]  # its configuration's, which the trial composes after Work.base
     subgrids: tuple[str, ...]
-    resume_from: str | None  # the Tune checkpoint its unfinished run recorded (sweeper.ledger), resolved here
+    resume_from: str | None  # the Tune checkpoint its unfinished run recorded, as a location here (Hold)
     pack: str | None  # its trial's key when that trial trains several jobs, else None
 
 
@@ -79,33 +76,26 @@ class Work:
         return self.trials[TrialId.decode(config).key]
 
 
-def plan_work(cfg: DictConfig, plan: grid.Plan, argv: list[str], hold: Hold) -> Work:
+def plan_work(sweep: Sweep, hold: Hold) -> Work:
     """The jobs the held ledger leaves pending, packed into Tune's trials (cluster.pack, .pack_size)."""
-    pending = {job.key: job for job in hold.pending()}
-    packs = packs_of(hold.jobs, set(pending), cfg.cluster.pack, cfg.cluster.pack_size)
+    pending, resume_from = {job.key: job for job in hold.pending}, hold.resume_from
+    packs = packs_of(sweep.jobs, set(pending), sweep.cfg.cluster.pack, sweep.cfg.cluster.pack_size)
     trials = {}
     for key, keys in packs.items():
         pack = key if len(keys) > 1 else None
-        members = tuple(_member(pending[k], _resume_from(hold, k), pack) for k in keys)
+        members = tuple(_member(pending[k], resume_from.get(k), pack) for k in keys)
         first = members[0].name
         trials[key] = Trial(
             TrialId(key, first if pack is None else f"pack of {len(keys)} from {first}"), members
         )
-    return Work(trials, tuple(trial_overrides(argv, plan)))
+    return Work(trials, sweep.base)
 
 
-def _resume_from(hold: Hold, key: str) -> str | None:
-    """The checkpoint job `key`'s unfinished run recorded, as a location here (sweeper.home.resolved)."""
-    recorded = hold.ledger.resume_from.get(key)
-    return None if recorded is None else home.resolved(recorded, hold.uri)
+def _member(job: Job, resume_from: str | None, pack: str | None) -> Member:
+    return Member(job.key, job.name, job.seed, job.overrides, job.configuration.subgrids, resume_from, pack)
 
 
-def _member(job: grid.Job, resume_from: str | None, pack: str | None) -> Member:
-    overrides = tuple(job.configuration.override_strings())
-    return Member(job.key, job.name, job.seed, overrides, job.configuration.subgrids, resume_from, pack)
-
-
-def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> dict[str, list[str]]:
+def packs_of(jobs: Sequence[Job], pending: set[str], mode: str, size: int) -> dict[str, list[str]]:
     """Ray Tune's trials, each a list of the pending jobs (config_hash) it trains.
 
     mode none: one job per trial, keyed by its config_hash. mode seeds: the
@@ -120,7 +110,7 @@ def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> d
     groups: dict[tuple, list[str]] = {}
     if mode == "seeds":
         for j in jobs:
-            groups.setdefault(tuple(j.configuration.override_strings()), []).append(j.key)
+            groups.setdefault(j.overrides, []).append(j.key)
         cuts = list(groups.values())
     else:
         for j in jobs:  # a key no configuration overrides has the sweep's one value
@@ -131,13 +121,3 @@ def packs_of(jobs: list[grid.Job], pending: set[str], mode: str, size: int) -> d
         for keys in cuts
     }
     return {key: members for key, members in packs.items() if members}
-
-
-def trial_overrides(overrides: list[str], plan: grid.Plan) -> list[str]:
-    """The command line's overrides a trial composes with: not the sweep's, not the keys the grid sets; the
-    user config directories as one override of absolute paths (a trial's worker has another working
-    directory, and on a cluster not the driver's environment)."""
-    gridded = {key for c in plan.configurations for key in c.overrides} | {"seed"}
-    keys = [(o, grid.override_key(o)) for o in without_searchpath(overrides)]
-    kept = [o for o, key in keys if key != "sweep" and not key.startswith("sweep.") and key not in gridded]
-    return searchpath_override(user_config_dirs(overrides)) + kept

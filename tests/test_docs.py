@@ -36,6 +36,7 @@ from cli import exit_codes
 from config import reference as config_reference
 from config.compose import compose
 from sweeper import sweep as sweep_cli
+from sweeper.timeline import drive
 
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 
@@ -211,7 +212,7 @@ def test_architecture_lists_the_sweeps_timeline_as_drive_calls_it():
     assert len(steps) >= 5, steps
     calls = sorted(
         (node.lineno, node.col_offset, getattr(node.func, "attr", getattr(node.func, "id", "")))
-        for node in ast.walk(ast.parse(inspect.getsource(sweep_cli.drive)))
+        for node in ast.walk(ast.parse(inspect.getsource(drive)))
         if isinstance(node, ast.Call)
     )
     assert [name for _, _, name in calls if name in steps] == steps, (

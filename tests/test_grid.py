@@ -29,7 +29,7 @@ CSV_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def paper() -> tuple:
+def paper() -> grid.Sweep:
     return load(["sweep=paper"])
 
 
@@ -37,7 +37,7 @@ def test_paper_grid_equals_the_published_list(paper):
     with PAPER_GRID.open() as f:
         rows = list(csv.DictReader(f))
     expected = {tuple(typed(row[c]) for c in CSV_KEYS): row["subgrids"] for row in rows}
-    _, plan = paper
+    plan = paper.plan
     got = {
         tuple(c.overrides[key] for key in CSV_KEYS.values()): ",".join(c.subgrids)
         for c in plan.configurations
@@ -50,8 +50,7 @@ def test_paper_grid_equals_the_published_list(paper):
 
 
 def test_paper_trials_are_config_hashes_of_composed_runs(paper):
-    cfg, plan = paper
-    trials = grid.jobs(cfg, plan)
+    plan, trials = paper.plan, paper.jobs
     assert len(trials) == len(plan.configurations) * len(plan.seeds) == plan.job_count
     assert (
         len({t.key for t in trials}) == len({t.name for t in trials}) == len(trials)
@@ -92,18 +91,18 @@ def test_packed_dry_run_says_how_many_ray_trials(capsys):
     [("points", 4, 10), ("demo", 3, 2), ("lite", 27, 3), ("lite32", 18, 3), ("smoke", 3, 2)],
 )
 def test_other_sweeps_expand_and_validate(sweep, configurations, seeds):
-    cfg, plan = load([f"sweep={sweep}"])
+    loaded = load([f"sweep={sweep}"])
+    plan, trials = loaded.plan, loaded.jobs
     assert (
         plan.summary() == f"{configurations} configurations x {seeds} seeds = {configurations * seeds} trials"
     )
-    trials = grid.jobs(cfg, plan)
     assert len(trials) == len({t.name for t in trials}) == configurations * seeds  # one run name per trial
     assert all(t.name.endswith(f" s{t.seed}") for t in trials)  # the sweep is a tag, not part of the name
 
 
 def test_points_sweeps_n_at_the_paper_baseline(paper):
-    _, plan = load(["sweep=points"])
-    _, paper_plan = paper
+    plan = load(["sweep=points"]).plan
+    paper_plan = paper.plan
     baseline = [c for c in paper_plan.configurations if c.subgrids == ("tau", "lr", "dim", "clusters")][0]
     assert sorted(c.overrides["task.n"] for c in plan.configurations) == [128, 256, 512, 1024]
     for c in plan.configurations:
@@ -121,8 +120,8 @@ POINTS = {"lite": (128,), "demo": (128,), "lite32": (128, 256)}
 def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(paper, sweep):
     """Every configuration of sweep=lite / demo, scaled back, is a configuration of the paper's sub-grid of
     that name."""
-    _, plan = load([f"sweep={sweep}"])
-    _, paper_plan = paper
+    plan = load([f"sweep={sweep}"]).plan
+    paper_plan = paper.plan
     named = {
         (name, tuple(sorted(c.overrides.items()))) for c in paper_plan.configurations for name in c.subgrids
     }
@@ -181,10 +180,11 @@ def test_cli_rejects_with_exit_code_and_one_line(capsys):
 
 
 def test_command_line_beats_the_sweeps_fixed_values():
-    cfg, plan = load(["sweep=smoke", "train.steps=7"])
+    loaded = load(["sweep=smoke", "train.steps=7"])
+    plan = loaded.plan
     assert all("train.steps" not in c.overrides for c in plan.configurations)
     assert sorted(c.overrides["model.embedding"] for c in plan.configurations) == ["binary", "none", "onehot"]
-    t = grid.jobs(cfg, plan)[0]
+    t = loaded.jobs[0]
     assert (
         config_hash(compose(["train.steps=7", *t.configuration.override_strings(), f"seed={t.seed}"]))
         == t.key

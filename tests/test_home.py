@@ -18,7 +18,8 @@ from support.sweeps import sweep_jobs
 from config.compose import compose
 from config.schema import ConfigError
 from sweeper import archive, home
-from sweeper.budget import Account, Budget, outlook, rate_line
+from sweeper.budget import Account, Budget, outlook
+from sweeper.session import rate_line
 from tracking import moved, store
 from tracking.names import TUNE_CHECKPOINT
 

@@ -1,11 +1,12 @@
-"""The ledger's decisions (sweeper.ledger), each tested where it is made: resuming a sweep after a stop or a
-move rests on them, and the slow sweep tests meet them only in rare timings.
+"""The ledger's decisions (sweeper.ledger, and the driver's hold on it: sweeper.hold), each tested where it is
+made: resuming a sweep after a stop or a move rests on them, and the slow sweep tests meet them only in rare
+timings.
 
   the parent run a sweep keeps when several exist    read(); Hold._parent, after a race (find_parent)
   which unfinished run of a job is continued         read(): the latest, by (start_time, run_id)
   the outcome a job counts with in the parent's counts   Ledger.earlier: once a job, the first of ENDED
   a run left RUNNING that carries an outcome         read(): done, and closed by Hold._read with its status
-  a finished job is never resumed                    read() and Hold.pending(), even with a later run open
+  a finished job is never resumed                    read() and Hold.pending, even with a later run open
 
 read() takes runs as the store returns them (newest first); each test of read() gives them in both orders,
 so that what it keeps follows from the runs, not from their order.
@@ -18,10 +19,11 @@ from collections import Counter
 import pytest
 from mlflow.entities import Run, RunData, RunInfo, RunTag
 from mlflow.tracking import MlflowClient
-from support.sweeps import sweep_jobs
 
-from config.grid import Job
-from sweeper.ledger import Hold, read
+from config.grid import Sweep
+from sweeper.hold import Hold
+from sweeper.ledger import read
+from sweeper.sweep import load
 from tracking import store
 from tracking.names import (
     CHECKPOINT_STEP,
@@ -145,18 +147,19 @@ def test_read_never_resumes_a_finished_job():
 
 
 def new_hold(uri: str) -> Hold:
-    return Hold(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri))
+    return Hold(sweep_of(uri))
 
 
-def jobs_of(uri: str) -> list[Job]:
-    return sweep_jobs(
+def sweep_of(uri: str) -> Sweep:
+    return load(
         ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke}]", f"tracking.uri={uri}"]
+        + [f"tracking.experiment={EXPERIMENT}"]
     )
 
 
 def stored(client: MlflowClient, hold: Hold, start: int, name: str = "a job", **tags: str) -> str:
     """The id of a new run in the hold's experiment, started at `start` (ms since the epoch)."""
-    return client.create_run(hold.experiment, start_time=start, run_name=name, tags=tags).info.run_id
+    return client.create_run(hold.experiment_id, start_time=start, run_name=name, tags=tags).info.run_id
 
 
 @pytest.mark.parametrize("other_started", [1000, 2**42], ids=["before", "after"])  # 1970, 2109
@@ -167,7 +170,7 @@ def test_of_two_parent_runs_made_at_once_both_drivers_keep_the_older(sqlite_uri,
     assert hold.ledger.parent is None
     other = stored(client, hold, other_started, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
     kept, created = hold._parent()
-    active = {r.info.run_id for r in client.search_runs([hold.experiment])}
+    active = {r.info.run_id for r in client.search_runs([hold.experiment_id])}
     if other_started == 1000:
         assert (kept, created) == (other, False) and active == {other}
     else:
@@ -180,9 +183,9 @@ def test_a_driver_that_made_a_parent_run_and_one_that_read_it_keep_the_same(sqli
     client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
     tied = [stored(client, hold, 1000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME}) for _ in range(3)]
     stored(client, hold, 2000, name_of(SWEEP_NAME), **{SWEEP: SWEEP_NAME})
-    found = find_parent(client, hold.experiment, SWEEP_NAME)
+    found = find_parent(client, hold.experiment_id, SWEEP_NAME)
     assert found == min(tied)
-    assert read(store.search(client, [hold.experiment]), SWEEP_NAME).parent.info.run_id == found
+    assert read(store.search(client, [hold.experiment_id]), SWEEP_NAME).parent.info.run_id == found
 
 
 def test_a_hold_closes_a_run_left_running_with_an_outcome_and_skips_its_job(sqlite_uri):
@@ -193,7 +196,7 @@ def test_a_hold_closes_a_run_left_running_with_an_outcome_and_skips_its_job(sqli
     left = stored(client, hold, 1000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: diverged.key, OUTCOME: DIVERGED})
     hold = new_hold(sqlite_uri)
     assert client.get_run(left).info.status == "FAILED"
-    assert hold.pending() == [other]
+    assert hold.pending == [other]
 
 
 def test_a_hold_never_resumes_a_finished_job(sqlite_uri):
@@ -205,5 +208,5 @@ def test_a_hold_never_resumes_a_finished_job(sqlite_uri):
     client.set_terminated(trained, "FINISHED")
     stored(client, hold, 2000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: done.key, TUNE_CHECKPOINT: "/ckpt/1"})
     hold = new_hold(sqlite_uri)
-    assert hold.pending() == [other]
+    assert hold.pending == [other]
     assert hold.ledger.unfinished == {} and hold.ledger.resume_from == {}

@@ -19,8 +19,7 @@ from training.packed import check_packable
 def lite() -> tuple[list[grid.Job], dict[str, object]]:
     """sweep=lite's trials, and each one's configuration: composed once per configuration, then given the
     trial's seed (the hash check proves it is what the trial composes)."""
-    cfg, plan = load(["sweep=lite"])
-    trials = grid.jobs(cfg, plan)
+    trials = list(load(["sweep=lite"]).jobs)
     composed: dict[tuple[str, ...], DictConfig] = {}
     cfgs = {}
     for t in trials:

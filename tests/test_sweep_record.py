@@ -1,4 +1,4 @@
-"""The sweep's hold on its ledger (sweeper.ledger.Hold) and its session (sweeper.session.Session) on a
+"""The sweep's hold on its ledger (sweeper.hold.Hold) and its session (sweeper.session.Session) on a
 real SQLite store: a sweep's start reads the store once, whatever it finds there; the lock reads it again
 only when another driver ran the sweep since; and Tune keeps nothing of the sweep's objects."""
 
@@ -10,11 +10,13 @@ from collections import Counter
 
 from mlflow.tracking import MlflowClient
 from ray import cloudpickle  # what Tune pickles its state with
-from support.sweeps import sweep_jobs
 
-from sweeper.budget import Account, Budget
-from sweeper.ledger import Hold
+from config.grid import Sweep
+from sweeper.budget import Budget
+from sweeper.hold import Hold
 from sweeper.session import Session
+from sweeper.stop import Halt
+from sweeper.sweep import load
 from sweeper.tune import trial_dirname, trial_name
 from sweeper.work import TRIAL, TrialId, Work
 from tracking.names import CONFIG_HASH, FINISHED, MLFLOW_PARENT_RUN_ID, OUTCOME, SWEEP, TUNE_CHECKPOINT
@@ -35,23 +37,24 @@ class CountingClient(MlflowClient):
         return super().search_runs(experiment_ids, filter_string, *args, **kwargs)
 
 
-def jobs_of(uri: str):
-    return sweep_jobs(
+def sweep_of(uri: str) -> Sweep:
+    return load(
         ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke}]", f"tracking.uri={uri}"]
+        + [f"tracking.experiment={EXPERIMENT}"]
     )
 
 
 def open_hold(uri: str) -> tuple[Hold, CountingClient]:
     client = CountingClient(uri)
-    return Hold(uri, EXPERIMENT, SWEEP_NAME, jobs_of(uri), client=client), client
+    return Hold(sweep_of(uri), client=client), client
 
 
 def test_a_sweep_start_reads_the_store_once(sqlite_uri):
-    jobs = jobs_of(sqlite_uri)
+    jobs = list(sweep_of(sqlite_uri).jobs)
     assert len(jobs) == 2
     record, client = open_hold(sqlite_uri)  # a new sweep: nothing stored yet
     assert client.searches == [""]  # one search of the whole experiment
-    assert record.pending() == jobs and record.ledger.parent is None
+    assert record.pending == jobs and record.ledger.parent is None
     with record.locked():
         parent = record.parent_id
     # A parent run made here: one more, narrow search for one that another driver made at the same moment.
@@ -60,7 +63,7 @@ def test_a_sweep_start_reads_the_store_once(sqlite_uri):
     # What an interrupted session leaves: one job finished, the other's run with a checkpoint, no outcome.
     done, resumed = jobs
     store = MlflowClient(sqlite_uri)
-    experiment = record.experiment
+    experiment = record.experiment_id
     for job, tags in ((done, {OUTCOME: FINISHED}), (resumed, {TUNE_CHECKPOINT: "/ckpt/0001"})):
         tags = {SWEEP: SWEEP_NAME, CONFIG_HASH: job.key, MLFLOW_PARENT_RUN_ID: parent, **tags}
         run = store.create_run(experiment, run_name=job.name, tags=tags)
@@ -73,10 +76,10 @@ def test_a_sweep_start_reads_the_store_once(sqlite_uri):
     record, client = open_hold(sqlite_uri)  # the restart
     assert client.searches == [""]
     assert record.ledger.parent.info.run_id == parent
-    assert record.ledger.done == {done.key} and record.pending() == [resumed]
+    assert record.ledger.done == {done.key} and record.pending == [resumed]
     assert record.ledger.unfinished == {resumed.key: unfinished}
     assert record.ledger.resume_from == {resumed.key: "/ckpt/0001"}
-    assert record.ledger.earlier({j.key for j in jobs}) == Counter({FINISHED: 1})
+    assert record.earlier == Counter({FINISHED: 1})
     with record.locked():
         assert record.parent_id == parent
     assert client.searches == [""]  # the lock found the parent as the read did: no second read
@@ -91,17 +94,17 @@ def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(s
     job = record.jobs[0]
     tags = {SWEEP: SWEEP_NAME, CONFIG_HASH: job.key, OUTCOME: FINISHED, MLFLOW_PARENT_RUN_ID: parent}
     store = MlflowClient(sqlite_uri)
-    store.create_run(record.experiment, run_name=job.name, tags=tags)
+    store.create_run(record.experiment_id, run_name=job.name, tags=tags)
     store.set_terminated(parent, "FINISHED")
-    assert job in record.pending()
+    assert job in record.pending
     with record.locked():
-        assert job not in record.pending()
+        assert job not in record.pending
     assert client.searches == ["", ""]
 
 
 def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
     hold, _ = open_hold(sqlite_uri)
-    session = Session(hold, Work({}, ()), 5, Budget.since_start(60), Account.of([], 1, set(), {}))
+    session = Session(hold, Work({}, ()), Halt(Budget.since_start(60)), 5)
     halt = session.halt
     for obj in (session, halt):
         assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue

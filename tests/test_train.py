@@ -17,7 +17,6 @@ from mlflow.tracking import MlflowClient
 from support.repo import subprocess_env
 
 from cli import exit_codes
-from config import grid
 from config.compose import compose
 from config.identity import config_hash, run_config
 from models.transformer import ClusteringTransformer
@@ -324,10 +323,9 @@ def test_train_with_a_sweep_trains_as_its_trials_do_the_command_line_winning(tmp
     params = run.data.params
     assert (params["task.n"], params["train.steps"], params["train.batch"]) == ("16", "20", "4")
     assert params["train.eval_every"] == "10"  # smoke's fixed value is 5
-    cfg, plan = load(line)
     (job,) = [
         j
-        for j in grid.jobs(cfg, plan)
+        for j in load(line).jobs
         if j.seed == 235510766 and j.configuration.overrides["model.embedding"] == "binary"
     ]
     assert run.data.tags[CONFIG_HASH] == job.key

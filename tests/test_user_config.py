@@ -12,14 +12,12 @@ import pytest
 from support.repo import REPO
 
 from cli.entry import CONFIG_DIR_ENV
-from config import grid
 from config.compose import compose, group_options, sweep_names, user_config_dirs
 from config.identity import config_hash
 from config.schema import ConfigError
 from sweeper.sweep import load
 from sweeper.sweep import main as sweep_main
 from sweeper.train import main as train_main
-from sweeper.work import trial_overrides
 
 MINE = """# @package sweep
 defaults: [smoke, _self_]
@@ -76,11 +74,11 @@ def test_a_sweeps_trials_compose_with_the_user_directory(user_dir, tmp_path, mon
     driver planned, config_hash for config_hash, as sweeper.trial.run_trial checks."""
     monkeypatch.chdir(user_dir.parent)
     overrides = [f"hydra.searchpath=[{user_dir.name}]", "sweep=mine", "model=wide"]
-    cfg, plan = load(overrides)
-    base = trial_overrides(overrides, plan)
+    sweep = load(overrides)
+    base = list(sweep.base)
     assert base == [f"hydra.searchpath=['{user_dir}']", "model=wide"]
     monkeypatch.chdir(REPO)
-    for job in grid.jobs(cfg, plan):
+    for job in sweep.jobs:
         trial = compose([*base, *job.configuration.override_strings(), f"seed={job.seed}"])
         assert config_hash(trial) == job.key and trial.model.qkv_mult == 2
 

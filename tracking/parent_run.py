@@ -18,9 +18,9 @@ from pathlib import Path
 
 from mlflow.entities import Metric, Run, RunTag, ViewType
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from config.grid import Job, Plan
+from config.grid import Plan, Sweep
 from tracking.names import (
     COMMAND,
     CONFIG_HASH,
@@ -59,10 +59,10 @@ def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | N
     return min(parents, key=lambda r: (r.info.start_time, r.info.run_id)).info.run_id if parents else None
 
 
-def open_parent(
-    client: MlflowClient, parent_id: str, cfg: DictConfig, plan: Plan, jobs: list[Job], argv: list[str]
-) -> None:
-    """Mark the sweep's parent run running and record the plan and the command line on it."""
+def open_parent(client: MlflowClient, parent_id: str, sweep: Sweep, argv: list[str], ended: Counter) -> None:
+    """Mark the sweep's parent run running and record on it the plan, the command line and the trial counts
+    (`ended`: outcome -> the jobs that ended with it before, log_counts)."""
+    plan, jobs = sweep.plan, sweep.jobs
     client.update_run(parent_id, status="RUNNING")
     command = shlex.join(["python", "-m", "sweeper.sweep", *argv])
     sizes = (len(plan.configurations), len(plan.seeds), plan.job_count)
@@ -75,13 +75,14 @@ def open_parent(
     client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(cfg.sweep))
+        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(sweep.cfg.sweep))
         (folder / PLAN_ARTIFACT).write_text(plan.table() + "\n" + plan.summary() + "\n")
         with open(folder / PLAN_TRIALS_ARTIFACT, "w", newline="") as out:
             rows = csv.writer(out)
             rows.writerow(["run_name", "seed", SUBGRIDS, CONFIG_HASH])
             rows.writerows([j.name, j.seed, ",".join(j.configuration.subgrids), j.key] for j in jobs)
         client.log_artifacts(parent_id, tmp)
+    log_counts(client, parent_id, ended, len(jobs))
 
 
 def describe(plan: Plan, command: str) -> str:

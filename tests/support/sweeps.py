@@ -52,8 +52,7 @@ def recorded_checkpoint(uri: str, run) -> Path:
 
 
 def sweep_jobs(overrides: list[str]) -> list[grid.Job]:
-    cfg, plan = load(overrides)
-    return grid.jobs(cfg, plan)
+    return list(load(overrides).jobs)
 
 
 # ---- sweep drivers as subprocesses: started, signalled, killed ----

@@ -1,0 +1,55 @@
+"""The sweep's timeline (drive): each step one call, in the order the driver takes them.
+
+The command line (sweeper.sweep) loads the sweep and hands it here; sweeper.scale_probe drives the same
+timeline with trials that train nothing. Each step hands the next what it made, and none goes back to an
+earlier one: the sweep as config/ made it (config.grid.Sweep), the hold on its store (sweeper.hold), the
+stopper that keeps its time budget (sweeper.stop.Halt), the storage of the Ray cluster it joined
+(sweeper.cluster), the work (sweeper.work) and the session that records it (sweeper.session).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from config.grid import Sweep
+from tracking import ui
+
+if TYPE_CHECKING:
+    from sweeper.session import Summary
+
+
+def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> Summary:
+    """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
+    records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent.
+    trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, which measures the driver)."""
+    from sweeper import cluster, tune
+    from sweeper.budget import Budget, outlook
+    from sweeper.hold import take_hold
+    from sweeper.session import Summary, recording
+    from sweeper.stop import Halt
+    from sweeper.work import plan_work
+
+    cfg, name = sweep.cfg, sweep.plan.name
+    cluster.check(cfg)  # before the store is touched: nothing to undo
+    hold = take_hold(sweep)  # read once
+    if not hold.pending:
+        return Summary(name, hold.experiment_id)
+    budget = Budget.since_start(cfg.cluster.time_budget_s)
+    if budget.seconds is not None:  # at the rate of the sweep's last allocation, if it had one
+        print(outlook(hold.account, budget, hold.rate), flush=True)
+    halt = Halt(budget)  # the session's stopper: a signal, the budget spent, a failed write
+    if halt.spent_before_start(name, argv, hold.account):  # nothing was begun, nothing to stop
+        return Summary(name, hold.experiment_id, len(hold.pending), out_of_time=True)
+    storage = cluster.join(cfg.cluster, hold.storage)  # before the lock: a refusal opens no parent run
+    with hold.locked():  # the ledger read again if another driver ran the sweep meanwhile
+        if not hold.pending:  # another driver ran the sweep between the read and the lock
+            return Summary(name, hold.experiment_id)
+        work = plan_work(sweep, hold)
+        hold.lock.joined(cluster.gcs_address())  # a retry on another cluster can tell when this one is gone
+        with recording(hold, sweep, argv, work, halt) as session:  # the parent run, the writer
+            tune.fit(sweep, work, storage, session, trainable)
+    summary = session.summary
+    if not summary.stopped:  # a stopped sweep printed its account and the command that resumes it
+        print(summary)
+        print(ui.where_to_look(cfg.tracking.uri, cfg.tracking.experiment, summary.experiment))
+    return summary
