@@ -51,6 +51,17 @@ def validate(cfg: DictConfig, trial: bool = False) -> None:
     )
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _tracking(cfg)
+    _cluster(cfg)
+    _cost(c)
+    if trial:
+        _trial_devices(cfg)
+
+
+def _cluster(cfg: DictConfig) -> None:
+    """The cluster section's ranges, in validate's order: a trial's resources, the sweep's concurrency and
+    failures, the packing (against sweep.scheduler), reports and time budget; the cost preview's keys are
+    _cost's."""
+    c = cfg.cluster
     _positive("cluster.cpus_per_trial", c.cpus_per_trial)
     # Ray would reserve whole GPUs above 1, but a trial trains on one (training.gpu_share.trial_device).
     _require(
@@ -85,9 +96,6 @@ def validate(cfg: DictConfig, trial: bool = False) -> None:
             c.time_budget_s,
             "null (no budget) or a number of seconds > 0, finite",
         )
-    _cost(c)
-    if trial:
-        _trial_devices(cfg)
 
 
 def _cost(c: DictConfig) -> None:

@@ -36,8 +36,9 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import psutil
 
@@ -47,6 +48,8 @@ from sweeper.scale_server import AUTH_MODES, Server, database, tracking_server
 from tracking.names import FINISHED, METRICS, OUTCOME, SYSTEM_METRICS, TRAIN_LOSS
 
 if TYPE_CHECKING:
+    from config.grid import Sweep
+    from sweeper.session import Summary
     from sweeper.trial import Point
     from sweeper.work import Work
 
@@ -108,21 +111,29 @@ class PeakRss(threading.Thread):
             self.peak = max(self.peak, me.memory_info().rss)
 
 
-def measure(models: int, pack: str, server: Server, intervals: int, overrides: list[str]) -> dict:
-    """Run `models` jobs of the paper grid (packed by `pack`) on `server`; the driver's figures."""
-    import ray
+@dataclass
+class Drive:
+    """What one drive of a sweep cost the driver process (timed_drive), and the server's requests in it."""
 
-    from sweeper import ledger
+    summary: Summary  # the sweep's (sweeper.timeline.drive)
+    wall_s: float
+    cpu_s: float  # user and system
+    start_rss: int  # bytes, before the drive
+    peak_rss: int  # bytes, sampled every 0.2 s (PeakRss)
+    requests: list[int]  # the server's during the drive: all, then log-batch (Server.requests)
+
+
+def probe_sweep(models: int, pack: str, server: Server, overrides: list[str]) -> Sweep:
+    """The paper grid cut to its first `models` jobs (packed by `pack`), tracked on `server`; Ray's storage
+    beside the server's log."""
     from sweeper.sweep import load
-    from sweeper.timeline import drive
-    from tracking import store
 
     tmp = tempfile.mkdtemp(prefix="ray-", dir=server.log.parent)  # removed with the command's folder
     # Unpacked: as many seeds as `models` needs; packed: the paper's ten seeds. Then the first configurations,
     # enough for `models` jobs (rounded up to whole configurations).
     seeds = range(PACK) if pack == "seeds" else range(-(-models // CONFIGURATIONS))
     name = f"scale-{models}-{pack}-{os.getpid()}"
-    sweep = load(
+    return load(
         [
             "sweep=paper",
             f"sweep.seeds=[{', '.join(map(str, seeds))}]",
@@ -133,23 +144,42 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
             *overrides,
         ]
     ).first(-(-models // len(seeds)))
-    cfg = sweep.cfg
-    every = cfg.cluster.report_every
-    trial = functools.update_wrapper(
-        functools.partial(noop_trial, intervals=intervals, every=every), noop_trial
-    )  # Tune names a function trainable by its __name__
-    ray.init(address="local", dashboard_host=cfg.cluster.dashboard_host, include_dashboard=False)
+
+
+def timed_drive(sweep: Sweep, trainable: Callable, server: Server) -> Drive:
+    """Drive `sweep` with `trainable` on a local Ray, as `python -m sweeper.sweep` would; what it cost."""
+    import ray
+
+    from sweeper.timeline import drive
+
+    ray.init(address="local", dashboard_host=sweep.cfg.cluster.dashboard_host, include_dashboard=False)
     me = psutil.Process()
     rss = PeakRss()
     rss.start()
     requests = server.requests()
     start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    summary = drive(sweep, [], trainable=trial)
+    summary = drive(sweep, [], trainable=trainable)
     wall, end_cpu = time.perf_counter() - start, me.cpu_times()
     requests = [after - before for after, before in zip(server.requests(), requests)]
     rss.stop.set()
     ray.shutdown()
     cpu = (end_cpu.user - start_cpu.user) + (end_cpu.system - start_cpu.system)
+    return Drive(summary, wall, cpu, start_rss, rss.peak, requests)
+
+
+def measure(models: int, pack: str, server: Server, intervals: int, overrides: list[str]) -> dict:
+    """Run `models` jobs of the paper grid (packed by `pack`) on `server`; the driver's figures."""
+    from sweeper import ledger
+    from tracking import store
+
+    sweep = probe_sweep(models, pack, server, overrides)
+    cfg = sweep.cfg
+    every = cfg.cluster.report_every
+    trial = functools.update_wrapper(
+        functools.partial(noop_trial, intervals=intervals, every=every), noop_trial
+    )  # Tune names a function trainable by its __name__
+    driven = timed_drive(sweep, trial, server)
+    summary, wall, requests = driven.summary, driven.wall_s, driven.requests
     runs = store.search(store.connect(server.uri), [summary.experiment])
     jobs = {j.key for j in sweep.jobs}
     stored = len(ledger.read(runs, sweep.plan.name).done & jobs)
@@ -167,9 +197,9 @@ def measure(models: int, pack: str, server: Server, intervals: int, overrides: l
         "lost": len(jobs) - stored,
         "wall_s": round(wall, 1),
         "s_per_trial": round(wall / trials, 4),
-        "cpu_s_per_trial": round(cpu / trials, 4),
-        "driver_rss_start_mib": round(start_rss / 2**20),
-        "driver_rss_peak_mib": round(rss.peak / 2**20),
+        "cpu_s_per_trial": round(driven.cpu_s / trials, 4),
+        "driver_rss_start_mib": round(driven.start_rss / 2**20),
+        "driver_rss_peak_mib": round(driven.peak_rss / 2**20),
         "points_written": summary.points_written,
         "points_per_s": round(summary.points_written / wall, 1),
         "requests": requests[0],
@@ -220,7 +250,8 @@ def table(rows: list[dict], intervals: int, points_per_interval: int) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+def probe_parser() -> ArgumentParser:
+    """The probe's own options; whatever else the command line holds is config overrides (parse)."""
     parser = ArgumentParser(
         prog="python -m sweeper.scale_probe",
         description=__doc__,
@@ -264,6 +295,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=4,
         help="the tracking server's worker processes (MLflow's default; a small probe needs one)",
     )
+    return parser
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The options, each checked (parser.error, cli.entry's answer, on the first bad one), and the config
+    overrides, key=value; --trials, --report-every and --auth as lists (args.sizes, .report_every, .auth)."""
+    parser = probe_parser()
     args, overrides = parser.parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("-")]
     if unknown:

@@ -152,45 +152,53 @@ def train_models(
         for cfg, recorder, workdir in zip(cfgs, recorders, workdirs):
             runs.append(open_run(RunSpec.of(cfg), recorder, workdir))  # validated, its identity derived
         active = [run for run in runs if run.trainer.progress.step < run.trainer.cfg.train.steps]
-        if not active:
-            return [run.result for run in runs]
-        # The pack holds the validation sets stacked: each model's own is dropped once copied in.
-        pack = Pack(
-            [run.trainer for run in active],
-            [Validation(r.trainer.cfg, r.trainer.device) for r in active],
-            hook if hook is not None else from_environment(),
-        )
-        fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
-        tell(on_eval, evaluate(pack, fresh, active))
-        bar = tqdm(
-            total=cfgs[0].train.steps,
-            initial=min(r.trainer.progress.step for r in active),
-            desc="train",
-            disable=not sys.stderr.isatty(),
-            dynamic_ncols=True,
-        )
-        while active:
-            pack.step()
-            bar.update(1)
-            if not pack.due():
-                continue
-            losses, diverged, now = pack.read()
-            due = [row for row, run in enumerate(active) if record(run, losses[row], diverged[row], now[row])]
-            tell(on_eval, evaluate(pack, due, active))
-            for run in active:
-                if run.result is None and run.trainer.progress.step >= run.trainer.cfg.train.steps:
-                    end(run)
-            show(bar, active[0].trainer)
-            active = still_training(pack, active)
-        bar.close()
-    except (
-        BaseException
-    ) as err:  # a crash or Ctrl-C: every unfinished run stays resumable from its checkpoint
+        if active:
+            step_pack(active, on_eval, hook, cfgs[0].train.steps)
+    except BaseException as err:
+        # A crash or Ctrl-C: every unfinished run stays resumable from its checkpoint.
         for run in runs:
             if run.result is None:
                 run.recorder.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
     return [run.result for run in runs]
+
+
+def step_pack(active: list[Run], on_eval: OnRound | None, hook: StepHook | None, steps: int) -> None:
+    """Step the unfinished runs `active` together as one pack until every one is closed (train_models).
+
+    The host reads the pack back only when it is due (a train_loss point or an evaluation); `hook` as
+    train_models' (None: the environment's faults); `steps`, the first configuration's train.steps, is
+    the progress bar's length.
+    """
+    # The pack holds the validation sets stacked: each model's own is dropped once copied in.
+    pack = Pack(
+        [run.trainer for run in active],
+        [Validation(r.trainer.cfg, r.trainer.device) for r in active],
+        hook if hook is not None else from_environment(),
+    )
+    fresh = [row for row, run in enumerate(active) if run.trainer.progress.step == 0]
+    tell(on_eval, evaluate(pack, fresh, active))
+    bar = tqdm(
+        total=steps,
+        initial=min(r.trainer.progress.step for r in active),
+        desc="train",
+        disable=not sys.stderr.isatty(),
+        dynamic_ncols=True,
+    )
+    while active:
+        pack.step()
+        bar.update(1)
+        if not pack.due():
+            continue
+        losses, diverged, now = pack.read()
+        due = [row for row, run in enumerate(active) if record(run, losses[row], diverged[row], now[row])]
+        tell(on_eval, evaluate(pack, due, active))
+        for run in active:
+            if run.result is None and run.trainer.progress.step >= run.trainer.cfg.train.steps:
+                end(run)
+        show(bar, active[0].trainer)
+        active = still_training(pack, active)
+    bar.close()
 
 
 def still_training(pack: Pack, active: list[Run]) -> list[Run]:
