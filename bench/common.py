@@ -42,26 +42,33 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Wall seconds of one call, device work included."""
+# A variant is timed as one call, or as (prepare, run): prepare's result handed to run, only run timed (a
+# backward pass alone needs the forward's loss, which must not count in its time).
+Variant = Callable[[], object] | tuple[Callable[[], object], Callable[[object], object]]
+
+
+def timed(variant: Variant, device: torch.device) -> float:
+    """Wall seconds of one call, device work included; of (prepare, run), of run alone."""
+    prepare, run = variant if isinstance(variant, tuple) else (lambda: None, lambda _: variant())
+    prepared = prepare()
     sync(device)
     start = time.perf_counter()
-    fn()
+    run(prepared)
     sync(device)
     return time.perf_counter() - start
 
 
 def alternate(
-    variants: dict[str, Callable[[], object]], repeats: int, device: torch.device, warmup: int = 1
+    variants: dict[str, Variant], repeats: int, device: torch.device, warmup: int = 1
 ) -> dict[str, list[float]]:
     """Seconds per call of each variant, measured round robin so load drifts hit all alike."""
-    for fn in variants.values():
+    for variant in variants.values():
         for _ in range(warmup):
-            fn()
+            timed(variant, device)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(repeats):
-        for name, fn in variants.items():
-            times[name].append(timed(fn, device))
+        for name, variant in variants.items():
+            times[name].append(timed(variant, device))
         log(f"  round {r + 1}/{repeats}: " + ", ".join(f"{n} {t[-1]:.4f}s" for n, t in times.items()))
     return times
 

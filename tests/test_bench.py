@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +16,9 @@ import torch
 from support.configs import SHORT as TINY
 from support.repo import REPO
 
+from bench import speed_memory
 from bench.cli import COMMANDS, main, parse
+from bench.common import timed
 from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, pack_models, plan_from
 from bench.step_seconds import SHAPE_KEYS, bench_step_seconds
 from cli.exit_codes import TABLE
@@ -42,6 +45,33 @@ def bench(*args: str, module: str = "bench") -> dict:
 
 def positive(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def test_a_prepared_variant_times_its_run_alone() -> None:
+    """(prepare, run): prepare's result is handed to run and only run is timed, as a backward pass is timed
+    apart from the forward that made its loss (sleeps of 0.2 s and 0.01 s; bounds wide enough for a busy
+    machine)."""
+    cpu = torch.device("cpu")
+    assert 0.01 <= timed((lambda: time.sleep(0.2) or 0.01, time.sleep), cpu) < 0.15
+    assert timed(lambda: time.sleep(0.01), cpu) >= 0.01
+
+
+def test_speed_memory_times_the_backward_pass_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backward_seconds is the backward pass itself, timed apart from its forward: with a forward slowed by
+    0.2 s it stays below that. Until 2026-12-05 it was the forward + backward median less the forward's,
+    clipped at 0: on a busy machine a 0, and a onehot/binary ratio of 1e11 in the claims."""
+    real = speed_memory._loss
+
+    def slow_forward(*args: object) -> torch.Tensor:
+        time.sleep(0.2)
+        return real(*args)
+
+    monkeypatch.setattr(speed_memory, "_loss", slow_forward)
+    monkeypatch.setattr(speed_memory, "SPEED_MEMORY_D", (4,))
+    monkeypatch.setattr(speed_memory, "SPEED_MEMORY_K", (8, 64))  # quick: k 8 alone
+    ((row),) = speed_memory.bench_speed_memory(compose([]), repeats=1, quick=True)["rows"]
+    for embedding in ("onehot", "binary"):
+        assert 0 < row[embedding]["backward_seconds"] < 0.2, row
 
 
 @pytest.mark.slow
