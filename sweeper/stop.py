@@ -99,16 +99,6 @@ class Halt(DriverOnly, Stopper):
                 signal.signal(s, handler)
 
 
-def spent_before_start(budget: Budget, sweep: str, argv: list[str], account: Account) -> bool:
-    """Whether the budget was spent before any trial started; if so the stop is printed, with the sweep's
-    account (nothing was begun, nothing to stop: no run is marked)."""
-    if not budget.spent():
-        return False
-    reason = f"at its time budget ({budget.seconds:g} s) before any trial started"
-    stopped(sweep, argv, 0, 0, True, reason, f"{account.models()}; {account.steps_line()}")
-    return True
-
-
 def stopped(
     sweep: str, argv: list[str], ended: int, interrupted: int, applied: bool, reason: str, account: str
 ) -> str:
