@@ -17,6 +17,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,65 @@ def test_a_store_damaged_after_it_was_opened_is_named_among_two(tmp_path, _empty
         f"error: tracking store sqlite:///{first}: SQLite says 'file is not a database': the file is "
         "damaged: restore it from a backup, or set tracking.uri to another store\n"
     )
+
+
+def killed_mid_write(db: Path) -> Path:
+    """A writer killed in the middle of a transaction on the store, as a driver killed with its node is: its
+    rollback journal is left behind, "hot". Returns the journal."""
+    code = (
+        "import sqlite3, sys, time\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('PRAGMA cache_size = 1')\n"  # a small cache: SQLite writes the store before the commit
+        "db.execute('BEGIN IMMEDIATE')\n"
+        "db.execute(\"UPDATE runs SET name = 'half-written'\")\n"
+        "db.execute('CREATE TABLE filler (x)')\n"
+        "db.executemany('INSERT INTO filler VALUES (zeroblob(4000))', [()] * 50)\n"
+        "print('written', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline() == "written\n"
+    writer.kill()
+    writer.wait()
+    journal = db.with_name(f"{db.name}-journal")
+    assert journal.is_file()
+    return journal
+
+
+def run_names(db: Path) -> list[str]:
+    """The store's run names, and its tables past MLflow's (the killed writer's filler)."""
+    with closing(sqlite3.connect(db)) as con:
+        names = [name for (name,) in con.execute("SELECT name FROM runs")]
+        return names + [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE name = 'filler'")]
+
+
+def test_a_store_whose_writer_was_killed_midway_is_rolled_back_and_read(store_with_a_run, tmp_path, capsys):
+    """SQLite rolls back what a killed writer left unfinished on the next open that may write; a read-only
+    look must not take the journal it leaves for damage (a retried driver refused a store its lost
+    predecessor was writing when killed)."""
+    db = copy_store(store_with_a_run, tmp_path / "store")
+    names = run_names(db)
+    journal = killed_mid_write(db)
+    code = claims.main([f"tracking.uri=sqlite:///{db}", f"out={tmp_path / 'reports'}"])
+    assert code == 0, capsys.readouterr().err
+    assert not journal.exists() and run_names(db) == names  # rolled back: the half-written name is gone
+
+
+@pytest.mark.slow
+def test_a_read_only_store_whose_writer_was_killed_midway_says_it_needs_writing(store_with_a_run, tmp_path):
+    db = copy_store(store_with_a_run, tmp_path / "store")
+    journal = killed_mid_write(db)
+    read_only(db.parent)
+    try:
+        uri = f"sqlite:///{db}"
+        done = run_command("analysis.claims", [f"tracking.uri={uri}", f"out={tmp_path / 'reports'}"], REPO)
+    finally:
+        writable_again(db.parent)
+    assert done.returncode == exit_codes.TRACKING, done.stderr[-3000:]
+    assert done.stderr == (
+        f"error: tracking store {uri}: a process stopped in the middle of writing it, and SQLite must roll "
+        f"its unfinished transaction back (from {journal}) before anyone reads it: make it writable, or copy "
+        "its folder whole (the store with its artifacts beside it) elsewhere and set tracking.uri to the copy"
+        " there\n"
+    )
+    assert journal.exists()

@@ -5,7 +5,8 @@ and a SQLite error met later names the store it came from.
                           only reads, a read-only store for one that writes, each refused in one line; a new
                           store created by one of our processes at a time; then MLflow's client
   SqliteGuard(uri).check_file   the file is a whole MLflow store of this MLflow's schema (or empty or
-                          missing: MLflow then creates it), read only; a state MLflow's creation or
+                          missing: MLflow then creates it), read only (but for SQLite's rollback of what a
+                          process that stopped midway left unfinished); a state MLflow's creation or
                           migration passes through is watched (_Watch) rather than refused at once
   name_sqlite_errors      every SQLite error of a store's engine carries the TrackingError naming that store
                           (cli.exit_codes.attach), which the command ends with: a store damaged or made
@@ -128,7 +129,8 @@ class SqliteGuard:
 
     def check_file(self) -> None:
         """Raise TrackingError, naming the store and what to do, unless its file is a whole MLflow store of
-        this MLflow's schema (or empty or missing: MLflow then creates it). Reads the file only.
+        this MLflow's schema (or empty or missing: MLflow then creates it). Reads the file only, but for
+        SQLite's rollback of a transaction whose process stopped midway (_roll_back_unfinished).
 
         An MLflow client that opens a new file (`mlflow ui`, a notebook, another command) creates MLflow's
         first tables, then migrates them to the current schema step by step, committing each step: caught in
@@ -164,6 +166,8 @@ class SqliteGuard:
             if journal.exists() or wal.exists():
                 raise locked  # another process is writing its first transaction
             return
+        if journal.exists() and writable(self.uri):
+            self._roll_back_unfinished()
         with open(path, "rb") as file:
             header = file.read(100)
         if not header.startswith(b"SQLite format 3\x00"):
@@ -180,6 +184,11 @@ class SqliteGuard:
         except sqlite3.DatabaseError as err:
             if "locked" in str(err):  # a writer at work, or one that stopped holding it: watched
                 raise locked from None
+            if "readonly" in str(err) and journal.exists():  # _roll_back_unfinished could not: read-only
+                raise self.refused(
+                    f"a process stopped in the middle of writing it, and SQLite must roll its unfinished "
+                    f"transaction back (from {journal}) before anyone reads it: {READ_ONLY_ADVICE}"
+                ) from None
             raise self.refused(f"SQLite cannot read {path} ({err}): {RESTORE}") from None
         if found is None or not {"experiments", "runs", "metrics"} <= tables:
             foreign = _Passing if found is None and _mlflow_tables(tables) else TrackingError
@@ -188,6 +197,19 @@ class SqliteGuard:
                 f"{', '.join(sorted(tables)) or 'none'}): set tracking.uri to an MLflow store or a new file"
             )
         self._check_schema(found)
+
+    def _roll_back_unfinished(self) -> None:
+        """Let SQLite roll back the transaction of a process that stopped in the middle of writing the store
+        (killed, or its node lost): its rollback journal is then "hot", and SQLite rolls it back on the first
+        read of a connection that may write, as MLflow's own would. A read-only connection (_schema's) cannot,
+        and fails with "attempt to write a readonly database". A journal that a live writer holds is not hot:
+        this read leaves it be (or finds the store locked, which the look that follows watches)."""
+        location = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
+        try:
+            with closing(sqlite3.connect(location, uri=True, timeout=1)) as db:
+                db.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.DatabaseError:
+            pass  # locked by a live writer, or damaged: the look that follows says which
 
     def _schema(self) -> tuple[set[str], str | None]:
         """The file's tables and its MLflow schema version (alembic's), read only."""
