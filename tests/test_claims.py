@@ -27,6 +27,8 @@ from analysis.claims.cases import (
     Case,
     Part,
     compare,
+    gt,
+    iqr,
     lt,
     partial,
     verdict,
@@ -410,6 +412,26 @@ def test_lite32s_cut_family_scopes_read_partial_or_untested_never_pass() -> None
     assert twin.status == PARTIAL and "4 of the 16 configurations" in twin.numbers, twin.numbers
 
 
+def test_configurations_judged_outside_the_paper_grids_scope_are_named() -> None:
+    """large_lr_worse on sweep=lite's and sweep=lite32's lr models: lite32 trains its d 32 lr models at k 10,
+    where the paper's lr sub-grid has k 6, so none of the grid's d 32 configurations was judged; the claim
+    says that its d 32 cases rest on k 10 configurations, where it said only "none with d=32 or lr=0.1"
+    beside cases at d 32 and lr 0.1."""
+    worse = RUN_CASES["large_lr_worse"][0]
+    lite, lite32 = sweep_runs("lite", worse), sweep_runs("lite32", worse)
+    runs = pd.concat([lite[lite[SUBGRIDS].str.contains("lr")], lite32[lite32[SUBGRIDS].str.contains("lr")]])
+    claim = judged("large_lr_worse", runs)
+    assert claim.status == PARTIAL, claim.numbers
+    assert (
+        "judged on part of its scope: 2 of the 60 configurations it holds in the paper grid, none with tau=1 "
+        "or NE or BN or NA or d=32 or lr=0.1, and on 3 configurations outside it (with k=10)" in claim.numbers
+    ), claim.numbers
+    assert (
+        "outside it"
+        not in judged("tau01_beats_lloyd", holding("tau01_beats_lloyd")[lambda r: r[D] == 4]).numbers
+    )
+
+
 def test_a_configuration_its_judge_never_reads_is_never_missing() -> None:
     """clusters_d32's scope (clusters, d 32, OH/BN) holds tau 1 NE models, which the claim does not speak of:
     a store without them is judged on all of the claim (PASS), while one without tau 0.1 NE reads PARTIAL."""
@@ -473,6 +495,23 @@ def test_margin_is_the_median_of_the_paired_differences_and_decides_the_case() -
     assert case.measured == "0.960 vs 0.995"
     fixed = compare("c", model, 1.0, lambda a, b: a < b, "")
     assert fixed.iqr == pytest.approx(tuple(np.percentile(model - 1.0, [25, 75])))
+
+
+def test_the_iqr_is_numpys_and_a_diverged_seed_keeps_it_infinite() -> None:
+    """The seeds' IQR is numpy's linear percentile (the oracle) on finite differences; a diverged seed (+inf)
+    stays +inf in it, where numpy's interpolation gives NaN (the d 4 half of large_lr_worse printed
+    "IQR [+7.277, +nan]" with one lr 1.0 seed diverged)."""
+    rng = np.random.default_rng(0)
+    for n in range(1, 12):
+        diffs = rng.normal(size=n)
+        assert iqr(diffs) == pytest.approx(tuple(np.percentile(diffs, [25, 75])), abs=1e-12)
+    lr1 = pd.Series([13.0, 13.2, math.inf], index=[1, 2, 3])
+    lr001 = pd.Series([5.7, 5.75, 5.8], index=[1, 2, 3])
+    case = compare("all", lr1, lr001, gt, "{a} vs {b}")
+    assert case.iqr == (pytest.approx(7.375), math.inf) and not case.straddles
+    assert "(margin +7.450, IQR [+7.375, inf], 3 of 3 seeds agree, marginal)" in case.describe()
+    assert iqr(np.array([math.inf, math.inf])) == (math.inf, math.inf)
+    assert compare("c", pd.Series([-1.0, 0.5, math.inf]), 0.0, lt, "").straddles  # IQR [-0.25, +inf]
 
 
 @pytest.mark.parametrize(

@@ -164,12 +164,18 @@ def signed(value: float) -> str:
 
 def iqr(diffs: np.ndarray) -> tuple[float, float]:
     """The 25th and 75th percentiles of the seeds' paired differences; NaN, NaN without any."""
-    diffs = np.asarray(diffs, dtype=float)
+    diffs = np.sort(np.asarray(diffs, dtype=float))
     if not len(diffs):
         return math.nan, math.nan
-    with np.errstate(invalid="ignore"):  # a quartile between two infinities is NaN: no band, never marginal
-        q25, q75 = np.percentile(diffs, [25, 75])
-    return float(q25), float(q75)
+    return _percentile(diffs, 0.25), _percentile(diffs, 0.75)
+
+
+def _percentile(ordered: np.ndarray, q: float) -> float:
+    """numpy's default (linear) percentile of sorted values, where a diverged run's +inf stays +inf: numpy
+    interpolates as b - (b - a)(1 - t) above the midpoint, NaN for a finite a and an infinite b."""
+    at = (len(ordered) - 1) * q
+    a, b = float(ordered[math.floor(at)]), float(ordered[math.ceil(at)])
+    return a if a == b else a + (b - a) * (at - math.floor(at))
 
 
 def sign_p(agree: int, untied: int) -> float:

@@ -8,7 +8,8 @@ What a claim was judged on is compared, part by part, with what the same judge r
 (grid.grid_runs): a run part by the configurations behind its cases (Case.configs), so a configuration
 its judge never reads (clusters_d32's tau 1 ne) is never missing; a probe, whose cases are curves, by the
 models of the scope it probed (configurations with >= 2 seeds that finished or diverged, as the probes count
-them).
+them). Configurations judged that the paper grid's judgement does not rest on (sweep=lite32 trains its lr
+models at k 10, the paper's lr sub-grid has k 6) are named beside the missing ones.
 """
 
 from __future__ import annotations
@@ -50,14 +51,35 @@ def missing(judged: list[set[Config]], in_grid: list[set[Config]], ignored: froz
         return {tuple((k, v) for k, v in c if k not in ignored) for c in configs}
 
     left_out: set[Config] = set()
+    outside: set[Config] = (
+        set()
+    )  # judged, but not where the paper grid's judgement is (sweep=lite32's lr at k 10)
     for mine, grid in zip(judged, in_grid):
         left_out |= kept(grid) - kept(mine)
+        outside |= kept(mine) - kept(grid)
     if not left_out:
         return ""
     every = set().union(*map(kept, in_grid))
     return (
         f"judged on part of its scope: {len(every - left_out)} of the {len(every)} configurations it holds "
-        f"in the paper grid, {_named(left_out, every)}"
+        f"in the paper grid, {_named(left_out, every)}{_outside(outside, every)}"
+    )
+
+
+def _outside(outside: set[Config], every: set[Config]) -> str:
+    """', and on 3 configurations outside it (with k=10)': the configurations judged that the paper grid's
+    judgement does not rest on, by the values none of its configurations has; '' for none."""
+    if not outside:
+        return ""
+    values = {key: {dict(c)[key] for c in every} for key, _ in next(iter(outside))}
+    absent = [
+        short(key, value)
+        for key in values
+        for value in sorted({dict(c)[key] for c in outside})
+        if value not in values[key]
+    ]
+    return f", and on {len(outside)} configurations outside it" + (
+        f" (with {' or '.join(absent)})" if absent else ""
     )
 
 
