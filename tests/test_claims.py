@@ -238,6 +238,20 @@ def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
     assert claim.status == PASS and "among l2 models" in claim.numbers, claim.numbers
 
 
+def test_a_rise_with_k_is_judged_on_the_seeds_that_have_both_ends() -> None:
+    """A round of more seeds (analysis.seeds) can reach k 25 and not k 6: clusters_d4_tau01's rise of BN
+    over OH is judged on the 5 seeds both ends of both embeddings have; with seeds 6-8 at k 25 alone it read
+    "not judged" (their missing k 6 made the median of the paired rises NaN)."""
+    value = RUN_CASES["clusters_d4_tau01"][0]
+    five = holding("clusters_d4_tau01", seeds=(1, 2, 3, 4, 5))
+    more = runs_of(GRID[GRID[K] == 25], value, seeds=(6, 7, 8), start=10_000)
+    claim = judged("clusters_d4_tau01", pd.concat([five, more]))
+    rise = (
+        "all k 6->25: BN +0.190 vs OH +0.019 (margin +0.171, IQR [+0.171, +0.171], 5 of 5 seeds agree, firm)"
+    )
+    assert claim.status == PASS and rise in claim.numbers, claim.numbers
+
+
 def test_ne_val_rises_needs_the_histories() -> None:
     claim = judge(RECORDS["ne_val_rises_tau1"], Evidence(holding("ne_val_rises_tau1"), GRID, T))
     assert claim.status == UNTESTED  # no history: no first or lowest value, so no margin, never a PASS

@@ -140,6 +140,20 @@ def l2_better(seeds: Path) -> pd.DataFrame:
     return cases[cases["claim"] == "l2_better_val_tau1_d4"].set_index("case")
 
 
+def test_a_case_without_a_margin_after_a_round_reads_not_judged_never_fails() -> None:
+    """A case whose later judgement has no margin (no seed with values on both sides) neither holds nor fails
+    (issue 48: no unjudged case is a FAIL); firmness.md's verdict column said "fails"."""
+    row = {"claim": "c", "part": "p", "case": "all", "status": "FAIL", "seeds": 3, "firmness": "marginal"}
+    before = pd.DataFrame([{**row, "margin": 0.5, "holds": True}])
+    after = pd.DataFrame(
+        [{**row, "margin": float("nan"), "holds": False, "seeds": 0, "firmness": "not judged"}]
+    )
+    table = changes(before, after)
+    assert table[["verdict_before", "verdict_after"]].values.tolist() == [
+        ["holds (FAIL)", "not judged (FAIL)"]
+    ]
+
+
 @pytest.mark.slow  # about 25 s alone: the claims judged twice on a store of 16-24 runs
 def test_a_small_true_margin_turns_firm_and_a_zero_one_stays_marginal_when_the_budget_ends(
     sqlite_uri: str, tmp_path: Path, capsys

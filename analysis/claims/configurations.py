@@ -186,7 +186,8 @@ def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "on
         rise = {e: medians[e][ks[-1]] - medians[e][ks[0]] for e in by}
         seeds = by[rising].index.intersection(by[steady].index)
         per_seed_rise = {e: by[e].loc[seeds, ks[-1]] - by[e].loc[seeds, ks[0]] for e in by}
-        diffs = per_seed_rise[rising] - per_seed_rise[steady].clip(lower=0.0)
+        # Seeds with both ends of both embeddings: a round of more seeds may reach one k and not the other.
+        diffs = (per_seed_rise[rising] - per_seed_rise[steady].clip(lower=0.0)).dropna()
         margin = float(np.median(diffs)) if len(diffs) else math.nan  # paired, as compare
         words = (
             f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "

@@ -39,11 +39,12 @@ def rounds_so_far(folder: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.exists() else pd.DataFrame()
 
 
-def _verdict(holds: object, status: object) -> str:
-    """'holds (PASS)': the case's verdict and its claim's; 'not judged now' for a case no longer there."""
+def _verdict(holds: object, status: object, margin: float) -> str:
+    """'holds (PASS)': the case's verdict and its claim's ('not judged' without a margin: it neither holds
+    nor fails); 'not judged now' for a case no longer there."""
     if not isinstance(status, str):  # NaN: the merge found no such case in the later judgement
         return "not judged now"
-    case = "holds" if holds is True or holds == "True" else "fails"
+    case = "not judged" if margin != margin else "holds" if holds is True or holds == "True" else "fails"
     return f"{case} ({status})"
 
 
@@ -55,8 +56,11 @@ def changes(before: pd.DataFrame, now: pd.DataFrame) -> pd.DataFrame:
     """Every case marginal at first, beside itself now: seeds, margin, the case's and its claim's verdict."""
     was = before[before["firmness"] == "marginal"]
     table = was.merge(now, on=CASE, how="left", suffixes=("_before", "_after"))
-    table["verdict_before"] = [_verdict(h, s) for h, s in zip(table["holds_before"], table["status_before"])]
-    table["verdict_after"] = [_verdict(h, s) for h, s in zip(table["holds_after"], table["status_after"])]
+    for when in ("before", "after"):
+        table[f"verdict_{when}"] = [
+            _verdict(*row)
+            for row in zip(table[f"holds_{when}"], table[f"status_{when}"], table[f"margin_{when}"])
+        ]
     return table
 
 
