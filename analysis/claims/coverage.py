@@ -72,29 +72,27 @@ def _outside(outside: set[Config], every: set[Config]) -> str:
     judgement does not rest on, by the values none of its configurations has; '' for none."""
     if not outside:
         return ""
-    values = {key: {dict(c)[key] for c in every} for key, _ in next(iter(outside))}
-    absent = [
-        short(key, value)
-        for key in values
-        for value in sorted({dict(c)[key] for c in outside})
-        if value not in values[key]
-    ]
+    absent = _absent(outside, every)
     return f", and on {len(outside)} configurations outside it" + (
         f" (with {' or '.join(absent)})" if absent else ""
     )
 
 
+def _absent(these: set[Config], others: set[Config]) -> list[str]:
+    """The values ('k=10', 'BN') that configurations in `these` take and none in `others` has, key by key."""
+    keys = [key for key, _ in next(iter(these))]
+    return [
+        short(key, value)
+        for key in keys
+        for value in sorted({dict(c)[key] for c in these})
+        if value not in {dict(c)[key] for c in others}
+    ]
+
+
 def _named(left_out: set[Config], every: set[Config]) -> str:
     """'none with BN or NE': the values no judged configuration has; else the missing configurations by
     name."""
-    judged = every - left_out
-    values = {key: {dict(c)[key] for c in judged} for key, _ in next(iter(every))}
-    absent = [
-        short(key, value)
-        for key in values
-        for value in sorted({dict(c)[key] for c in left_out})
-        if value not in values[key]
-    ]
+    absent = _absent(left_out, every - left_out)
     if absent:
         more = f" +{len(absent) - 2 * SHOWN} more" if len(absent) > 2 * SHOWN else ""
         return f"none with {' or '.join(absent[: 2 * SHOWN])}{more}"
