@@ -27,7 +27,9 @@ class ExitCode:
     raised_as: str = ""  # "module.Class" of the CommandError that ends a command with this code (docs)
 
 
-OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN = range(10)
+OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN, PREFLIGHT = range(
+    11
+)
 # 75: EX_TEMPFAIL of sysexits.h, "try again later": what a batch system's requeue or a retry loop looks for.
 BUDGET_STOP = 75
 SIGINT_STOP, SIGPIPE_STOP, SIGTERM_STOP = 130, 141, 143  # 128 + the signal's number, as shells report it
@@ -80,6 +82,12 @@ TABLE = (
         NO_SUCH_RUN,
         "the run id is not in the (healthy) tracking store (rerun; the message names the store)",
         "sweeper.errors.NoSuchRun",
+    ),
+    ExitCode(
+        PREFLIGHT,
+        "the preflight found faults that would fail the sweep on its cluster, each named in one line of its "
+        "table (preflight; a sweep with cluster.address set, before any trial starts)",
+        "sweeper.errors.PreflightFailed",
     ),
     ExitCode(
         BUDGET_STOP,

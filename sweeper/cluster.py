@@ -155,7 +155,7 @@ def check_shared(storage: str | None) -> None:
         return
     if len(nodes) < 2 and "://" not in storage:
         return  # this machine's own disk
-    marker = _joined(storage, f".shared-{uuid.uuid4().hex}")
+    marker = joined(storage, f".shared-{uuid.uuid4().hex}")
     try:
         filesystem, path = fs.FileSystem.from_uri(marker)
         filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
@@ -173,9 +173,7 @@ def check_shared(storage: str | None) -> None:
             )
             for n in nodes
         ]
-        blind = [
-            f"{n['NodeManagerAddress']} ({why})" for n, why in zip(nodes, ray.get(refs, timeout=120)) if why
-        ]
+        blind = [f"{node_name(n)} ({why})" for n, why in zip(nodes, ray.get(refs, timeout=120)) if why]
     finally:
         filesystem.delete_file(path)
     if blind:
@@ -186,7 +184,12 @@ def check_shared(storage: str | None) -> None:
         )
 
 
-def _joined(storage: str, name: str) -> str:
+def node_name(node: dict) -> str:
+    """A node as messages name it: its address and the start of its Ray id (nodes may share a host)."""
+    return f"{node['NodeManagerAddress']} {node['NodeID'][:8]}"
+
+
+def joined(storage: str, name: str) -> str:
     """storage/name, a URI's query (endpoint_override=...) kept at its end."""
     if "://" not in storage:
         return str(Path(storage) / name)

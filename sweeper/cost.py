@@ -11,6 +11,7 @@ bench pack`). Models whose shape the file has no time for are counted apart, not
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,37 +20,68 @@ from config.grid import Configuration, Plan
 from config.schema import ConfigError
 
 
-def preview(cfg: DictConfig, plan: Plan) -> list[str]:
-    """The preview's lines: the model-steps, then their hours and cost where step times are given."""
-    seeds = len(plan.seeds)
-    steps = [(c, _value(cfg, c, "train.steps") * seeds) for c in plan.configurations]
-    total = sum(s for _, s in steps)
-    lines = [f"cost: {plan.job_count:,} models, {total:,} model-steps"]
-    c = cfg.cluster
-    if c.step_seconds is None:
-        how = f"`python -m bench step_seconds sweep={plan.name} --out FILE` on a node of the cluster's kind"
-        return [*lines[:1], f"cost: no step times to price them (cluster.step_seconds=FILE: {how})"]
-    measured = read(c.step_seconds)
-    seconds, unpriced = 0.0, 0
-    for configuration, model_steps in steps:
+@dataclass(frozen=True)
+class Estimate:
+    """The sweep's model-steps priced at the measured step times (cluster.step_seconds): what the preview
+    prints, and what the preflight (sweeper.preflight) weighs the time budget against."""
+
+    measured: dict  # the benchmark's JSON
+    seconds: float  # the priced model-steps' device-seconds, one model at a time
+    unpriced: int  # model-steps of shapes the file has no time for
+    steps_to_report: list[tuple[int, float]]  # per priced configuration: steps to its first report, s/step
+
+    @property
+    def gpu(self) -> bool:
+        return str(self.measured["device"]).startswith("cuda")
+
+    @property
+    def hours(self) -> float:
+        """GPU-hours, or core-hours for step times measured on a CPU (each at its threads)."""
+        return self.seconds / 3600 * (1 if self.gpu else int(self.measured.get("threads", 1)))
+
+    @property
+    def unit(self) -> str:
+        return "GPU-hours" if self.gpu else "core-hours"
+
+
+def estimate(cfg: DictConfig, plan: Plan) -> Estimate | None:
+    """The plan's model-steps at the step times of cluster.step_seconds; None when it is not set."""
+    if cfg.cluster.step_seconds is None:
+        return None
+    measured = read(cfg.cluster.step_seconds)
+    seconds, unpriced, reports = 0.0, 0, []
+    for configuration in plan.configurations:
+        model_steps = _value(cfg, configuration, "train.steps") * len(plan.seeds)
         per_step = _seconds_per_step(measured, cfg, configuration)
         if per_step is None:
             unpriced += model_steps
-        else:
-            seconds += model_steps * per_step
-    gpu = str(measured["device"]).startswith("cuda")
-    unit, price_key = ("GPU-hours", "price_per_gpu_hour") if gpu else ("core-hours", "price_per_core_hour")
-    hours = seconds / 3600 * (1 if gpu else int(measured.get("threads", 1)))
+            continue
+        seconds += model_steps * per_step
+        every = _value(cfg, configuration, "train.eval_every") * cfg.cluster.report_every
+        reports.append((min(every, _value(cfg, configuration, "train.steps")), per_step))
+    return Estimate(measured, seconds, unpriced, reports)
+
+
+def preview(cfg: DictConfig, plan: Plan) -> list[str]:
+    """The preview's lines: the model-steps, then their hours and cost where step times are given."""
+    total = sum(_value(cfg, c, "train.steps") * len(plan.seeds) for c in plan.configurations)
+    lines = [f"cost: {plan.job_count:,} models, {total:,} model-steps"]
+    c, priced = cfg.cluster, estimate(cfg, plan)
+    if priced is None:
+        how = f"`python -m bench step_seconds sweep={plan.name} --out FILE` on a node of the cluster's kind"
+        return [*lines, f"cost: no step times to price them (cluster.step_seconds=FILE: {how})"]
+    unit, price_key = priced.unit, "price_per_gpu_hour" if priced.gpu else "price_per_core_hour"
+    unpriced = priced.unpriced
     left_out = f"; {unpriced:,} model-steps of shapes it has no time for left out" if unpriced else ""
     lines.append(
-        f"cost: {hours:,.1f} {unit} at the step times of {c.step_seconds} (on {measured['device']}, "
-        f"one model at a time: packs and shared GPUs train faster){left_out}"
+        f"cost: {priced.hours:,.1f} {unit} at the step times of {c.step_seconds} (on "
+        f"{priced.measured['device']}, one model at a time: packs and shared GPUs train faster){left_out}"
     )
     price = c[price_key]
     if price is None:
         lines.append(f"cost: no price per {unit[:-1]} (cluster.{price_key})")
     else:
-        lines.append(f"cost: {hours * price:,.2f} at {price:g} per {unit[:-1]} (cluster.{price_key})")
+        lines.append(f"cost: {priced.hours * price:,.2f} at {price:g} per {unit[:-1]} (cluster.{price_key})")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""The errors of the commands whose own module runs as `__main__` (sweep, rerun).
+"""The errors of the commands whose own module runs as `__main__` (sweep, rerun, preflight).
 
 `python -m sweeper.sweep` runs sweeper/sweep.py as the module `__main__`: a class defined there would be
 `__main__.ClusterError`, another class than the `sweeper.sweep.ClusterError` that anything importing
@@ -21,3 +21,9 @@ class NoSuchRun(LookupError, exit_codes.CommandError):
     """The run id is not in a store that answers: a typo or another store, not a broken one."""
 
     exit_code = exit_codes.NO_SUCH_RUN
+
+
+class PreflightFailed(RuntimeError, exit_codes.CommandError):
+    """The preflight (sweeper.preflight) found faults on the sweep's cluster; its table named each one."""
+
+    exit_code = exit_codes.PREFLIGHT

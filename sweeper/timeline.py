@@ -22,7 +22,7 @@ def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> S
     """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
     records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent.
     trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, which measures the driver)."""
-    from sweeper import cluster, tune
+    from sweeper import cluster, preflight, tune
     from sweeper.budget import Budget, outlook
     from sweeper.hold import take_hold
     from sweeper.session import Summary, recording
@@ -41,6 +41,8 @@ def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> S
     if halt.spent_before_start(name, argv, hold.account):  # nothing was begun, nothing to stop
         return Summary(name, hold.experiment_id, len(hold.pending), out_of_time=True)
     storage = cluster.join(cfg.cluster, hold.storage)  # before the lock: a refusal opens no parent run
+    if cfg.cluster.address is not None:  # a cluster: its nodes, storage and budget checked before trial one
+        preflight.before_trials(sweep, hold, budget)
     with hold.locked():  # the ledger read again if another driver ran the sweep meanwhile
         if not hold.pending:  # another driver ran the sweep between the read and the lock
             return Summary(name, hold.experiment_id)

@@ -303,6 +303,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-seeds",
         "leaner-bench",
         "leaner-scale-probe",
+        "leaner-preflight",
     }
     for script, target in SCRIPTS.items():
         module, function = target.split(":")

@@ -121,6 +121,10 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
     for args in probes:
         _, overrides = scale_probe.parse(args)
         compose(overrides)
+    preflights = [a for a in python_module_commands("sweeper.preflight") if a]
+    assert preflights, "docs/commands.md shows the preflight"
+    for args in preflights:
+        sweep_cli.load(args)  # the sweep's own overrides: composed, expanded and validated
     reruns = [a for a in python_module_commands("sweeper.rerun") if a]
     assert reruns and all(
         len(a) == 1 or (len(a) == 2 and a[1].startswith("tracking.uri=")) for a in reruns

@@ -49,11 +49,14 @@ class RayNodes:
         self.address = f"127.0.0.1:{self.port}"
         self.dashboard = f"http://127.0.0.1:{free_port()}" if self.with_dashboard else None
 
-    def start(self, name: str, cpus: float, gpus: int, head: bool = False) -> RayNode:
+    def start(
+        self, name: str, cpus: float, gpus: int, head: bool = False, wrap: tuple[str, ...] = ()
+    ) -> RayNode:
         """Start node `name` and wait until it is up. A node whose `ray start` exits while starting is
         started once more on new free ports: between free_port() and the raylet's bind another process can
-        take one (two pytest workers start Ray at once; seen as "Address already in use")."""
-        node = self._launch(name, cpus, gpus, head)
+        take one (two pytest workers start Ray at once; seen as "Address already in use"). `wrap`: a command
+        that runs `ray start` (its words follow), such as one giving the node a file system of its own."""
+        node = self._launch(name, cpus, gpus, head, wrap)
         try:
             self._up(head)
         except AssertionError:
@@ -62,7 +65,7 @@ class RayNodes:
             _kill(node)
             if head:
                 self._head_ports()
-            node = self._launch(name, cpus, gpus, head)
+            node = self._launch(name, cpus, gpus, head, wrap)
             self._up(head)
         return node
 
@@ -72,7 +75,7 @@ class RayNodes:
         else:  # one node at a time: on two busy cores a second raylet starting alongside can time out
             self.node_ids()
 
-    def _launch(self, name: str, cpus: float, gpus: int, head: bool) -> RayNode:
+    def _launch(self, name: str, cpus: float, gpus: int, head: bool, wrap: tuple[str, ...] = ()) -> RayNode:
         manager = free_port()
         args = [
             "--block",
@@ -105,7 +108,7 @@ class RayNodes:
         ray = Path(sys.executable).parent / "ray"
         # No token authentication (a token in ~/.ray would switch it on): the test's driver connects as is.
         proc = subprocess.Popen(
-            [str(ray), "start", *args],
+            [*wrap, str(ray), "start", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,0 +1,162 @@
+"""The preflight (sweeper.preflight) on a real Ray cluster of `ray start` nodes on this machine, with a real
+SQLite store and a real MLflow server with basic auth: it passes where the sweep would run, and names each
+planted fault in one FAIL line of its table, exit 10.
+
+The nodes: a head declaring 1 CPU and no GPU, and two workers declaring 1 CPU and 1 GPU each (Ray schedules
+by what a node declares: the GPUs need not exist, and CUDA starts on none of them). Worker `blind` runs in a
+mount namespace of its own (`unshare`) in which a tmpfs covers the folder BLIND: the same path, another file
+system, as on a node where the shared folder is not mounted. Every other path is the same file system on all
+three nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from support.ray_nodes import RayNodes
+from test_tracking_auth import ADMIN, PASSWORD, auth_server  # noqa: F401 - the fixture, reused
+
+from cli import exit_codes
+from sweeper import preflight
+from sweeper.sweep import main as sweep_main
+
+pytestmark = pytest.mark.slow
+
+SWEEP = ["sweep=smoke", "cluster.gpus_per_trial=0.5", "train.device=cpu"]  # smoke: 20 steps, eval every 5
+NODES = {"head": (1, 0), "shared": (1, 1), "blind": (1, 1)}  # name -> declared CPUs, GPUs
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    import ray
+
+    ray.shutdown()
+    root = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    blind = root / "blind"  # a tmpfs on node `blind` alone
+    blind.mkdir()
+    # `sh -c SCRIPT BLIND ray start ...`: mount over $0, then become `ray start` (its process group is killed)
+    hide = ("unshare", "--mount", "--map-root-user", "--propagation", "private", "sh", "-c")
+    hide += ('mount -t tmpfs preflight-blind "$0" && exec "$@"', str(blind))
+    cluster = RayNodes(root, dashboard=False)
+    try:
+        cluster.start("head", *NODES["head"], head=True)
+        ray.init(address=cluster.address)  # the preflight's driver joins this connection
+        cluster.start("shared", *NODES["shared"])
+        cluster.start("blind", *NODES["blind"], wrap=hide)
+        yield cluster, blind
+    finally:
+        ray.shutdown()
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def step_times(tmp_path) -> Path:
+    """Step times as `python -m bench step_seconds --out FILE` writes them: 100 s a step for every shape, so
+    a smoke trial's first checkpoint (train.eval_every=5 steps) needs 500 s."""
+    path = tmp_path / "steps.json"
+    rows = [{"config": {}, "seconds_per_step": 100.0}]
+    path.write_text(json.dumps({"command": "step_seconds", "device": "cpu", "threads": 1, "rows": rows}))
+    return path
+
+
+def run(argv: list[str], capsys) -> tuple[int, list[str]]:
+    """The preflight's exit code and its table's rows."""
+    code = preflight.main(argv)
+    out = capsys.readouterr().out
+    return code, [line for line in out.splitlines() if line.startswith("  ")]
+
+
+def failing(rows: list[str]) -> list[str]:
+    return [row for row in rows if row.split()[0] == preflight.FAIL]
+
+
+def on(nodes, *more: str) -> list[str]:
+    cluster, _ = nodes
+    return [*SWEEP, f"cluster.address={cluster.address}", *more]
+
+
+def test_the_preflight_passes_where_the_sweep_would_run(nodes, tmp_path, sqlite_uri, step_times, capsys):
+    cluster, _ = nodes
+    argv = on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path}/ray")
+    code, rows = run([*argv, f"cluster.step_seconds={step_times}", "cluster.time_budget_s=3600"], capsys)
+    print("\n".join(rows))
+    assert (code, failing(rows)) == (0, [])
+    for name, node_id in cluster.node_ids().items():
+        cpus, gpus = NODES[name]
+        (row,) = [r for r in rows if r.split()[1] == "nodes" and node_id[:8] in r]
+        assert f"{cpus} CPUs, {gpus} GPUs: {min(cpus, int(gpus / 0.5))} trials at once" in row
+    assert any(r.split()[1] == "storage" and "shared: each of 3 nodes reads and writes it" in r for r in rows)
+    assert any(r.split()[1] == "locks" and "takes SQLite's locks" in r for r in rows)
+    assert any(r.split()[1] == "cuda" and "not needed: train.device=cpu" in r for r in rows)
+    assert list((tmp_path / "ray").iterdir()) == []  # every node's file and the driver's removed
+
+
+def test_a_node_without_the_shared_folder_is_named(nodes, sqlite_uri, capsys):
+    cluster, blind = nodes
+    code, rows = run(on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={blind}"), capsys)
+    (fault,) = failing(rows)
+    ids = cluster.node_ids()
+    assert code == exit_codes.PREFLIGHT and fault.split()[1] == "storage", rows
+    assert ids["blind"][:8] in fault and "not found" in fault
+    assert ids["shared"][:8] not in fault and ids["head"][:8] not in fault
+
+
+def test_a_wrong_tracking_password_is_named(nodes, auth_server, tmp_path, monkeypatch, capsys):  # noqa: F811
+    argv = on(nodes, f"tracking.uri={auth_server.uri}", f"cluster.storage={tmp_path}/ray")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", ADMIN)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-password-1")
+    code, rows = run(argv, capsys)
+    (fault,) = failing(rows)
+    assert code == exit_codes.PREFLIGHT and fault.split()[1] == "tracking", rows
+    assert "refused access (401)" in fault
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+    code, rows = run(argv, capsys)
+    assert (code, failing(rows)) == (0, [])
+    assert any(r.split()[1] == "locks" and "not needed: a tracking server's store" in r for r in rows)
+
+
+def test_a_budget_too_short_for_a_first_checkpoint_is_named(nodes, tmp_path, sqlite_uri, step_times, capsys):
+    argv = on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path}/ray")
+    code, rows = run([*argv, f"cluster.step_seconds={step_times}", "cluster.time_budget_s=400"], capsys)
+    (fault,) = failing(rows)
+    assert code == exit_codes.PREFLIGHT and fault.split()[1] == "budget", rows
+    assert (
+        "cluster.time_budget_s=400 leaves" in fault
+        and "first checkpoint needs (500 s: 5 steps at 100 s" in fault
+    )
+
+
+def test_gpus_without_cuda_and_trials_no_node_fits_are_named(nodes, tmp_path, sqlite_uri, capsys):
+    """train.device=cuda on nodes whose GPUs are declared but absent: CUDA starts on neither (each named);
+    a trial of 2 CPUs fits no node of 1."""
+    cluster, _ = nodes
+    argv = on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path}/ray", "train.device=cuda")
+    code, rows = run(argv, capsys)
+    ids = cluster.node_ids()
+    faults = failing(rows)
+    assert code == exit_codes.PREFLIGHT and [f.split()[1] for f in faults] == ["cuda", "cuda"], rows
+    for name in ("shared", "blind"):
+        assert any(ids[name][:8] in f and "CUDA does not start" in f for f in faults), name
+    code, rows = run([*argv[:-1], "cluster.cpus_per_trial=2"], capsys)
+    (fault,) = failing(rows)
+    assert code == exit_codes.PREFLIGHT and "no node fits a trial (2 CPU, 0.5 GPU each)" in fault
+
+
+def test_the_sweep_on_a_cluster_runs_the_preflight_before_any_trial(
+    nodes, tmp_path, sqlite_uri, step_times, capfd
+):
+    """A fault the preflight finds (here the budget) ends the sweep with exit 10: no trial, no parent run."""
+    argv = on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path}/ray")
+    code = sweep_main([*argv, f"cluster.step_seconds={step_times}", "cluster.time_budget_s=400"])
+    out, err = capfd.readouterr()
+    assert code == exit_codes.PREFLIGHT, out[-3000:] + err[-3000:]
+    assert "preflight: 1 faults: budget" in out and "the preflight found 1 faults (budget)" in err
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    assert client.search_runs(experiments) == []
