@@ -143,7 +143,7 @@ RUN_CASES = {
         {TAU: 0.1},
     ),
     "clusters_d4_tau1": (
-        lambda c: (1.05 if c[REG] == "l2" else 1.5) + (0.01 if c[EMB] == "binary" else 0.001) * c[K],
+        lambda c: (1.05 if c[REG] == "l2" else 1.5) + (0.01 if c[EMB] == "binary" else -0.001) * c[K],
         {D: 4, TAU: 1.0, REG: "l2", EMB: "none", K: 10},
         0.9,
         {D: 32},
@@ -236,6 +236,21 @@ def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
     ne_falls = lambda c: 2.0 - 0.02 * c[K] if ne_bn(c) else good(c)  # noqa: E731
     claim = judged("clusters_d4_tau1", runs_of(GRID, ne_falls))
     assert claim.status == PASS and "among l2 models" in claim.numbers, claim.numbers
+
+
+def test_clusters_d4_tau1_reads_unlike_oh_as_written() -> None:
+    """"BN deteriorates as k rises, unlike OH": OH-L2 rising with k fails the claim even where BN rises by more
+    (the reading before 2026-12-06, "BN rises by more than OH", passed it); the NE rises are printed, not
+    judged."""
+    good = RUN_CASES["clusters_d4_tau1"][0]
+    oh_rises = lambda c: good(c) + (0.003 * c[K] if c[EMB] == "onehot" else 0.0)  # noqa: E731
+    claim = judged("clusters_d4_tau1", runs_of(GRID, oh_rises))
+    assert claim.status == FAIL, claim.numbers
+    oh_part = claim.numbers.split("OH's val_rel_lloyd does not rise with k")[1]
+    assert "0/1 cases" in oh_part and "fails: all k 6->25: OH +0.038 (margin +0.038" in oh_part, oh_part
+    assert "BN's val_rel_lloyd rises with k: 1/1 cases" in claim.numbers, claim.numbers
+    held = judged("clusters_d4_tau1", holding("clusters_d4_tau1"))
+    assert held.status == PASS and "(ne models, not judged: " in held.numbers, held.numbers
 
 
 def test_a_rise_with_k_is_judged_on_the_seeds_that_have_both_ends() -> None:
@@ -610,6 +625,24 @@ def test_a_marginal_case_is_marked_without_changing_the_verdict(tmp_path) -> Non
     steady = judged("l2_better_val_tau1_d4", runs)
     assert (steady.marginal, steady.rests_on_marginal) == (0, False)
     assert "| PASS (5 seeds, every case firm) | `l2_better_val_tau1_d4` |" in markdown([steady])
+
+
+def test_a_case_trained_for_fewer_steps_than_the_paper_says_so_in_its_row(tmp_path) -> None:
+    """lite trains its tau 1 models 4,000 steps, the paper 10,000: every case of l2_better_val_tau1_d4 says so
+    in claims.md's numbers, its case table and claim_cases.csv; the steps of runs outside the claim's sub-grid
+    (here the lr sub-grid's, trained 2,000) are not its runs'; at the paper's steps nothing is said."""
+    runs = holding("l2_better_val_tau1_d4").assign(**{"train.steps": 4000})
+    elsewhere = poison("l2_better_val_tau1_d4", "tag").assign(**{SUBGRIDS: "lr", "train.steps": 2000})
+    claim = judged("l2_better_val_tau1_d4", pd.concat([runs, elsewhere]))
+    assert claim.status == PASS, claim.numbers
+    assert claim.numbers.count("trained 4,000 steps of the paper's 10,000") == claim.cases, claim.numbers
+    assert "2,000" not in claim.numbers
+    row = "| l2 val_rel_lloyd < ne's | OH (4,000 steps of the paper's 10,000) | -0.200 |"
+    assert row in markdown([claim])
+    write_csv([claim], tmp_path)
+    assert pd.read_csv(tmp_path / "claim_cases.csv")["short_steps"].tolist() == [4000] * claim.cases
+    paper = judged("l2_better_val_tau1_d4", runs.assign(**{"train.steps": 10000}))
+    assert "steps of the paper's" not in paper.numbers + markdown([paper])
 
 
 def test_a_case_whose_iqr_straddles_zero_is_marked_apart_from_its_firmness(tmp_path) -> None:

@@ -24,8 +24,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.scopes import Config
+from config.defaults import default
 
 PASS, PARTIAL, FAIL, UNTESTED = "PASS", "PARTIAL", "FAIL", "UNTESTED"
+PAPER_STEPS: int = default("train.steps")  # the paper's 10,000 training steps (conf/train/paper.yaml)
 STATUSES = (PASS, PARTIAL, FAIL, UNTESTED)  # the order counts are printed in
 SHOWN = 4  # cases printed per part and outcome
 # The firmness rule's level (docs/science.md section 7.2), fixed before any run it judges: a case is firm when
@@ -37,7 +39,7 @@ LEVEL = 0.05
 @dataclass
 class Case:
     """One comparison: `measured` in words, the margin (the median over seeds of the paired difference model
-    minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge),
+    minus reference; NaN: not judged), the sign it is claimed to have (`claimed(margin, 0)`: lt, gt, ge, le),
     the seeds' IQR of that difference and how many seeds it rests on (0: one measurement, no seeds), of them
     how many differ from the reference (`untied`) and how many of those on the margin's side (`agree`): the
     sign test's counts; and the configurations its values come from (scopes.config_of; a probe's models'
@@ -53,6 +55,8 @@ class Case:
     seeds: int = 0
     agree: int = 0
     untied: int = 0
+    # The training steps of its runs where fewer than the paper's (evidence.short_of_paper): said in its row.
+    short_steps: tuple[int, ...] = ()
 
     @property
     def judged(self) -> bool:
@@ -87,14 +91,21 @@ class Case:
         lo, hi = self.iqr
         return self.judged and self.seeds > 0 and lo < 0 < hi
 
+    @property
+    def steps_said(self) -> str:
+        """', trained 4,000 steps of the paper's 10,000' where its runs trained fewer, else ''."""
+        if not self.short_steps:
+            return ""
+        return f", trained {'/'.join(f'{s:,}' for s in self.short_steps)} steps of the paper's {PAPER_STEPS:,}"
+
     def describe(self) -> str:
         if not self.judged:
-            return f"{self.label} {self.measured} (no seed with a value on both sides)"
+            return f"{self.label} {self.measured} (no seed with a value on both sides{self.steps_said})"
         if math.isnan(self.iqr[0]) and math.isnan(self.iqr[1]):  # one measurement, no seeds to spread over
-            return f"{self.label} {self.measured} (margin {signed(self.margin)})"
+            return f"{self.label} {self.measured} (margin {signed(self.margin)}{self.steps_said})"
         return (
             f"{self.label} {self.measured} (margin {signed(self.margin)}, "
-            f"IQR [{signed(self.iqr[0])}, {signed(self.iqr[1])}], {self.firmness()})"
+            f"IQR [{signed(self.iqr[0])}, {signed(self.iqr[1])}], {self.firmness()}{self.steps_said})"
         )
 
     def firmness(self) -> str:
@@ -237,3 +248,7 @@ def gt(a: float, b: float) -> bool:
 
 def ge(a: float, b: float) -> bool:
     return a >= b
+
+
+def le(a: float, b: float) -> bool:
+    return a <= b

@@ -10,13 +10,14 @@ configuration that differs from it in one key (pair_cases), or the rise of two e
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
 
 from analysis.claims.cases import Case, compare, gt, iqr, signs
-from analysis.claims.scopes import AXES, D32, EMB, EXPERIMENT, D, K, config_of
+from analysis.claims.scopes import AXES, D32, EMB, EXPERIMENT, Config, D, K, config_of
 from analysis.context import scope, varying
 from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, short
@@ -168,34 +169,82 @@ def pair_cases(
     ]
 
 
+@dataclass
+class Rise:
+    """Per group of configurations that differ only in embedding and k: each embedding's value at the
+    smallest and the largest k both embeddings have, as per-seed rises (seeds with both ends of both
+    embeddings: a round of more seeds may reach one k and not the other) and as the rise of the medians."""
+
+    label: str
+    ks: tuple[object, object]
+    per_seed: dict[str, pd.Series]
+    of_medians: dict[str, float]
+    configs: tuple[Config, ...]
+
+
+def rises(per_seed: pd.DataFrame, embeddings: tuple[str, ...]) -> list[Rise]:
+    """The Rise of `embeddings` with k in every group that has at least two k for all of them."""
+    others = [k for k in config_keys(per_seed.columns) if k not in (EMB, K)]
+    keys = [k for k in label_keys(per_seed) if k in others]
+    found = []
+    for _, part in per_seed.groupby(others, dropna=False):
+        by = {e: part[part[EMB] == e].pivot_table(index=SEED, columns=K, values="value") for e in embeddings}
+        ks = sorted(set.intersection(*(set(table.columns) for table in by.values())))
+        if len(ks) < 2:
+            continue
+        seeds = by[embeddings[0]].index
+        for table in by.values():
+            seeds = seeds.intersection(table.index)
+        ends = part[part[EMB].isin(embeddings) & part[K].isin((ks[0], ks[-1]))]
+        found.append(
+            Rise(
+                config_label(part.iloc[0], keys),
+                (ks[0], ks[-1]),
+                {e: (t.loc[seeds, ks[-1]] - t.loc[seeds, ks[0]]).dropna() for e, t in by.items()},
+                {e: float(t[ks[-1]].median() - t[ks[0]].median()) for e, t in by.items()},
+                tuple(dict.fromkeys(config_of(row) for _, row in ends.iterrows())),
+            )
+        )
+    return found
+
+
+def _rise_case(rise: Rise, words: str, diffs: pd.Series, claimed: Callable[[float, float], bool]) -> Case:
+    margin = float(np.median(diffs)) if len(diffs) else math.nan  # paired, as compare
+    counts = signs(diffs.to_numpy(dtype=float), margin)
+    return Case(rise.label, words, margin, claimed, iqr(diffs), rise.configs, len(diffs), *counts)
+
+
 def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "onehot") -> list[Case]:
     """`rising`'s value rises from the smallest to the largest k (both embeddings have) by more than
     `steady`'s (and at all): margin = the median over seeds of rise - max(steady's rise, 0), as compare."""
-    others = [k for k in config_keys(per_seed.columns) if k not in (EMB, K)]
-    keys = [k for k in label_keys(per_seed) if k in others]
     cases = []
-    for _, part in per_seed.groupby(others, dropna=False):
-        by = {
-            e: part[part[EMB] == e].pivot_table(index=SEED, columns=K, values="value")
-            for e in (rising, steady)
-        }
-        ks = sorted(set(by[rising].columns) & set(by[steady].columns))
-        if len(ks) < 2:
-            continue
-        medians = {e: by[e].median() for e in by}
-        rise = {e: medians[e][ks[-1]] - medians[e][ks[0]] for e in by}
-        seeds = by[rising].index.intersection(by[steady].index)
-        per_seed_rise = {e: by[e].loc[seeds, ks[-1]] - by[e].loc[seeds, ks[0]] for e in by}
-        # Seeds with both ends of both embeddings: a round of more seeds may reach one k and not the other.
-        diffs = (per_seed_rise[rising] - per_seed_rise[steady].clip(lower=0.0)).dropna()
-        margin = float(np.median(diffs)) if len(diffs) else math.nan  # paired, as compare
+    for rise in rises(per_seed, (rising, steady)):
+        diffs = (rise.per_seed[rising] - rise.per_seed[steady].clip(lower=0.0)).dropna()
         words = (
-            f"k {ks[0]}->{ks[-1]}: {short(EMB, rising)} {rise[rising]:+.3f} "
-            f"vs {short(EMB, steady)} {rise[steady]:+.3f}"
+            f"k {rise.ks[0]}->{rise.ks[1]}: {short(EMB, rising)} {rise.of_medians[rising]:+.3f} "
+            f"vs {short(EMB, steady)} {rise.of_medians[steady]:+.3f}"
         )
-        ends = part[part[EMB].isin((rising, steady)) & part[K].isin((ks[0], ks[-1]))]
-        configs = tuple(dict.fromkeys(config_of(row) for _, row in ends.iterrows()))
-        label = config_label(part.iloc[0], keys)
-        counts = signs(diffs.to_numpy(dtype=float), margin)
-        cases.append(Case(label, words, float(margin), gt, iqr(diffs), configs, len(diffs), *counts))
+        cases.append(_rise_case(rise, words, diffs, gt))
     return cases
+
+
+def k_rise_cases(
+    per_seed: pd.DataFrame, embedding: str, claimed: Callable[[float, float], bool], beside: str = "onehot"
+) -> list[Case]:
+    """`embedding`'s own rise from the smallest to the largest k (those `beside` has too, so that two
+    embeddings' cases are read at the same ends): margin = the median over seeds of that rise, judged by
+    `claimed` (gt: it rises; le: it does not)."""
+    cases = []
+    for rise in rises(per_seed, tuple(dict.fromkeys((embedding, beside)))):
+        words = f"k {rise.ks[0]}->{rise.ks[1]}: {short(EMB, embedding)} {rise.of_medians[embedding]:+.3f}"
+        cases.append(_rise_case(rise, words, rise.per_seed[embedding], claimed))
+    return cases
+
+
+def rises_in_words(per_seed: pd.DataFrame, embeddings: tuple[str, ...]) -> str:
+    """'k 6->25: BN +0.120, OH +0.050' per group: rises printed beside a claim, not judged."""
+    return "; ".join(
+        f"{rise.label} k {rise.ks[0]}->{rise.ks[1]}: "
+        + ", ".join(f"{short(EMB, e)} {rise.of_medians[e]:+.3f}" for e in embeddings)
+        for rise in rises(per_seed, embeddings)
+    )

@@ -15,11 +15,21 @@ from typing import Callable
 
 import pandas as pd
 
-from analysis.claims.cases import FAIL, PARTIAL, PASS, UNTESTED, Case, Part, partial, verdict
+from analysis.claims.cases import (
+    FAIL,
+    PAPER_STEPS,
+    PARTIAL,
+    PASS,
+    UNTESTED,
+    Case,
+    Part,
+    partial,
+    verdict,
+)
 from analysis.claims.configurations import seed_values, summary, with_enough_seeds
 from analysis.claims.coverage import judged_on, missing
 from analysis.claims.grid import flat_history, grid_runs
-from analysis.claims.scopes import D32, D, Scope
+from analysis.claims.scopes import D32, STEPS, Config, D, Scope, config_of
 from analysis.context import scope
 from analysis.runs import config_keys
 from tracking.names import DIVERGED, OUTCOME, SEED, VAL_REL_LLOYD
@@ -176,6 +186,7 @@ def judge(record: Record, evidence: Evidence) -> Claim:
     grid has no curves), and a PASS on part of them reads PARTIAL, naming what is missing (coverage)."""
     view = View(evidence, record.scope)
     parts = record.judge(view)
+    short_of_paper(record, evidence, parts)
     grid = in_paper_grid(record, evidence)
     if grid is not None:
         for part, counted in zip(parts, grid[1]):
@@ -203,6 +214,23 @@ def judge(record: Record, evidence: Evidence) -> Claim:
         rests_on_marginal=rests_on_marginal(status, judged),
         judged=every,
     )
+
+
+def short_of_paper(record: Record, evidence: Evidence, parts: list[Part]) -> None:
+    """Each case learns the training steps of its runs (those of the claim's sub-grid with its
+    configurations) that trained fewer than the paper's, so its row says so (docs/science.md section 7.1)."""
+    if record.scope is None or STEPS not in evidence.runs:
+        return
+    runs = scope(evidence.runs, record.scope[0], {})
+    short = runs[runs[STEPS].astype(float) < PAPER_STEPS]
+    if short.empty:
+        return
+    steps_of: dict[Config, set[int]] = {}
+    for _, row in short.iterrows():
+        steps_of.setdefault(config_of(row), set()).add(int(row[STEPS]))
+    for case in (c for part in parts for c in part.cases):
+        found = set().union(*(steps_of.get(config, set()) for config in case.configs))
+        case.short_steps = tuple(sorted(found))
 
 
 def rests_on_marginal(status: str, judged: list[Case]) -> bool:

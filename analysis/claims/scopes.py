@@ -23,6 +23,7 @@ TAU, REG, EMB, D, K, FAMILY, LR = (
     "optim.lr",
 )
 AXES = (TAU, REG, EMB, D, K, FAMILY, LR)
+STEPS = "train.steps"  # not an axis: a case says where its runs trained fewer steps than the paper
 EMBEDDED = ("onehot", "binary")
 EXPERIMENT = "experiment"  # a run's experiment, beside its config keys: claims judged on several name theirs
 # The paper's d 32 claims, trained at a smaller n as App. F (p. 25) suggests (sweep=lite32) and on 3 of its

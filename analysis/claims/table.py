@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims.cases import signed
+from analysis.claims.cases import PAPER_STEPS, signed
 from analysis.claims.evidence import Claim
 from tracking.names import CLAIM_COUNTS
 
@@ -41,6 +41,7 @@ CASE_COLUMNS = [
     "p",
     "firmness",
     "holds",
+    "short_steps",
 ]
 
 
@@ -53,7 +54,7 @@ def claims_table(claims: list[Claim]) -> pd.DataFrame:
 def cases_table(claims: list[Claim]) -> pd.DataFrame:
     """Every case of every claim: its margin, the seeds' IQR of the paired difference and whether it
     straddles zero, seeds, how many agree with its sign, the sign test's p and whether it is firm, marginal,
-    one measurement (no seeds) or not judged."""
+    one measurement (no seeds) or not judged, and its runs' training steps where fewer than the paper's."""
     rows = []
     for claim in claims:
         for part, case in claim.judged:
@@ -69,6 +70,7 @@ def cases_table(claims: list[Claim]) -> pd.DataFrame:
             rows.append(
                 [claim.name, claim.status, part, case.label, case.margin, *case.iqr, case.straddles]
                 + [case.seeds, case.agree, case.p if case.seeds else float("nan"), firmness, case.holds]
+                + ["/".join(map(str, case.short_steps))]
             )
     return pd.DataFrame(rows, columns=CASE_COLUMNS)
 
@@ -124,8 +126,9 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
 
 
 def case_lines(claims: list[Claim]) -> str:
-    """Every case as a table row: claim, part, case, margin, the seeds' IQR of the difference (marked where
-    it straddles zero), seeds agreeing of seeds, firmness."""
+    """Every case as a table row: claim, part, case (with its runs' training steps where fewer than the
+    paper's), margin, the seeds' IQR of the difference (marked where it straddles zero), seeds agreeing of
+    seeds, firmness."""
     lines = [
         "| claim | part | case | margin | IQR | seeds agree | firmness |",
         "|---|---|---|---|---|---|---|",
@@ -135,8 +138,10 @@ def case_lines(claims: list[Claim]) -> str:
         margin = signed(row.margin) if row.margin == row.margin else ""  # NaN: not judged
         band = f"[{signed(row.iqr_low)}, {signed(row.iqr_high)}]" if row.seeds else ""
         band += " straddles 0" if row.straddles else ""
+        steps = "/".join(f"{int(s):,}" for s in row.short_steps.split("/")) if row.short_steps else ""
+        short = f" ({steps} steps of the paper's {PAPER_STEPS:,})" if steps else ""
         lines.append(
-            f"| `{row.claim}` | {_cell(row.part)} | {_cell(row.case)} | {margin} | {band} | {agree} "
+            f"| `{row.claim}` | {_cell(row.part)} | {_cell(row.case)}{short} | {margin} | {band} | {agree} "
             f"| {row.firmness} |"
         )
     return "\n".join(lines)
