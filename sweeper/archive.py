@@ -11,7 +11,13 @@ archived whole), its artifacts (mlartifacts/: the finished runs' checkpoints, cu
 file of the user's; of Ray's storage (ray/) only the checkpoints that unfinished runs record (their
 tune_checkpoint tag), from which the next driver resumes them. Left out: the rest of ray/ (earlier
 checkpoints, work folders that are copies, Tune's own state, which a resumed sweep does not read) and lock
-files. The archive holds the folder under its own name.
+files. The archive holds the folder under its own name, gzip-compressed, or xz where --out ends in .tar.xz
+(a store's indexes shrink about twice as far; `tar -xf` unpacks either).
+
+--lean, for a run in allocations whose archives are committed (every clone downloads each forever): the
+checkpoints and pictures of the runs that ended (their `outcome` tag) are left out, as whatever else can be
+recomputed: `leaner-rerun` retrains such a run bit for bit, its curves come from the store, and its
+evaluations, once the claims have run (docs/science.md section 7.3), are in the store as evaluation runs.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from pathlib import Path
 from cli.entry import command
 from config.help import composed_config
 from sweeper.home import RAY_FOLDER
-from tracking.names import TUNE_CHECKPOINT
+from tracking.names import ENDED, OUTCOME, TUNE_CHECKPOINT
 from tracking.store import TrackingError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 SKIPPED_SUFFIXES = (".lock", "-journal", "-wal", "-shm")
+LEAN_SUFFIXES = (".pt", ".png")  # what --lean leaves out of an ended run's artifacts
 
 
 def stores(folder: Path) -> list[Path]:
@@ -48,31 +55,52 @@ def live_checkpoints(folder: Path, dbs: list[Path]) -> set[Path]:
     return {path for path in found if path.is_dir()}
 
 
-def members(folder: Path, dbs: list[Path]) -> list[Path]:
-    """The files and folders to archive (folders whole), in a stable order; stores not among them."""
+def ended_runs(dbs: list[Path]) -> set[str]:
+    """The ids of the stores' runs that ended for good (an outcome of tracking.names.ENDED)."""
+    found: set[str] = set()
+    marks = ",".join("?" * len(ENDED))
+    for db in dbs:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
+            query = f"SELECT run_uuid FROM tags WHERE key = ? AND value IN ({marks})"
+            found |= {run for (run,) in con.execute(query, (OUTCOME, *ENDED))}
+    return found
+
+
+def recomputable(path: Path, ended: set[str]) -> bool:
+    """A checkpoint or picture among the artifacts of a run that ended (mlartifacts/EXPERIMENT/RUN_ID/...)."""
+    return path.suffix in LEAN_SUFFIXES and not ended.isdisjoint(path.parts)
+
+
+def members(folder: Path, dbs: list[Path], lean: bool = False) -> list[Path]:
+    """The files and folders to archive (folders whole), in a stable order; stores not among them; `lean`:
+    not the checkpoints and pictures of runs that ended."""
     ray, kept = folder / RAY_FOLDER, live_checkpoints(folder, dbs)
+    ended = ended_runs(dbs) if lean else set()
     chosen = sorted(kept)
     for path in sorted(folder.rglob("*")):
         inside_ray = path == ray or ray in path.parents
         if path in dbs or not path.is_file() or path.name.endswith(SKIPPED_SUFFIXES) or inside_ray:
             continue
-        chosen.append(path)
+        if not recomputable(path.relative_to(folder), ended):
+            chosen.append(path)
     return chosen
 
 
-def archive(folder: Path, out: Path) -> tuple[int, int]:
-    """Write the archive; (its size, the folder's size) in bytes."""
+def archive(folder: Path, out: Path, lean: bool = False) -> tuple[int, int]:
+    """Write the archive (xz where `out` ends in .tar.xz, else gzip); (its size, the folder's size) in
+    bytes."""
     folder = folder.resolve()
     dbs = stores(folder)
     if not dbs:
         raise TrackingError(f"{folder} holds no SQLite tracking store (mlflow.db): not a sweep's folder")
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, "w:gz") as tar:
+    mode = "w:xz" if out.name.endswith(".tar.xz") else "w:gz"
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, mode) as tar:
         for db in dbs:  # a consistent copy, even while another process writes
             copy = Path(tmp) / db.name
             with sqlite3.connect(db, timeout=30) as src, sqlite3.connect(copy) as dst:
                 src.backup(dst)
             tar.add(copy, arcname=f"{folder.name}/{db.name}")
-        for path in members(folder, dbs):
+        for path in members(folder, dbs, lean):
             tar.add(path, arcname=f"{folder.name}/{path.relative_to(folder).as_posix()}")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     return out.stat().st_size, size
@@ -88,16 +116,23 @@ def main(argv: list[str]) -> int:
         "folder", type=Path, help="the folder of the sweep's store (tracking.uri=sqlite:///FOLDER/mlflow.db)"
     )
     parser.add_argument(
-        "--out", type=Path, help="the archive to write (default: FOLDER.tar.gz beside FOLDER)"
+        "--out",
+        type=Path,
+        help="the archive to write (default: FOLDER.tar.gz beside FOLDER; .tar.xz: xz-compressed)",
+    )
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="leave out the checkpoints and pictures of runs that ended (leaner-rerun recomputes them)",
     )
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         raise TrackingError(f"{args.folder} is not a folder: give the folder of the sweep's SQLite store")
     out = args.out or args.folder.resolve().with_suffix(".tar.gz")
-    packed, size = archive(args.folder, out)
+    packed, size = archive(args.folder, out, args.lean)
     print(f"archived {args.folder} into {out}: {packed / 1e6:.1f} MB (the folder holds {size / 1e6:.1f} MB)")
     name = args.folder.resolve().name
-    print(f"unpack it with: tar -xzf {out} -C DEST, then point tracking.uri at DEST/{name}/")
+    print(f"unpack it with: tar -xf {out} -C DEST, then point tracking.uri at DEST/{name}/")
     return 0
 
 

@@ -239,9 +239,9 @@ def test_clusters_binary_clause_reads_only_the_l2_models() -> None:
 
 
 def test_clusters_d4_tau1_reads_unlike_oh_as_written() -> None:
-    """"BN deteriorates as k rises, unlike OH": OH-L2 rising with k fails the claim even where BN rises by more
-    (the reading before 2026-12-06, "BN rises by more than OH", passed it); the NE rises are printed, not
-    judged."""
+    """The paper's "BN deteriorates as k rises, unlike OH": OH-L2 rising with k fails the claim even where BN
+    rises by more (the reading before 2026-12-06, "BN rises by more than OH", passed it); the NE rises are
+    printed, not judged."""
     good = RUN_CASES["clusters_d4_tau1"][0]
     oh_rises = lambda c: good(c) + (0.003 * c[K] if c[EMB] == "onehot" else 0.0)  # noqa: E731
     claim = judged("clusters_d4_tau1", runs_of(GRID, oh_rises))

@@ -21,7 +21,7 @@ from sweeper import archive, home
 from sweeper.budget import Account, Budget, outlook
 from sweeper.session import rate_line
 from tracking import moved, store
-from tracking.names import TUNE_CHECKPOINT
+from tracking.names import FINISHED, OUTCOME, TUNE_CHECKPOINT
 
 
 def test_a_checkpoint_in_the_home_is_recorded_relative_to_it_and_found_after_a_move(tmp_path):
@@ -110,6 +110,30 @@ def test_the_archive_holds_the_store_artifacts_and_the_live_checkpoints_only(tmp
     assert not [
         n for n in names if "checkpoint_000001" in n or "/work" in n or n.endswith((".json", ".lock"))
     ]
+
+
+def test_a_lean_archive_leaves_out_what_an_ended_run_can_recompute(tmp_path):
+    """--lean (a run in allocations whose archives are committed): the checkpoints and pictures of a run that
+    ended are left out, its other artifacts (an evaluation's table, its config) kept; a run still going keeps
+    its checkpoint; .tar.xz writes xz. Without --lean every artifact stays."""
+    uri, ended = _store_with_a_run(tmp_path / "A")
+    client = MlflowClient(tracking_uri=uri)
+    going = client.create_run(client.get_run(ended).info.experiment_id).info.run_id
+    for run_id in (ended, going):
+        for name in ("last.pt", "curves.png", "result.csv"):
+            (tmp_path / name).write_bytes(b"x" * 100)
+            client.log_artifact(run_id, str(tmp_path / name), "checkpoints" if name.endswith(".pt") else None)
+    client.set_tag(ended, OUTCOME, FINISHED)
+    out = tmp_path / "a.tar.xz"
+    assert archive.main([str(tmp_path / "A"), "--out", str(out), "--lean"]) == 0
+    with tarfile.open(out, "r:xz") as tar:
+        names = set(tar.getnames())
+    kept = {Path(n).name for n in names if f"/{ended}/" in n}
+    assert "result.csv" in kept and not kept & {"last.pt", "curves.png"}, names
+    assert {Path(n).name for n in names if f"/{going}/" in n} >= {"last.pt", "curves.png", "result.csv"}
+    assert archive.main([str(tmp_path / "A"), "--out", str(tmp_path / "b.tar.gz")]) == 0
+    with tarfile.open(tmp_path / "b.tar.gz", "r:gz") as tar:
+        assert {Path(n).name for n in tar.getnames() if f"/{ended}/" in n} >= {"last.pt", "curves.png"}
 
 
 FOUR = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]"]

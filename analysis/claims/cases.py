@@ -96,7 +96,9 @@ class Case:
         """', trained 4,000 steps of the paper's 10,000' where its runs trained fewer, else ''."""
         if not self.short_steps:
             return ""
-        return f", trained {'/'.join(f'{s:,}' for s in self.short_steps)} steps of the paper's {PAPER_STEPS:,}"
+        return (
+            f", trained {'/'.join(f'{s:,}' for s in self.short_steps)} steps of the paper's {PAPER_STEPS:,}"
+        )
 
     def describe(self) -> str:
         if not self.judged:

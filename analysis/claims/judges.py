@@ -138,7 +138,10 @@ def clusters_d4_tau1(v: View) -> list[Part]:
         Part("l2 val_rel_lloyd >= 1", threshold_cases(l2, ge)),
         Part("ne val_rel_lloyd > l2's", pair_cases(t, REG, "ne", "l2", gt)),
         Part("among l2 models, BN's val_rel_lloyd rises with k", k_rise_cases(l2, "binary", gt)),
-        Part(f"among l2 models, OH's val_rel_lloyd does not rise with k{beside}", k_rise_cases(l2, "onehot", le)),
+        Part(
+            f"among l2 models, OH's val_rel_lloyd does not rise with k{beside}",
+            k_rise_cases(l2, "onehot", le),
+        ),
     ]
 
 
