@@ -36,6 +36,7 @@ from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
 from analysis.style import order
 from cli import console
+from cli.credentials import mask
 from cli.entry import command
 from tracking import sqlite_guard, store, ui
 from tracking.names import CLAIM_COUNTS, FINISHED, MEDIAN_FINAL, REPORT_DIR, REPORT_HTML, SWEEP, VAL_REL_LLOYD
@@ -260,7 +261,7 @@ def build(ctx: Context, names: list[str]) -> tuple[Path, int, list[Claim] | None
         ("h1", f"Report: experiment `{ctx.experiment}`"),
         (
             "p",
-            f"Store `{ctx.uri}`; {len(ctx.runs)} training runs "
+            f"Store `{mask(ctx.uri)}`; {len(ctx.runs)} training runs "
             f"({', '.join(f'{v} {k}' for k, v in outcomes)}); {len(drawn)} of {len(names)} figures drawn. "
             "Curves: per seed, mean over tasks of the log k-means objective (or the logged metric), then the "
             "median across seeds with the inter-quartile band; Lloyd's in black; diverged runs left out and "

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cli import console, exit_codes
+from cli.credentials import mask
 
 Main = Callable[[list[str]], int]
 
@@ -122,7 +123,7 @@ def command(
                 error = exit_codes.explained(err)
                 if error is None:
                     raise
-                print(f"error: {one_line(error)}", file=sys.stderr)
+                print(f"error: {mask(one_line(error))}", file=sys.stderr)
                 return error.exit_code
 
         run.script = script  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from cli.credentials import mask
 from cli.entry import CONFIG_DIR_ENV
 from config import address
 from config.schema import CONF_DIR, SCHEMAS, ConfigError
@@ -140,8 +141,9 @@ def searchpath_override(dirs: Iterable[Path]) -> list[str]:
 def trial_words(overrides: list[str]) -> list[str]:
     """The command line as a sweep's trial composes with it: the user config directories as one override of
     absolute paths (a trial's worker has another working directory, and on a cluster not the driver's
-    environment), then the other overrides, of which config.grid.prepare keeps what the grid does not set."""
-    return searchpath_override(user_config_dirs(overrides)) + without_searchpath(overrides)
+    environment), then the other overrides, of which config.grid.prepare keeps what the grid does not set.
+    Their credentials are masked: a trial never opens the store, and Ray keeps what it is handed."""
+    return searchpath_override(user_config_dirs(overrides)) + [mask(o) for o in without_searchpath(overrides)]
 
 
 def _no_sweep_to_none(cfg: DictConfig, dirs: list[Path]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from cli.credentials import masked
 from config.compose import group_options
 from config.grid import compose_one
 from config.schema import RUN_GROUPS
@@ -17,9 +18,7 @@ from config.schema import RUN_GROUPS
 def composed_config(words: list[str]) -> str:
     """The training config composed from the `key=value` words of the line (others, like bench's, skipped),
     at the chosen sweep's `fixed` values as `python -m sweeper.train` trains it."""
-    return OmegaConf.to_yaml(
-        compose_one([w for w in words if "=" in w and not w.startswith("-")]), resolve=True
-    )
+    return OmegaConf.to_yaml(masked(compose_one([w for w in words if "=" in w and not w.startswith("-")])))
 
 
 def config_groups() -> str:

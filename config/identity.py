@@ -9,6 +9,7 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from cli.credentials import mask
 from config.defaults import default
 from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from models.options import EMBEDDINGS, REGULARIZERS
@@ -133,7 +134,7 @@ def operational_values(cfg: DictConfig) -> dict[str, str]:
     out = _formatted(
         {group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("tracking", "cluster")}
     )
-    out["tracking.uri"] = re.sub(r"//[^/@]*@", "//", out["tracking.uri"])  # no user:password@ in a tag
+    out = {key: mask(value) for key, value in out.items()}  # tags are records: no credential in them
     return {**out, **{f"train.{key}": format_value(cfg.train[key]) for key in OPERATIONAL_TRAIN_KEYS}}
 
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import sqlalchemy
 from mlflow.tracking import MlflowClient
 
+from cli.credentials import mask
 from config import address
 from tracking.names import CONFIG_HASH, MLFLOW_PARENT_RUN_ID
 from tracking.store import TrackingError, probe
@@ -132,10 +132,10 @@ class PatientClient:
 
 
 def _server(uri: str) -> str | None:
-    """The server behind a store, as the driver's messages name it (a database's password hidden); None for
-    an SQLite file."""
+    """The server behind a store, as the driver's messages name it (its password masked); None for an SQLite
+    file."""
     if uri.startswith(tuple(f"{s}://" for s in address.SERVERS)):
-        return f"MLflow server {uri}"
+        return f"MLflow server {mask(uri)}"
     if address.is_database(uri):
-        return f"database {sqlalchemy.make_url(uri).render_as_string(hide_password=True)}"
+        return f"database {mask(uri)}"
     return None

@@ -22,6 +22,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, ErrorCode
 
 from cli import console, exit_codes
+from cli.credentials import missing_password
 from cli.entry import ArgumentParser, about, command, exit_code_lines
 from config.compose import check_spacing, compose
 from config.help import composed_config
@@ -101,6 +102,8 @@ def main(argv: list[str]) -> int:
     if args.tracking and not args.tracking.startswith("tracking.uri="):
         raise ConfigError(f"unknown argument {args.tracking!r}: the one override is tracking.uri=URI")
     uri = compose([args.tracking] if args.tracking else []).tracking.uri
+    if missing_password(uri):  # a record's address holds no password: the environment gives it, or nothing
+        print(f"rerun: {missing_password(uri)}", file=sys.stderr, flush=True)
     tags, before, result = rerun(args.run_id, uri)
     after = result.metrics.get(VAL_REL_LLOYD)
     print(f"original run {args.run_id}: final {VAL_REL_LLOYD} {before!r}")

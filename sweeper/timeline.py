@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from cli.credentials import mask
 from config.grid import Sweep
 from tracking import ui
 
@@ -30,6 +31,7 @@ def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> S
     from sweeper.work import plan_work
 
     cfg, name = sweep.cfg, sweep.plan.name
+    argv = [mask(word) for word in argv]  # recorded (the command tag, its note, the resume hint) and printed
     cluster.check(cfg)  # before the store is touched: nothing to undo
     hold = take_hold(sweep)  # read once
     if not hold.pending:

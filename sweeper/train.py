@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from cli import exit_codes
+from cli.credentials import mask
 from cli.entry import command
 from config.grid import compose_one
 from config.help import composed_config, config_groups
@@ -33,7 +34,7 @@ def main(argv: list[str]) -> int:
         recorder.log_metrics(step, sampler.sample())
 
     result = train(cfg, recorder, default_workdir(cfg), on_eval=sample)
-    where = f"run {result.run_id} in {cfg.tracking.uri} (experiment {cfg.tracking.experiment})"
+    where = f"run {result.run_id} in {mask(cfg.tracking.uri)} (experiment {cfg.tracking.experiment})"
     if result.outcome == DIVERGED:
         print(
             f"diverged: {result.cause} at step {result.diverged_at}; {where} marked FAILED", file=sys.stderr

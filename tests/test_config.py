@@ -187,7 +187,7 @@ def test_params_rebuild_the_same_configuration():
     leaves = {k for k in flat(OmegaConf.to_container(cfg, resolve=True)) if k.split(".")[0] != "sweep"}
     assert set(params) | set(tags) == leaves
     secret = operational_values(compose(["tracking.uri=http://ann:s3cret@mlflow:5000"]))["tracking.uri"]
-    assert secret == "http://mlflow:5000", "credentials in a URI stay out of the tags"
+    assert secret == "http://ann:***@mlflow:5000", "credentials in a URI stay out of the tags"
 
 
 def test_cli_rejects_a_bad_config_before_writing_anything(tmp_path: Path, monkeypatch, capsys):

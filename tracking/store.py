@@ -31,6 +31,7 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from cli.credentials import mask, unmasked
 from config import address
 from tracking import moved
 from tracking.errors import TrackingError
@@ -43,12 +44,13 @@ PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 
 def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached (or has no
-    form it could have: config.address)."""
+    form it could have: config.address). A masked password is the environment's (cli.credentials)."""
+    uri, shown = unmasked(uri), mask(uri)
     why = address.problem(uri)
     if why:
-        raise TrackingError(f"tracking store {uri}: the address {why}")
+        raise TrackingError(f"tracking store {shown}: the address {why}")
     if address.is_database(uri):
-        _probe_database(uri, timeout)
+        _probe_database(uri, shown, timeout)
         return
     if uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
@@ -63,19 +65,18 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise TrackingError(
-            f"MLflow tracking server {uri} is unreachable ({reason}); start it "
+            f"MLflow tracking server {shown} is unreachable ({reason}); start it "
             f"(mlflow server --host HOST --port PORT) or set tracking.uri"
         ) from None
-    _probe_access(uri, timeout)
+    _probe_access(uri, shown, timeout)
 
 
-def _probe_database(uri: str, timeout: float) -> None:
+def _probe_database(uri: str, shown: str, timeout: float) -> None:
     """An SQL server's address: its host answers within `timeout` (a local socket answers or refuses at
     once), its driver is installed and it lets this user in; once each (MLflow would retry an engine it
     cannot create for minutes)."""
     import sqlalchemy
 
-    shown = sqlalchemy.make_url(uri).render_as_string(hide_password=True)
     if address.database_host(uri):
         try:
             socket.create_connection(address.database_host(uri), timeout=timeout).close()
@@ -100,7 +101,7 @@ def _probe_database(uri: str, timeout: float) -> None:
         engine.dispose()
 
 
-def _probe_access(uri: str, timeout: float) -> None:
+def _probe_access(uri: str, shown: str, timeout: float) -> None:
     """/health needs no login; a server with basic auth refuses the API itself, so ask it once."""
     request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
@@ -113,7 +114,7 @@ def _probe_access(uri: str, timeout: float) -> None:
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise TrackingError(
-                f"MLflow tracking server {uri} refused access ({err.code}): set "
+                f"MLflow tracking server {shown} refused access ({err.code}): set "
                 f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
             ) from None
     except (urllib.error.URLError, OSError):
@@ -130,6 +131,7 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
     analysis, and rerun with create=False: its run cannot be in a new store) refuse it and write nothing.
     """
     probe(uri)
+    uri = unmasked(uri)
     os.environ.setdefault(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false")  # read at every transfer
     if uri.startswith("sqlite:///"):
         return SqliteGuard(uri).open(write, create)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cli.credentials import mask
 from tracking import view
 
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` listens by default
@@ -17,7 +18,7 @@ MODEL_TRAINING = "workflowType=machine_learning"
 
 def base_url(uri: str) -> str:
     """The UI of a tracking URI: the server itself, or `mlflow ui` on this machine for a SQLite file."""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+    return mask(uri.rstrip("/")) if uri.startswith(("http://", "https://")) else LOCAL_UI
 
 
 def runs_table(uri: str, experiment_id: str) -> str:
@@ -48,4 +49,6 @@ def how_to_open(uri: str, address: str) -> str:
 
 def where_to_look(uri: str, experiment: str, experiment_id: str) -> str:
     """A sweep's last line: its experiment's runs table, and how to open it."""
-    return f"MLflow: experiment {experiment} in {uri}; {how_to_open(uri, runs_table(uri, experiment_id))}"
+    return (
+        f"MLflow: experiment {experiment} in {mask(uri)}; {how_to_open(uri, runs_table(uri, experiment_id))}"
+    )

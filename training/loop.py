@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from cli.credentials import masked
 from config.identity import config_hash
 from config.run import RunSpec
 from tracking.names import (
@@ -105,7 +106,7 @@ def open_run(spec: RunSpec, recorder: Recorder, workdir: Path) -> Run:
         recorder.set_tags({BAD_CHECKPOINT: resume.damaged})
     checkpoint.remember_run(workdir, run_id)
     if not resume.state:
-        (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(cfg))
+        (workdir / CONFIG_ARTIFACT).write_text(OmegaConf.to_yaml(masked(cfg)))  # a record: no credential
         recorder.log_artifact(workdir / CONFIG_ARTIFACT)
     return Run(trainer, recorder, workdir, run_id)
 
