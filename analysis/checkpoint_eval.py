@@ -47,7 +47,8 @@ from models.embedding import embed
 from models.lloyd import lloyd_step
 from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
-from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tasks.sampler import TaskSpec, sample_tasks
+from tasks.spec import FAMILIES
 from tracking import sqlite_guard, store, view
 from tracking.names import (
     BEST_CHECKPOINT,

@@ -16,7 +16,8 @@ from analysis.context import REFERENCE, Context, eval_curves, narrow, scope, ser
 from analysis.plot import Figure, MissingInput, draw_contours, draw_curves, draw_heatmap
 from analysis.style import LLOYD, short
 from models.losses import sq_distances
-from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tasks.sampler import TaskSpec, sample_tasks
+from tasks.spec import FAMILIES
 from tracking.names import DIVERGED, FINISHED
 
 YLABEL = "mean log k-means objective"

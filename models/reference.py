@@ -3,8 +3,9 @@
 The reference the fast path (models.transformer + tasks.sampler, as used by
 sweeper.train) is measured against: attention scores from torch.cdist, a
 plain softmax, and each task drawn in a Python loop with
-torch.distributions.MixtureSameFamily. Its parameters have the same names and
-shapes as ClusteringTransformer's, so one state_dict loads into both and they
+torch.distributions.MixtureSameFamily (its component from the family's record,
+tasks.families). Its parameters have the same names and shapes as
+ClusteringTransformer's, so one state_dict loads into both and they
 compute the same function (tests/test_bench.py).
 """
 
@@ -20,16 +21,9 @@ from torch import nn
 from models.embedding import center_codes
 from models.losses import regularized_weights
 from models.transformer import ClusteringLayer, ClusteringTransformer
+from tasks.families import family
 from tasks.init import choose_centers
 from tasks.sampler import TaskSpec, to_unit_cube
-
-COMPONENTS = {
-    "normal": D.Normal,
-    "cauchy": D.Cauchy,
-    "gumbel": D.Gumbel,
-    "laplace": D.Laplace,
-    "lognormal": D.LogNormal,
-}
 
 
 class BaselineAttention(nn.Module):
@@ -96,7 +90,7 @@ def sample_task(spec: TaskSpec, generator: torch.Generator) -> tuple[torch.Tenso
     if not spec.equal_scales:
         scales = scales * torch.rand(spec.k, spec.d)
     weights = torch.ones(spec.k) if spec.equal_weights else torch.rand(spec.k)
-    component = D.Independent(COMPONENTS[spec.family](means, scales), 1)
+    component = D.Independent(family(spec.family).component(D, means, scales), 1)
     mixture = D.MixtureSameFamily(D.Categorical(probs=weights / weights.sum()), component)
     X = to_unit_cube(mixture.sample((spec.n,)))
     return X, choose_centers(X.unsqueeze(0), spec.k, spec.init, generator)[0]

@@ -10,13 +10,13 @@ once, each from its own generator, with their tasks in one batch
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
 
+from tasks.families import family as family_record
 from tasks.init import choose_centers_each
-from tasks.spec import FAMILIES, TaskSpec, is_int
+from tasks.spec import TaskSpec, is_int
 from tasks.streams import fill_each
 
 
@@ -26,7 +26,7 @@ def _uniform(rows: torch.Tensor, generator: torch.Generator) -> None:
 
 
 def standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """Standard (loc 0, scale 1) draws by inverse CDF, matching torch.distributions."""
+    """Standard (loc 0, scale 1) draws of a family (tasks.families), matching torch.distributions."""
     return _standard_noise(family, shape, [generator])
 
 
@@ -37,21 +37,13 @@ def _standard_noise(
 
     In-place ops: this runs on P * B * n * d values every chunk of training steps.
     """
+    record = family_record(family)
     out = torch.empty((len(generators) * shape[0], *shape[1:]), device=generators[0].device)
-    if family in ("normal", "lognormal"):
+    if record.inverse_cdf is None:  # normal draws
         return fill_each(out, generators, lambda rows, g: rows.normal_(generator=g))  # torch.randn's draws
-    if family not in FAMILIES:
-        raise ValueError(f"task.family={family!r} is not allowed: choose one of {', '.join(FAMILIES)}")
     # Uniform draws in the open interval (0, 1), so inverse CDFs stay finite.
     tiny = torch.finfo(out.dtype).eps
-    u = fill_each(out, generators, _uniform).clamp_(tiny, 1.0 - tiny)
-    if family == "cauchy":
-        return u.sub_(0.5).mul_(math.pi).tan_()
-    if family == "gumbel":
-        return u.log_().neg_().log_().neg_()
-    c = u.sub_(0.5)  # laplace
-    sign = c.sign()
-    return c.abs_().mul_(-2.0).log1p_().mul_(sign).neg_()
+    return record.inverse_cdf(fill_each(out, generators, _uniform).clamp_(tiny, 1.0 - tiny))
 
 
 def sample_points(
@@ -96,9 +88,8 @@ def _mixture(
         X = loc.add_(noise, alpha=float(spec.scale))
     else:
         X = loc.addcmul_(scales.reshape(R * k, d).index_select(0, rows).view(R, n, d), noise)
-    if spec.family == "lognormal":
-        X = X.exp_()
-    return X, means
+    post = family_record(spec.family).post
+    return (post(X) if post else X), means
 
 
 # What a draw went through, as a code in a device tensor (draw_tasks): the host reads it when it reads

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tasks.families import FAMILY_RECORDS
+
 INITS = ("random", "kmeans++", "gonzalez")  # how tasks.init chooses the k initial centers
-FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
+FAMILIES = tuple(FAMILY_RECORDS)  # the task families, one record each (tasks.families)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ from cli import exit_codes
 from config.compose import compose
 from models.exact import ExactLloydTransformer
 from models.losses import smoothed_objective
-from tasks.sampler import FAMILIES, TaskSpec, sample_tasks
+from tasks.sampler import TaskSpec, sample_tasks
+from tasks.spec import FAMILIES
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import (
     CONFIG_HASH,

@@ -48,7 +48,7 @@ from analysis.report import claims_section
 from analysis.style import LLOYD
 from config.compose import compose
 from config.grid import expand
-from tasks.sampler import FAMILIES
+from tasks.spec import FAMILIES
 from tracking.names import (
     CLAIM_COUNTS,
     DIVERGED,

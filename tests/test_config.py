@@ -27,7 +27,7 @@ from config.schema import RUN_GROUPS, ConfigError
 from models.embedding import EMBEDDINGS
 from models.losses import REGULARIZERS
 from sweeper.train import main
-from tasks.sampler import FAMILIES
+from tasks.spec import FAMILIES
 from training.device import pick_device
 from training.trainer import Trainer
 

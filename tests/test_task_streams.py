@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tasks.sampler import FAMILIES, OK, TaskSpec, draw_each, draw_tasks
-from tasks.spec import INITS
+from tasks.sampler import OK, TaskSpec, draw_each, draw_tasks
+from tasks.spec import FAMILIES, INITS
 
 # Odd sizes: every model's rows start and end off the vector width, where a kernel's tail would show.
 BASE = TaskSpec(n=37, d=3, k=5, scale=0.3)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from numbers import Number
 
 from analysis.eval_figures import PROBES
-from tasks.sampler import FAMILIES
+from tasks.spec import FAMILIES
 
 TAU, REG, EMB, D, K, FAMILY, LR = (
     "loss.tau",
