@@ -4,9 +4,10 @@ planted fault in one FAIL line of its table, exit 10.
 
 The nodes: a head declaring 1 CPU and no GPU, and two workers declaring 1 CPU and 1 GPU each (Ray schedules
 by what a node declares: the GPUs need not exist, and CUDA starts on none of them). Worker `blind` runs in a
-mount namespace of its own (`unshare`) in which a tmpfs covers the folder BLIND: the same path, another file
-system, as on a node where the shared folder is not mounted. Every other path is the same file system on all
-three nodes.
+mount namespace of its own (`unshare`) in which a tmpfs covers the folder `blind`: the same path, another
+file system, as on a node where the shared folder is not mounted; and the folder `readonly` is mounted
+read-only (a node that reads the shared folder and cannot write it). Every other path is the same file
+system on all three nodes.
 """
 
 from __future__ import annotations
@@ -37,18 +38,21 @@ def nodes():
 
     ray.shutdown()
     root = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    blind = root / "blind"  # a tmpfs on node `blind` alone
+    blind, readonly = root / "blind", root / "readonly"  # on node `blind`: a tmpfs, and read-only
     blind.mkdir()
-    # `sh -c SCRIPT BLIND ray start ...`: mount over $0, then become `ray start` (its process group is killed)
+    readonly.mkdir()
+    # `sh -c SCRIPT BLIND READONLY ray start ...`: mount over $0, $1 read-only, then become `ray start` (its
+    # process group is the one killed)
+    mounts = 'mount -t tmpfs preflight-blind "$0" && mount --bind "$1" "$1" && mount -o remount,bind,ro "$1"'
     hide = ("unshare", "--mount", "--map-root-user", "--propagation", "private", "sh", "-c")
-    hide += ('mount -t tmpfs preflight-blind "$0" && exec "$@"', str(blind))
+    hide += (f'{mounts} && shift && exec "$@"', str(blind), str(readonly))
     cluster = RayNodes(root, dashboard=False)
     try:
         cluster.start("head", *NODES["head"], head=True)
         ray.init(address=cluster.address)  # the preflight's driver joins this connection
         cluster.start("shared", *NODES["shared"])
         cluster.start("blind", *NODES["blind"], wrap=hide)
-        yield cluster, blind
+        yield cluster, root
     finally:
         ray.shutdown()
         cluster.stop()
@@ -97,14 +101,23 @@ def test_the_preflight_passes_where_the_sweep_would_run(nodes, tmp_path, sqlite_
     assert list((tmp_path / "ray").iterdir()) == []  # every node's file and the driver's removed
 
 
-def test_a_node_without_the_shared_folder_is_named(nodes, sqlite_uri, capsys):
-    cluster, blind = nodes
-    code, rows = run(on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={blind}"), capsys)
-    (fault,) = failing(rows)
+@pytest.mark.parametrize(
+    "folder, fault",
+    [
+        ("blind", ("do not see it", "not found")),
+        ("readonly", ("cannot write there", "Read-only file system")),
+    ],
+)
+def test_a_node_without_the_shared_folder_is_named(nodes, folder, fault, sqlite_uri, capsys):
+    """A node on which the folder is another file system (it does not find the driver's file there), and
+    one on which it is read-only (it finds the driver's file, and cannot leave its own)."""
+    cluster, root = nodes
+    code, rows = run(on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={root / folder}"), capsys)
+    (found,) = failing(rows)
     ids = cluster.node_ids()
-    assert code == exit_codes.PREFLIGHT and fault.split()[1] == "storage", rows
-    assert ids["blind"][:8] in fault and "not found" in fault
-    assert ids["shared"][:8] not in fault and ids["head"][:8] not in fault
+    assert code == exit_codes.PREFLIGHT and found.split()[1] == "storage", rows
+    assert ids["blind"][:8] in found and all(words in found for words in fault), found
+    assert ids["shared"][:8] not in found and ids["head"][:8] not in found
 
 
 def test_a_wrong_tracking_password_is_named(nodes, auth_server, tmp_path, monkeypatch, capsys):  # noqa: F811
