@@ -49,7 +49,7 @@ from training.checkpoint import last_path, load
 from training.determinism import set_deterministic
 from training.device import cuda_index, pick_device
 from training.fused import Pack
-from training.gpu_share import cap_memory, memory_fraction
+from training.gpu_share import cap_memory
 from training.loop import train
 from training.packed import train_pack
 from training.trainer import Trainer
@@ -193,7 +193,7 @@ def check_memory_cap(device: torch.device, share: float = 0.25) -> dict:
     """A trial's memory cap at `share` of its GPU (a sweep's trial: training.gpu_share): within it an
     allocation succeeds, beyond it one fails with torch.OutOfMemoryError; the cap is lifted after. ok is None
     where there is no cap to check (not CUDA)."""
-    if memory_fraction(device, share) is None:
+    if device.type != "cuda":
         return {"ok": None, "skipped": f"a trial caps CUDA memory only, and the device is {device}"}
     free(device)  # the earlier checks' memory counts against the cap
     cap = int(cap_memory(device, share) * torch.cuda.get_device_properties(device).total_memory)

@@ -27,11 +27,12 @@ def join(cluster: DictConfig, storage: str | None) -> str | None:
     return storage
 
 
-def gcs_address() -> str:
-    """The joined Ray cluster's GCS address (HOST:PORT), which answers while the cluster lives."""
+def identity() -> tuple[str, str]:
+    """The joined Ray cluster's GCS address (HOST:PORT), which answers while the cluster lives, and its id,
+    which a new cluster at that address does not share (a private attribute of Ray's: one pinned version)."""
     import ray
 
-    return ray.get_runtime_context().gcs_address
+    return ray.get_runtime_context().gcs_address, ray._private.worker.global_worker.node.cluster_id.hex()
 
 
 def reachable(address: str, timeout: float = 5.0) -> None:
@@ -70,21 +71,29 @@ def dashboard_installed(host: str | None) -> bool:
     return True
 
 
+# Ray 2.60 leaves CUDA_VISIBLE_DEVICES as the node has it for a task that reserves no GPU: a trial at
+# cluster.gpus_per_trial=0 would see every GPU of its node and train there with train.device=auto, on GPUs
+# other trials reserved. This restores Ray's hiding of them, in every worker of the sweep's job.
+HIDE_UNRESERVED_GPUS = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "1"}
+
+
 def connect(cluster: DictConfig) -> None:
     import ray
 
     if ray.is_initialized():  # a caller (a notebook, the tests) already chose the Ray instance
         return
+    # The job's workers, on whatever node and however Ray was started there, get these through its
+    # runtime_env; the test-only faults set here too (none outside tests).
+    runtime_env = {"env_vars": {**HIDE_UNRESERVED_GPUS, **(faults.environment() or {})}}
     if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
         host = cluster.dashboard_host if dashboard_installed(cluster.dashboard_host) else None  # null: none
-        ray.init(address="local", include_dashboard=host is not None, dashboard_host=host)
+        ray.init(
+            address="local", include_dashboard=host is not None, dashboard_host=host, runtime_env=runtime_env
+        )
         return
     reachable(cluster.address)
-    # A cluster's workers inherit their node's environment, not this driver's: the test-only faults set
-    # here reach the trials through the job's runtime_env (None outside tests).
-    env_vars = faults.environment()
     try:
-        ray.init(address=cluster.address, runtime_env={"env_vars": env_vars} if env_vars else None)
+        ray.init(address=cluster.address, runtime_env=runtime_env)
     except ConnectionError as err:
         raise ClusterError(
             f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"

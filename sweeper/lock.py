@@ -14,11 +14,13 @@ its one read of the store, checking that no other driver wrote in between.
 
 A driver killed with its host (a lost head pod, an allocation's end) is retried on a new Ray cluster on
 another host, which cannot see whether its process is gone. So once a driver has joined Ray it adds its
-cluster's GCS address to the tag (joined), and a driver that finds a lock whose cluster no longer answers
-there takes it over once the holder's heartbeat is older than TAKEOVER_S (it waits for that, watching the
-tag): a holder that still runs, whose cluster a network split hides, keeps beating and keeps its lock. Both
-at once (its cluster unreachable from here and its store writes failing for TAKEOVER_S) is the one case
-two drivers can overlap. A lock without a cluster (a driver killed before it joined Ray) waits for STALE_S.
+cluster's GCS address and id to the tag (joined), and a driver that finds a lock whose cluster no longer
+answers there takes it over once the holder's heartbeat is older than TAKEOVER_S (it waits for that, watching
+the tag): a holder that still runs, whose cluster a network split hides, keeps beating and keeps its lock.
+Both at once (its cluster unreachable from here and its store writes failing for TAKEOVER_S) is the one case
+two drivers can overlap. A new cluster may answer at the lost one's address (`ray up` on the same head, a
+requeued job on the same node, a reused pod IP): a GCS there with another cluster id is not the holder's. A
+lock without a cluster (a driver killed before it joined Ray) waits for STALE_S.
 """
 
 from __future__ import annotations
@@ -73,6 +75,23 @@ def answers(address: str) -> bool:
     return True
 
 
+def holds_cluster(holder: dict) -> bool:
+    """Whether the holder's Ray cluster still answers at its GCS address: something listens there and, when
+    the holder recorded its cluster's id, the GCS there reports that id or cannot be asked (not a GCS, or one
+    that refuses this driver's token): then it may be the holder's."""
+    if not answers(holder["gcs"]):
+        return False
+    if "cluster" not in holder:  # a tag of a driver before ids were recorded: by the address alone
+        return True
+    from ray._raylet import GcsClient  # pyproject.toml pins Ray's one version; tests/test_lock.py runs it
+
+    try:
+        there = GcsClient(address=holder["gcs"]).cluster_id.hex()
+    except Exception:  # ray's RpcError, or a refusal: cannot tell, so as before, by the address alone
+        return True
+    return there == holder["cluster"]
+
+
 def describe(holder: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["started"]))
     on = f", Ray cluster {holder['gcs']}" if holder.get("gcs") else ""
@@ -119,7 +138,7 @@ class DriverLock:
     def _gone(self, holder: dict) -> bool:
         """Whether a live-looking holder on another host is dead with its cluster: its GCS answers nothing
         and its heartbeat stays silent for TAKEOVER_S (waited for here: a live holder beats meanwhile)."""
-        if holder["host"] == socket.gethostname() or not holder.get("gcs") or answers(holder["gcs"]):
+        if holder["host"] == socket.gethostname() or not holder.get("gcs") or holds_cluster(holder):
             return False  # on this host its process is alive (alive): a live driver, whatever its cluster
         wait = holder["beat"] + TAKEOVER_S - time.time()
         if wait > 0:
@@ -134,10 +153,10 @@ class DriverLock:
                 return False
         return True
 
-    def joined(self, gcs: str) -> None:
-        """Record the Ray cluster this driver joined (its GCS address): the lock's holder can be told dead by
-        it from another host (the module docstring)."""
-        self.mine["gcs"] = gcs
+    def joined(self, gcs: str, cluster: str) -> None:
+        """Record the Ray cluster this driver joined (its GCS address and cluster id): the lock's holder can
+        be told dead by it from another host (the module docstring)."""
+        self.mine.update(gcs=gcs, cluster=cluster)
         self._write()
 
     def _write(self) -> None:

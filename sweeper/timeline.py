@@ -49,7 +49,7 @@ def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> S
         if not hold.pending:  # another driver ran the sweep between the read and the lock
             return Summary(name, hold.experiment_id)
         work = plan_work(sweep, hold)
-        hold.lock.joined(cluster.gcs_address())  # a retry on another cluster can tell when this one is gone
+        hold.lock.joined(*cluster.identity())  # a retry on another cluster can tell when this one is gone
         with recording(hold, sweep, argv, work, halt) as session:  # the parent run, the writer
             tune.fit(sweep, work, storage, session, trainable)
     summary = session.summary

@@ -51,7 +51,7 @@ from training import determinism, loop
 from training.checkpoint import cuda_rng_states
 from training.determinism import set_deterministic, warn_if_compiled
 from training.device import gpu_model  # the function itself: a test replaces loop's
-from training.gpu_share import cap_memory, memory_fraction, trial_device
+from training.gpu_share import CONTEXT_BYTES, cap_memory, memory_fraction, trial_device
 from training.system_metrics import SystemSampler, nvml_id
 
 CPU_AND_MEMORY = set(SYSTEM_METRICS)
@@ -179,23 +179,34 @@ def test_the_sweep_command_exits_2_with_one_line():
     ]
 
 
-def test_a_trial_caps_its_memory_at_its_share_of_a_gpu():
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert memory_fraction(cuda, 0.1) == 0.1 and memory_fraction(cuda, 0.5) == 0.5
-    assert memory_fraction(cuda, 1) is None and memory_fraction(cuda, 2) is None  # whole GPUs: no cap
-    assert memory_fraction(cuda, 0) is None and memory_fraction(cpu, 0.5) is None
-
-
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
 CURRENT_GPU = 2  # torch.cuda.current_device() under cuda_without_a_driver: not 0, so that it shows where used
+GPU_MEMORY = 16 * 2**30  # its devices' memory (a V100's)
+
+
+def capped(share: float) -> float:
+    """A trial's cap on a GPU_MEMORY device: its share less its CUDA context's room."""
+    return share - CONTEXT_BYTES / GPU_MEMORY
+
+
+def test_a_trial_caps_its_memory_at_its_share_of_a_gpu():
+    assert memory_fraction(CUDA, 0.1, GPU_MEMORY) == capped(0.1) and 0.05 < capped(0.1) < 0.1
+    assert memory_fraction(CUDA, 0.5, GPU_MEMORY) == capped(0.5)
+    assert (
+        memory_fraction(CUDA, 1, GPU_MEMORY) is None and memory_fraction(CUDA, 2, GPU_MEMORY) is None
+    )  # whole
+    assert memory_fraction(CUDA, 0, GPU_MEMORY) is None and memory_fraction(CPU, 0.5, GPU_MEMORY) is None
 
 
 @pytest.fixture
 def cuda_without_a_driver(monkeypatch) -> dict[int, float]:
     """torch.cuda.set_per_process_memory_fraction as torch runs it, its check of the device included, with
     the two calls that need a driver replaced: CUDA's start (nothing) and the allocator's setting (recorded).
-    Returns the fractions set, by device index; the current device is CURRENT_GPU."""
+    Returns the fractions set, by device index; the current device is CURRENT_GPU, each of GPU_MEMORY."""
     fractions: dict[int, float] = {}
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=GPU_MEMORY)
+    )
     monkeypatch.setattr(torch.cuda.memory, "_lazy_init", lambda: None)
     monkeypatch.setattr(
         torch._C, "_cuda_setMemoryFraction", lambda f, index: fractions.update({index: f}), raising=False
@@ -209,19 +220,18 @@ def test_a_trial_sharing_a_gpu_caps_the_current_device(cuda_without_a_driver):
     start): the cap goes to the current device, or to the index a device names."""
     with pytest.raises(ValueError, match="Expected a torch.device with a specified index or an integer"):
         torch.cuda.set_per_process_memory_fraction(0.1, CUDA)
-    assert cap_memory(CUDA, 0.1) == 0.1 and cuda_without_a_driver == {CURRENT_GPU: 0.1}
-    assert cap_memory(torch.device("cuda:1"), 0.25) == 0.25 and cuda_without_a_driver[1] == 0.25
+    assert cap_memory(CUDA, 0.1) == capped(0.1) and cuda_without_a_driver == {CURRENT_GPU: capped(0.1)}
+    assert cap_memory(torch.device("cuda:1"), 0.25) == capped(0.25) and cuda_without_a_driver[1] == capped(
+        0.25
+    )
     assert cap_memory(CUDA, 1.0) is None and cap_memory(CPU, 0.5) is None
-    assert cuda_without_a_driver == {CURRENT_GPU: 0.1, 1: 0.25}
+    assert cuda_without_a_driver == {CURRENT_GPU: capped(0.1), 1: capped(0.25)}
 
 
 def test_bench_gpu_caps_and_lifts_a_trials_share_on_cuda(cuda_without_a_driver, monkeypatch):
     """`python -m bench gpu`'s memory_cap on CUDA, against an allocator that keeps to the fraction set: within
     the cap an allocation succeeds, beyond it one fails, and the cap is lifted on the same device after."""
-    total = 2**30
-    monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=total)
-    )
+    total = GPU_MEMORY
 
     def empty(size: int, dtype: torch.dtype, device: torch.device) -> object:
         assert device == CUDA and dtype == torch.uint8
@@ -233,7 +243,7 @@ def test_bench_gpu_caps_and_lifts_a_trials_share_on_cuda(cuda_without_a_driver, 
     assert check_memory_cap(CUDA, 0.25) == {
         "ok": True,
         "share": 0.25,
-        "cap_bytes": total // 4,
+        "cap_bytes": int(capped(0.25) * total),
         "beyond_cap_refused": True,
     }
     assert cuda_without_a_driver == {CURRENT_GPU: 1.0}  # lifted

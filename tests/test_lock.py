@@ -1,7 +1,8 @@
 """The driver lock's takeover (sweeper.lock) on a real SQLite store: a lock held from another host is taken
-over only when its holder's Ray cluster answers nothing at its GCS address and its heartbeat stays silent for
-TAKEOVER_S; a holder that answers or beats keeps it. The holders are tags as a driver writes them; the
-retried driver on a new Ray cluster is tests/test_sweep_drivers.py's."""
+over only when its holder's Ray cluster answers nothing at its GCS address, or a cluster of another id
+answers there, and its heartbeat stays silent for TAKEOVER_S; a holder that answers or beats keeps it. The
+holders are tags as a driver writes them; the retried driver on a new Ray cluster is
+tests/test_sweep_drivers.py's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.servers import free_port
 
-from sweeper.lock import TAKEOVER_S, DriverLock, SweepLocked
+from sweeper import cluster
+from sweeper.lock import TAKEOVER_S, DriverLock, SweepLocked, answers
 from tracking.names import DRIVER
 
 
@@ -72,6 +74,25 @@ def test_a_holder_that_keeps_beating_keeps_its_lock_though_its_cluster_does_not_
     assert holder_of(client, run_id)["host"] == "lost-head"
 
 
+def test_a_new_cluster_at_the_lost_ones_address_does_not_keep_its_lock(sqlite_uri, local_ray):
+    """`ray up` on the same head, a requeued job on the same node, a reused pod IP: a new Ray cluster answers
+    at the lost one's GCS address. The lock names its cluster by id: another id there is not the holder's
+    cluster, and the lock is taken over; the holder's own cluster, answering with its id, keeps it."""
+    gcs, cluster_id = cluster.identity()  # the local Ray instance: a live GCS, with its id
+    assert answers(gcs)
+    client, run_id = locked_parent(sqlite_uri, beat=time.time() - TAKEOVER_S - 1, gcs=gcs, cluster=cluster_id)
+    with pytest.raises(SweepLocked, match="host lost-head"):
+        DriverLock(client, run_id, "smoke").take()
+    lost = {**holder_of(client, run_id), "cluster": "0" * len(cluster_id)}  # an earlier cluster at gcs
+    client.set_tag(run_id, DRIVER, json.dumps(lost))
+    lock = DriverLock(client, run_id, "smoke")
+    lock.take()
+    try:
+        assert holder_of(client, run_id)["host"] == socket.gethostname()
+    finally:
+        lock.release()
+
+
 def test_a_driver_whose_lock_was_taken_over_does_not_take_it_back(sqlite_uri):
     client, run_id = locked_parent(
         sqlite_uri, beat=time.time() - TAKEOVER_S - 1, gcs=f"127.0.0.1:{free_port()}"
@@ -81,7 +102,7 @@ def test_a_driver_whose_lock_was_taken_over_does_not_take_it_back(sqlite_uri):
     try:  # another driver took it over (this one's cluster looked gone): a late beat leaves it there
         successor = {"host": "new-head", "pid": 2, "started": time.time(), "beat": time.time()}
         client.set_tag(run_id, DRIVER, json.dumps(successor))
-        lock.joined("127.0.0.1:6379")
+        lock.joined("127.0.0.1:6379", "ab" * 28)
         assert holder_of(client, run_id) == successor
     finally:
         lock.release()
