@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from config.compose import compose
+from config.compose import compose, compose_sweep, trial_words
 from config.identity import format_value, seed_identities
 from config.schema import ConfigError
 from config.validate import validate
@@ -341,3 +341,11 @@ def prepare(cfg: DictConfig, plan: Plan, words: list[str]) -> Sweep:
         w for w, key in keys if key != "sweep" and not key.startswith("sweep.") and key not in gridded
     )
     return Sweep(cfg, plan, tuple(jobs(cfg, plan)), base)
+
+
+def load(overrides: list[str]) -> Sweep:
+    """A sweep's command line (python -m sweeper.sweep, sweeper.preflight) composed, expanded and validated,
+    every job identified: every error here comes before Ray starts."""
+    cfg = compose_sweep(overrides)
+    plan = expand(cfg.sweep, command_line_keys(overrides))
+    return prepare(cfg, plan, trial_words(overrides))

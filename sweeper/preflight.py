@@ -43,7 +43,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from cli.entry import command, one_line
-from config.grid import Sweep
+from config.grid import Sweep, load
 from config.help import composed_config, config_groups
 from sweeper import cluster, cost, home
 from sweeper.budget import Account, Budget, duration, outlook
@@ -65,9 +65,7 @@ class Row:
 
 @command("leaner-preflight", show_config=composed_config, options=config_groups)
 def main(argv: list[str]) -> int:
-    from sweeper.sweep import load  # the sweep's own composition, refusals and all (exit 2)
-
-    sweep = load(argv)
+    sweep = load(argv)  # as the sweep's command line is: every refusal of it too (exit 2)
     cluster.check(sweep.cfg)
     rows = survey(sweep, Budget.since_start(sweep.cfg.cluster.time_budget_s))
     print(table(sweep, rows), flush=True)

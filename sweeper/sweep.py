@@ -29,20 +29,10 @@ import sys
 
 from cli import console
 from cli.entry import command
-from config import grid
-from config.compose import compose_sweep, trial_words
-from config.grid import Sweep
+from config.grid import load  # here too: tests and sweeper.scale_probe load a sweep as this command does
 from config.help import composed_config, config_groups
 from sweeper import cost
 from sweeper.timeline import drive
-
-
-def load(overrides: list[str]) -> Sweep:
-    """Compose, expand and validate, every job identified: every error here comes before Ray starts."""
-    cfg = compose_sweep(overrides)
-    words = trial_words(overrides)
-    plan = grid.expand(cfg.sweep, grid.command_line_keys(overrides))
-    return grid.prepare(cfg, plan, words)
 
 
 @command("leaner-sweep", show_config=composed_config, options=config_groups)
