@@ -42,6 +42,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from cli.credentials import mask
 from cli.entry import command, one_line
 from config.grid import Sweep, load
 from config.help import composed_config, config_groups
@@ -121,7 +122,7 @@ def table(sweep: Sweep, rows: list[Row]) -> str:
     found = faults(rows)
     named = f": {', '.join(sorted({r.check for r in found}))}" if found else ""
     lines.append(f"preflight: {len(found)} faults{named}")
-    return "\n".join(lines)
+    return mask("\n".join(lines))  # a storage URI's secret, a password an error quotes
 
 
 def _tracking(sweep: Sweep, hold: Hold | None) -> tuple[list[Row], Hold | None]:

@@ -34,10 +34,9 @@ LOG_BATCH = re.compile(r'"POST /api/2\.0/mlflow/runs/log-batch HTTP/1\.1" 200')
 def recipe_auth_config() -> Path:
     """The basic-auth settings docker/Dockerfile.mlflow copies into its image and points the server at."""
     lines = (REPO / "docker" / "Dockerfile.mlflow").read_text().splitlines()
-    (copied,) = [l.split()[1:] for l in lines if l.startswith("COPY ")]
     (env,) = [l.split("=", 1)[1] for l in lines if l.startswith("ENV MLFLOW_AUTH_CONFIG_PATH=")]
-    source, target = copied
-    assert target == env, "the server reads the file the image holds"
+    # the server reads the file the image holds: the one COPY to that path (the image copies the lock too)
+    (source,) = [l.split()[1] for l in lines if l.startswith("COPY ") and l.split()[-1] == env]
     return REPO / source
 
 
