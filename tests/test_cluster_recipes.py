@@ -211,11 +211,16 @@ def gpu_groups() -> list[dict]:
     return gpu
 
 
+# Field names of a Kubernetes Toleration (core/v1): a typo is dropped silently by `kubectl apply`.
+TOLERATION = {"key", "operator", "value", "effect", "tolerationSeconds"}
+
+
 def test_gpu_workers_tolerate_the_gpu_nodes_taint():
     """GKE, AKS and EKS's GPU node groups taint GPU nodes nvidia.com/gpu:NoSchedule: without a toleration
     the workers stay Pending."""
     for group in gpu_groups():
         tolerations = group["template"]["spec"].get("tolerations", [])
+        assert all(set(t) <= TOLERATION for t in tolerations), tolerations
         assert any(
             t["key"] == "nvidia.com/gpu"
             and t.get("effect", "NoSchedule") == "NoSchedule"

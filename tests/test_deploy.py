@@ -897,6 +897,7 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
     assert all(set(g) <= WORKER_GROUP for g in cluster["workerGroupSpecs"])
     assert cluster["rayVersion"] == ray_pin(), "rayVersion should be the Ray the image installs"
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert set(claim["spec"]) <= SPECS["v1", "PersistentVolumeClaim"], set(claim["spec"])
 
     storage = override(shlex.split(spec["entrypoint"]), "cluster.storage")
     uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
