@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from cli.credentials import mask
 from cli.entry import CONFIG_DIR_ENV
 from config import address
-from config.schema import CONF_DIR, SCHEMAS, ConfigError
+from config.schema import CONF_DIR, SCHEMAS, Config, ConfigError
 from config.validate import validate, validate_analysis
 
 # User config directories, searched before conf/ (a new sweep, a new option of a group, or a file that
@@ -197,14 +197,14 @@ def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
         key = cause.full_key
         if isinstance(cause, (ConfigKeyError, AttributeError)):
             parent = key.rsplit(".", 1)[0] if "." in key else ""
-            return f"unknown key {key!r}: allowed keys are {', '.join(_keys_of(schema, parent))}"
+            return _unknown_key(schema, key, parent)
         kind = (
             type(cause.child_node).__name__.removesuffix("Node").lower()
             if cause.child_node is not None
             else ""
         )
         if typing.get_origin(_schema_type(schema, key)) is list and not isinstance(cause.value, list):
-            return f"{key}={cause.value!r} is not allowed: a list, in brackets: {key}=[{cause.value}]"
+            return f"{key}={cause.value!r} is not allowed: a list, in brackets: {_as_list(key, cause.value)}"
         expected = _TYPE_WORDS.get(kind, str(cause.msg).splitlines()[0])
         return f"{key}={cause.value!r} is not allowed: {expected}"
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
@@ -212,6 +212,37 @@ def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
 
 
 _TYPE_WORDS = {"integer": "an integer", "float": "a number", "boolean": "true or false", "string": "a string"}
+
+
+def _as_list(key: str, value: object) -> str:
+    """The list a scalar was likely meant as: `sweep.seeds=3` reads as three seeds as much as the seed 3."""
+    if key.endswith("seeds") and isinstance(value, int) and not isinstance(value, bool) and 1 < value <= 10:
+        many = ",".join(str(i) for i in range(value))
+        return f"{key}=[{many}] for {value} seeds ({key}=[{value}] is the one seed {value})"
+    return f"{key}=[{value}]"
+
+
+def _unknown_key(schema: type, key: str, parent: str) -> str:
+    """'unknown key 'lr': did you mean optim.lr? allowed keys are ...' (the keys under `parent`)."""
+    found = [k for k in keys_named(key.rsplit(".", 1)[-1], schema) if k != key]
+    hint = f"did you mean {' or '.join(found)}? " if found else ""
+    return f"unknown key {key!r}: {hint}allowed keys are {', '.join(_keys_of(schema, parent))}"
+
+
+def keys_named(name: str, schema: type = Config) -> list[str]:
+    """The run configuration's dotted keys whose last part is `name`: keys_named("lr") == ["optim.lr"]."""
+    return [k for k in _leaf_keys(schema) if k.rsplit(".", 1)[-1] == name]
+
+
+def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of the schema's dataclasses, depth first."""
+    if not dataclasses.is_dataclass(node):
+        return []
+    keys = []
+    for name, hint in typing.get_type_hints(node).items():
+        inner = _leaf_keys(_unwrap(hint), f"{prefix}{name}.")
+        keys += inner or [f"{prefix}{name}"]
+    return keys
 
 
 def _check_overrides(overrides: list[str], schema: type) -> None:
@@ -238,7 +269,7 @@ def _check_overrides(overrides: list[str], schema: type) -> None:
             known = (
                 key.rsplit(".", 1)[0] if "." in key and _schema_type(schema, key.rsplit(".", 1)[0]) else ""
             )
-            raise ConfigError(f"unknown key {key!r}: allowed keys are {', '.join(_keys_of(schema, known))}")
+            raise ConfigError(_unknown_key(schema, key, known))
         if adds and key.startswith("sweep.") and not _sweep_chosen(overrides):
             raise ConfigError(f"{key} is set but no sweep is chosen: add sweep=NAME")
         if kind is bool and not override.is_delete() and not isinstance(override.value(), bool):

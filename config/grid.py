@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from config.compose import compose, compose_sweep, trial_words
+from config.compose import compose, compose_sweep, keys_named, trial_words
 from config.identity import format_value, seed_identities
 from config.schema import ConfigError
 from config.validate import validate
@@ -120,8 +120,18 @@ def _axis_keys(name: str, axes: dict[str, str], axis: str) -> list[str]:
     parts = [part.strip() for part in str(axis).split(",")]
     unknown = [part for part in parts if part not in axes]
     if unknown:
-        _fail(name, f"axis {axis!r}", f"unknown axis {unknown[0]!r}; allowed axes: {', '.join(axes)}")
+        _fail(name, f"axis {axis!r}", f"unknown axis {unknown[0]!r}; {_declare(unknown[0], axes)}")
     return [axes[part] for part in parts]
+
+
+def _declare(axis: str, axes: dict[str, str]) -> str:
+    """The allowed axes, and how to declare `axis` as a new one (its config key where one has its name)."""
+    key = (keys_named(axis) or ["KEY"])[0]
+    return (
+        f"allowed axes: {', '.join(axes)}; declare a new one in the sweep's axes, name -> config key: "
+        f"+sweep.axes.{axis}={key}, or axes: {{{axis}: {key}}} in its file "
+        "(docs/configuration.md, 'Declaring an axis of your own')"
+    )
 
 
 def _points(name: str, sub: dict, axes: dict[str, str]) -> tuple[Subgrid, list[dict[str, Any]]]:

@@ -57,7 +57,7 @@ def test_help_anywhere_prints_the_usage_and_exits_0(script, where, capsys):
 
 HELP_SHOWS = {  # a line of each command's options in its --help
     "leaner-train": "  task: ",
-    "leaner-sweep": "  sweep: demo, lite, lite32, none, paper, points, smoke\n",
+    "leaner-sweep": "  sweep: demo, lite, lite-plus, lite32, none, paper, points, smoke\n",
     "leaner-report": "  eval.batches=4\n",
     "leaner-claims": "  select.sweep=null\n",
     "leaner-rerun": "  tracking.uri=URI  the store",
@@ -115,7 +115,7 @@ def test_quiet_tune_prints_no_trial_boxes_and_a_table_a_minute(monkeypatch, caps
 def test_training_commands_list_every_group_option_in_their_help(capsys):
     _, out, _ = run_main(train.main, ["--help"], capsys)
     assert "  tracking: local, server\n" in out
-    assert "  sweep: demo, lite, lite32, none, paper, points, smoke\n" in out
+    assert "  sweep: demo, lite, lite-plus, lite32, none, paper, points, smoke\n" in out
 
 
 @pytest.mark.slow  # two interpreters importing torch and MLflow: about 10 s
@@ -252,7 +252,7 @@ def test_sweep_keys_without_a_sweep_are_rejected():
     with pytest.raises(
         ConfigError,
         match=r"^sweep.dry_run is set but no sweep is chosen: add sweep=NAME "
-        r"\(demo, lite, lite32, paper, points, smoke\)$",
+        r"\(demo, lite, lite-plus, lite32, paper, points, smoke\)$",
     ):
         compose(["sweep.dry_run=true"])
     assert compose([]).sweep is None  # sweep=none: a single run

@@ -141,7 +141,7 @@ def test_scaled_sweeps_are_slices_of_the_paper_subgrids_they_are_named_after(pap
         (
             ["sweep=nope"],
             r"sweep=nope is not a sweep: choose sweep=NAME with NAME one of "
-            r"demo, lite, lite32, paper, points, smoke",
+            r"demo, lite, lite-plus, lite32, paper, points, smoke",
         ),
         ([], r"no sweep chosen"),
         (

@@ -128,3 +128,46 @@ def test_asha_with_packs_of_shapes_is_refused_before_ray(tmp_path):
     ]
     assert sorted(tmp_path.iterdir()) == []
     load(["sweep=smoke", "sweep.scheduler=asha", "cluster.pack=seeds"])  # a pack of one configuration's seeds
+
+
+# A new user's mistakes (issue 59), each answered by the console script in one line with exit 2 (a
+# configuration error) before anything starts.
+MISTAKES = [
+    (
+        ["sweep.seeds=3"],
+        "error: sweep.seeds=3 is not allowed: a list, in brackets: sweep.seeds=[0,1,2] for 3 seeds "
+        "(sweep.seeds=[3] is the one seed 3)",
+    ),
+    (
+        ["lr=0.1"],
+        "error: unknown key 'lr': did you mean optim.lr? allowed keys are task, model, loss, optim, train, "
+        "tracking, cluster, seed, sweep",
+    ),
+    (
+        ["sweep.subgrids=[{name: mine, gamma: [1, 2]}]"],
+        "error: sweep 'smoke', axis 'gamma': unknown axis 'gamma'; allowed axes: tau, regularizer, "
+        "embedding, d, k, family, lr; declare a new one in the sweep's axes, name -> config key: "
+        "+sweep.axes.gamma=model.gamma, or axes: {gamma: model.gamma} in its file "
+        "(docs/configuration.md, 'Declaring an axis of your own')",
+    ),
+]
+
+
+def test_a_new_users_mistakes_are_answered_in_one_line_by_the_console_script(tmp_path):
+    script = os.path.join(os.path.dirname(sys.executable), "leaner-sweep")
+    for words, line in MISTAKES:
+        done = subprocess.run(
+            [script, "sweep=smoke", "sweep.dry_run=true", *words],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stderr.splitlines()) == (2, [line]), done.stderr[-2000:]
+    # The hint's declaration works as written.
+    declared = [
+        "sweep=smoke",
+        "sweep.subgrids=[{name: mine, gamma: [1, 2]}]",
+        "+sweep.axes.gamma=model.gamma",
+    ]
+    assert [c.overrides["model.gamma"] for c in load(declared).plan.configurations] == [1, 2]
