@@ -10,8 +10,10 @@ worse than planned:
   tracking  the store answers with the credentials given, as the driver opens it (sweeper.hold), and what it
             holds of the sweep
   nodes     each node's CPUs and GPUs against a trial's (cluster.cpus_per_trial, .gpus_per_trial): the trials
-            it fits at once; FAIL when no node fits one (Tune would wait for ever); `!` where a node declares
-            more CPUs than its processes may run on (a SLURM step that did not get --cpus-per-task)
+            it fits at once; FAIL when no node fits one (Tune would wait for ever; the sweep's own preflight
+            waits JOIN_WAIT_S for one to join first; an autoscaler that starts workers only on demand, from
+            none, fails here); `!` where a node declares more CPUs than its processes may run on (a SLURM
+            step that did not get --cpus-per-task)
   cuda      when the trials train on CUDA (a GPU reserved, train.device cuda or auto): on each GPU node a task
             holding a trial's share of a GPU starts CUDA and runs a kernel (a driver older than the installed
             torch needs, a GPU its wheel has no kernels for: training/gpu_share.py's refusal, ahead of time)
@@ -36,6 +38,7 @@ import fcntl
 import math
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +57,9 @@ from tracking.errors import TrackingError
 
 OK, WARN, FAIL = "ok", "!", "FAIL"
 ANSWER_S = 180.0  # how long a node's task may take: a cold worker importing torch on a busy node
+# How long the sweep's own preflight waits for a node that fits a trial: workers still joining the cluster
+# (a Kubernetes pod pulling the image) are waited for; the command reports the cluster as it finds it.
+JOIN_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def main(argv: list[str]) -> int:
 
 def before_trials(sweep: Sweep, hold: Hold, budget: Budget) -> None:
     """The sweep driver's preflight on a cluster it joined: the table printed; PreflightFailed on a FAIL."""
-    rows = survey(sweep, budget, hold)
+    rows = survey(sweep, budget, hold, JOIN_WAIT_S)
     print(table(sweep, rows), flush=True)
     found = faults(rows)
     if found:
@@ -86,9 +92,9 @@ def before_trials(sweep: Sweep, hold: Hold, budget: Budget) -> None:
         )
 
 
-def survey(sweep: Sweep, budget: Budget, hold: Hold | None = None) -> list[Row]:
+def survey(sweep: Sweep, budget: Budget, hold: Hold | None = None, wait_s: float = 0.0) -> list[Row]:
     """Every check's rows (the module docstring), on the Ray cluster of cluster.address (joined here unless
-    the caller joined it)."""
+    the caller joined it), waiting up to `wait_s` for a node that fits a trial."""
     cfg = sweep.cfg
     rows, hold = _tracking(sweep, hold)
     try:
@@ -97,9 +103,7 @@ def survey(sweep: Sweep, budget: Budget, hold: Hold | None = None) -> list[Row]:
         rows.append(Row("cluster", "", one_line(err), FAIL))
         nodes = []
     else:
-        import ray
-
-        nodes = [n for n in ray.nodes() if n["Alive"]]
+        nodes = alive_nodes(cfg.cluster, wait_s)
         storage = home.storage(cfg.cluster, cfg.tracking.uri)
         rows += _nodes(cfg.cluster, nodes) + _cuda(cfg, nodes) + _storage(storage, nodes)
     rows += _locks(cfg.tracking.uri)
@@ -107,6 +111,18 @@ def survey(sweep: Sweep, budget: Budget, hold: Hold | None = None) -> list[Row]:
     rows += _budget(sweep, budget, account, hold.rate if hold else None, nodes)
     rows += [Row("cost", "", line.removeprefix("cost: ")) for line in cost.preview(cfg, sweep.plan)]
     return rows
+
+
+def alive_nodes(c: DictConfig, wait_s: float) -> list[dict]:
+    """The cluster's live nodes, once one fits a trial or after `wait_s` (workers may still be joining)."""
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        if any(trials_at_once(n, c) for n in nodes) or time.monotonic() >= deadline:
+            return nodes
+        time.sleep(2.0)
 
 
 def faults(rows: list[Row]) -> list[Row]:
