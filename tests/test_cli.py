@@ -304,6 +304,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-bench",
         "leaner-scale-probe",
         "leaner-preflight",
+        "leaner-mask-store",
     }
     for script, target in SCRIPTS.items():
         module, function = target.split(":")

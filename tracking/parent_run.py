@@ -20,6 +20,7 @@ from mlflow.entities import Metric, Run, RunTag, ViewType
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from cli.credentials import masked
 from config.grid import Plan, Sweep
 from tracking.names import (
     COMMAND,
@@ -75,7 +76,7 @@ def open_parent(client: MlflowClient, parent_id: str, sweep: Sweep, argv: list[s
     client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(sweep.cfg.sweep))
+        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(masked(sweep.cfg.sweep)))  # `fixed`: any key
         (folder / PLAN_ARTIFACT).write_text(plan.table() + "\n" + plan.summary() + "\n")
         with open(folder / PLAN_TRIALS_ARTIFACT, "w", newline="") as out:
             rows = csv.writer(out)
