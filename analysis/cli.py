@@ -8,6 +8,7 @@ key and the allowed ones.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -107,11 +108,26 @@ def open_contexts(
     found = {e: _runs(tracking.uri, e, own["select"]) for e in own["experiments"] or [tracking.experiment]}
     extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
     extra["expected"] = expected_sizes()
-    contexts = [  # once every experiment has runs: a missing one leaves no folder behind
+    for e in found:  # once every experiment has runs: a missing one leaves no folder behind
+        writable(Path(own["out"]) / e, own["out"])
+    contexts = [
         Context.build(tracking.uri, e, runs, settings, Path(own["out"]) / e, **extra)
         for e, runs in found.items()
     ]
     return contexts, own
+
+
+def writable(folder: Path, out: str) -> None:
+    """Make the report folder, or refuse before any work when it cannot be written (a read-only mount, a
+    colleague's folder): ConfigError naming `out`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        raise ConfigError(
+            f"out={out!r} is not allowed: {folder} cannot be written ({err.strerror}); "
+            "set out=DIR to a folder you can write"
+        ) from None
 
 
 def claims_dir(own: dict, contexts: list[Context]) -> Path:

@@ -171,3 +171,46 @@ def test_a_new_users_mistakes_are_answered_in_one_line_by_the_console_script(tmp
         "+sweep.axes.gamma=model.gamma",
     ]
     assert [c.overrides["model.gamma"] for c in load(declared).plan.configurations] == [1, 2]
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder on a read-only tmpfs mount: what root cannot write either (a chmod would not stop root)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.slow  # three interpreters importing torch and MLflow
+def test_report_and_claims_in_a_read_only_folder_say_so_in_one_line(read_only_folder, sqlite_uri, tiny):
+    """Run where the report folder cannot be written (a colleague's results, a read-only mount), leaner-report
+    and leaner-claims refuse before any work, naming `out`, exit 2: not a traceback under exit 1 ('some
+    figures failed')."""
+    bin_dir = os.path.dirname(sys.executable)
+    trained = subprocess.run(
+        [os.path.join(bin_dir, "leaner-train"), *tiny, f"tracking.uri={sqlite_uri}"],
+        cwd=read_only_folder.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    for script in ("leaner-report", "leaner-claims"):
+        done = subprocess.run(
+            [os.path.join(bin_dir, script), f"tracking.uri={sqlite_uri}"],
+            cwd=read_only_folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert (done.returncode, done.stderr.splitlines()) == (
+            2,
+            [
+                "error: out='reports' is not allowed: reports/leaner-clustering cannot be written (Read-only "
+                "file system); set out=DIR to a folder you can write"
+            ],
+        ), done.stderr[-2000:]
