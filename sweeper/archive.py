@@ -23,15 +23,19 @@ evaluations, once the claims have run (docs/science.md section 7.3), are in the 
 from __future__ import annotations
 
 import argparse
+import io
 import sqlite3
 import sys
 import tarfile
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
+from cli.credentials import mask
 from cli.entry import command
 from config.help import composed_config
 from sweeper.home import RAY_FOLDER
+from tracking.masking import TEXT_ARTIFACTS
 from tracking.names import ENDED, OUTCOME, TUNE_CHECKPOINT
 from tracking.store import TrackingError
 
@@ -86,24 +90,52 @@ def members(folder: Path, dbs: list[Path], lean: bool = False) -> list[Path]:
     return chosen
 
 
-def archive(folder: Path, out: Path, lean: bool = False) -> tuple[int, int]:
+def archive(folder: Path, out: Path, lean: bool = False) -> tuple[int, int, int]:
     """Write the archive (xz where `out` ends in .tar.xz, else gzip); (its size, the folder's size) in
-    bytes."""
+    bytes, and how many recorded credentials it masked (an older store's: docs/security.md)."""
     folder = folder.resolve()
     dbs = stores(folder)
     if not dbs:
         raise TrackingError(f"{folder} holds no SQLite tracking store (mlflow.db): not a sweep's folder")
-    mode = "w:xz" if out.name.endswith(".tar.xz") else "w:gz"
+    mode, masked = ("w:xz" if out.name.endswith(".tar.xz") else "w:gz"), 0
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, mode) as tar:
         for db in dbs:  # a consistent copy, even while another process writes
             copy = Path(tmp) / db.name
             with sqlite3.connect(db, timeout=30) as src, sqlite3.connect(copy) as dst:
                 src.backup(dst)
+            masked += mask_tags(copy)
             tar.add(copy, arcname=f"{folder.name}/{db.name}")
         for path in members(folder, dbs, lean):
-            tar.add(path, arcname=f"{folder.name}/{path.relative_to(folder).as_posix()}")
+            masked += add_masked(tar, path, f"{folder.name}/{path.relative_to(folder).as_posix()}")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    return out.stat().st_size, size
+    return out.stat().st_size, size, masked
+
+
+def mask_tags(db: Path) -> int:
+    """Mask the credentials the tags of a store's copy hold (its runs' and experiments'); how many."""
+    with closing(sqlite3.connect(db)) as con, con:
+        con.create_function("masked", 1, mask, deterministic=True)
+        changed = [
+            con.execute(f"UPDATE {table} SET value = masked(value) WHERE value <> masked(value)").rowcount
+            for table in ("tags", "experiment_tags")
+        ]
+    return sum(changed)
+
+
+def add_masked(tar: tarfile.TarFile, path: Path, name: str) -> int:
+    """Add `path` (a folder whole) as `name`; a text file with a credential in it masked. How many were."""
+    if path.is_dir() or not path.name.endswith(TEXT_ARTIFACTS):
+        tar.add(path, arcname=name)
+        return 0
+    text = path.read_text(errors="replace")
+    if mask(text) == text:
+        tar.add(path, arcname=name)
+        return 0
+    data = mask(text).encode()
+    info = tar.gettarinfo(path, arcname=name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+    return 1
 
 
 @command("leaner-archive", show_config=composed_config, own_options=True)
@@ -129,8 +161,10 @@ def main(argv: list[str]) -> int:
     if not args.folder.is_dir():
         raise TrackingError(f"{args.folder} is not a folder: give the folder of the sweep's SQLite store")
     out = args.out or args.folder.resolve().with_suffix(".tar.gz")
-    packed, size = archive(args.folder, out, args.lean)
+    packed, size, masked = archive(args.folder, out, args.lean)
     print(f"archived {args.folder} into {out}: {packed / 1e6:.1f} MB (the folder holds {size / 1e6:.1f} MB)")
+    if masked:  # an older store's (docs/security.md): leaner-mask-store masks them in the folder too
+        print(f"masked {masked} recorded credentials in the archive; the folder still holds them")
     name = args.folder.resolve().name
     print(f"unpack it with: tar -xf {out} -C DEST, then point tracking.uri at DEST/{name}/")
     return 0

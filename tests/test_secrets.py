@@ -15,6 +15,7 @@ import secrets
 import shlex
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import psycopg
@@ -28,10 +29,10 @@ from cli.credentials import MASK, mask, masked, missing_password, unmasked
 from config.compose import compose, trial_words
 from config.help import composed_config
 from config.identity import operational_values
-from sweeper import mask_store, rerun, train
+from sweeper import archive, mask_store, rerun, train
 from tracking.names import COMMAND, CONFIG_ARTIFACT, MLFLOW_RUN_NOTE
 from tracking.parent_run import find_parent
-from tracking.store import find_experiment
+from tracking.store import ensure_experiment, find_experiment
 
 PASSWORD = f"pw-{secrets.token_hex(8)}"  # in nothing this test did not give it to
 ROLE, DATABASE, EXPERIMENT = "secretive", "secretive", "secrets"
@@ -75,6 +76,28 @@ def test_a_uri_without_its_password_says_where_it_would_come_from(monkeypatch, t
     monkeypatch.setenv("PGPASSWORD", "given")
     assert missing_password(f"postgresql://ann:{MASK}@db/mlflow") is None
     assert missing_password("sqlite:///mlflow.db") is None
+
+
+def test_the_archive_of_an_older_store_holds_its_credentials_masked(
+    sqlite_uri, tmp_path, tmp_path_factory, capsys
+):
+    """A store whose run recorded a password before the masking (a tag and a config.yaml, written here as the
+    older code wrote them): its archive holds both masked and says how many; the folder is left as it was."""
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    run = client.create_run(ensure_experiment(client, "older")).info.run_id  # artifacts beside the store
+    secret = f"postgresql://ann:{PASSWORD}@db/mlflow"
+    client.set_tag(run, COMMAND, f"python -m sweeper.sweep tracking.uri={secret}")
+    written = tmp_path_factory.mktemp("written") / CONFIG_ARTIFACT
+    written.write_text(f"tracking:\n  uri: {secret}\n")
+    client.log_artifact(run, str(written))
+    out = tmp_path_factory.mktemp("archive") / "older.tar.gz"
+    assert archive.main([str(tmp_path), "--out", str(out)]) == 0
+    assert "masked 2 recorded credentials in the archive" in capsys.readouterr().out
+    with tarfile.open(out) as tar:
+        tar.extractall(out.parent, filter="data")
+    unpacked = out.parent / tmp_path.name
+    assert _files_holding(unpacked, PASSWORD) == [] and _files_holding(unpacked, "ann:***@")
+    assert sorted(p.name for p in _files_holding(tmp_path, PASSWORD)) == [CONFIG_ARTIFACT, "mlflow.db"]
 
 
 # ---- a sweep, its report and a rerun on a PostgreSQL role that logs in with its password ----
