@@ -134,7 +134,11 @@ def elsewhere_works() -> bool:
 def test_a_retried_driver_on_a_new_cluster_takes_over_the_lock_of_one_lost_with_its_cluster(sqlite_uri):
     uri = sqlite_uri
     root = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    common = [*SMOKE, f"tracking.uri={uri}", f"cluster.storage={root}/ray"]
+    # 20 s a trial: the refused retry joins its cluster and runs the preflight before it meets the lock, which
+    # the lost driver must still hold then (at 5 s a trial it had ended the sweep, and the retry found nothing
+    # to run).
+    sweep = [*SMOKE, "train.steps=400"]
+    common = [*sweep, f"tracking.uri={uri}", f"cluster.storage={root}/ray"]
     env = {**subprocess_env(), **PACED}
     try:
         with head_node(root / "old") as old, head_node(root / "new") as new:
@@ -160,7 +164,7 @@ def test_a_retried_driver_on_a_new_cluster_takes_over_the_lock_of_one_lost_with_
         shutil.rmtree(root, ignore_errors=True)
     client = MlflowClient(tracking_uri=uri)
     runs = children(uri, "smoke")
-    trials = sweep_jobs(SMOKE)
+    trials = sweep_jobs(sweep)
     assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     points, duplicated, lost_points = point_counts(client, runs, [])
