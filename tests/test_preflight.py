@@ -7,12 +7,14 @@ by what a node declares: the GPUs need not exist, and CUDA starts on none of the
 mount namespace of its own (`unshare`) in which a tmpfs covers the folder `blind`: the same path, another
 file system, as on a node where the shared folder is not mounted; and the folder `readonly` is mounted
 read-only (a node that reads the shared folder and cannot write it). Every other path is the same file
-system on all three nodes.
+system on all nodes. A fourth, `wide`, declares one CPU more than this machine's cores, as a SLURM step's Ray
+told --num-cpus without --cpus-per-task does (its trials would share the cores).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,7 +31,8 @@ from sweeper.sweep import main as sweep_main
 pytestmark = pytest.mark.slow
 
 SWEEP = ["sweep=smoke", "cluster.gpus_per_trial=0.5", "train.device=cpu"]  # smoke: 20 steps, eval every 5
-NODES = {"head": (1, 0), "shared": (1, 1), "blind": (1, 1)}  # name -> declared CPUs, GPUs
+CORES = len(os.sched_getaffinity(0))  # what the processes of every node here may run on
+NODES = {"head": (1, 0), "shared": (1, 1), "blind": (1, 1), "wide": (CORES + 1, 0)}  # declared CPUs, GPUs
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,7 @@ def nodes():
         ray.init(address=cluster.address)  # the preflight's driver joins this connection
         cluster.start("shared", *NODES["shared"])
         cluster.start("blind", *NODES["blind"], wrap=hide)
+        cluster.start("wide", *NODES["wide"])
         yield cluster, root
     finally:
         ray.shutdown()
@@ -95,7 +99,9 @@ def test_the_preflight_passes_where_the_sweep_would_run(nodes, tmp_path, sqlite_
         cpus, gpus = NODES[name]
         (row,) = [r for r in rows if r.split()[1] == "nodes" and node_id[:8] in r]
         assert f"{cpus} CPUs, {gpus} GPUs: {min(cpus, int(gpus / 0.5))} trials at once" in row
-    assert any(r.split()[1] == "storage" and "shared: each of 3 nodes reads and writes it" in r for r in rows)
+        oversold = f"it declares {cpus} CPUs and its processes may run on {CORES} cores" in row
+        assert (row.split()[0], oversold) == (("!", True) if name == "wide" else ("ok", False)), row
+    assert any(r.split()[1] == "storage" and "shared: each of 4 nodes reads and writes it" in r for r in rows)
     assert any(r.split()[1] == "locks" and "takes SQLite's locks" in r for r in rows)
     assert any(r.split()[1] == "cuda" and "not needed: train.device=cpu" in r for r in rows)
     assert list((tmp_path / "ray").iterdir()) == []  # every node's file and the driver's removed
