@@ -23,6 +23,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.repo import subprocess_env
 from support.sweeps import children
+from test_tracking_auth import ADMIN
+from test_tracking_auth import PASSWORD as ADMIN_PASSWORD
+from test_tracking_auth import auth_server as auth_server  # the recipes' server with basic auth: a fixture
 
 from cli import exit_codes
 from cli.credentials import MASK, mask, masked, missing_password, unmasked
@@ -272,3 +275,29 @@ def test_training_and_a_refused_rerun_print_and_record_the_password_masked(
     configs = list(tmp_path.rglob(CONFIG_ARTIFACT))
     assert len(configs) == 2 and _files_holding(tmp_path, PASSWORD) == []
     assert all(f"uri: {mask(secret_store)}" in path.read_text() for path in configs)
+
+
+@pytest.mark.slow
+def test_a_login_in_a_servers_address_is_written_nowhere_and_reruns_from_the_environment(
+    auth_server, tiny, tmp_path, capfd
+):
+    """The recipes' MLflow server with basic auth, its login in tracking.uri (http://USER:PASSWORD@HOST): a
+    tiny run trains through it, and the password is in nothing the server stored (its store, the run's
+    artifacts, its log) or printed; the run re-runs from its record (the address masked) with the login in
+    MLflow's environment variables."""
+    given = auth_server.uri.replace("://", f"://{ADMIN}:{ADMIN_PASSWORD}@")
+    with pytest.MonkeyPatch.context() as env:
+        env.chdir(tmp_path)
+        env.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+        env.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+        assert train.main([*tiny, f"tracking.uri={given}", "tracking.experiment=login"]) == 0
+        client = MlflowClient(tracking_uri=given)
+        (run,) = client.search_runs([find_experiment(client, "login")])
+        recorded = run.data.tags["tracking.uri"]
+        assert recorded == mask(given) and MASK in recorded
+        env.setenv("MLFLOW_TRACKING_USERNAME", ADMIN)
+        env.setenv("MLFLOW_TRACKING_PASSWORD", ADMIN_PASSWORD)
+        assert rerun.main([run.info.run_id, f"tracking.uri={recorded}"]) == 0
+    printed = capfd.readouterr()
+    assert ADMIN_PASSWORD not in printed.out + printed.err and "rerun: no password" not in printed.err
+    assert _files_holding(auth_server.root, ADMIN_PASSWORD) == [] == _files_holding(tmp_path, ADMIN_PASSWORD)

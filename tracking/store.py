@@ -23,11 +23,15 @@ import base64
 import os
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from mlflow.entities import Run, ViewType
-from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+from mlflow.environment_variables import (
+    MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR,
+    MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT,
+)
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -59,6 +63,7 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         return
     if not uri.startswith(("http://", "https://")):
         return
+    uri, login = _login(uri)
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as reply:
             reply.read()
@@ -68,7 +73,17 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
             f"MLflow tracking server {shown} is unreachable ({reason}); start it "
             f"(mlflow server --host HOST --port PORT) or set tracking.uri"
         ) from None
-    _probe_access(uri, shown, timeout)
+    _probe_access(uri, shown, login, timeout)
+
+
+def _login(uri: str) -> tuple[str, tuple[str, str] | None]:
+    """A server's address without its USER:PASSWORD@ (urllib takes none) and the login MLflow's client sends:
+    MLFLOW_TRACKING_USERNAME and _PASSWORD when both are set, else the address's own."""
+    parts = urllib.parse.urlsplit(uri)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    env = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    given = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+    return bare, next((pair for pair in (env, given) if all(pair)), None)
 
 
 def _probe_database(uri: str, shown: str, timeout: float) -> None:
@@ -101,12 +116,11 @@ def _probe_database(uri: str, shown: str, timeout: float) -> None:
         engine.dispose()
 
 
-def _probe_access(uri: str, shown: str, timeout: float) -> None:
+def _probe_access(uri: str, shown: str, login: tuple[str, str] | None, timeout: float) -> None:
     """/health needs no login; a server with basic auth refuses the API itself, so ask it once."""
     request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
-    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    if login:
+        token = base64.b64encode(":".join(login).encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
@@ -133,6 +147,9 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
     probe(uri)
     uri = unmasked(uri)
     os.environ.setdefault(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false")  # read at every transfer
+    # MLflow's own "View run ... at: URI" lines spell the address with its login, and not the runs view:
+    # the commands print their addresses themselves (tracking.ui).
+    os.environ.setdefault(MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.name, "true")
     if uri.startswith("sqlite:///"):
         return SqliteGuard(uri).open(write, create)
     return MlflowClient(tracking_uri=uri)
