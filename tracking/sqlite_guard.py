@@ -2,7 +2,8 @@
 and a SQLite error met later names the store it came from.
 
   SqliteGuard(uri).open   tracking.store.connect's SQLite part: a folder, a missing file for a command that
-                          only reads, a read-only store for one that writes, each refused in one line; a new
+                          only reads, a read-only store for one that writes, a store on a file system that
+                          refuses file locks (locks_refused), each refused in one line; a new
                           store created by one of our processes at a time; then MLflow's client
   SqliteGuard(uri).check_file   the file is a whole MLflow store of this MLflow's schema (or empty or
                           missing: MLflow then creates it), read only (but for SQLite's rollback of what a
@@ -21,6 +22,7 @@ import fcntl
 import logging
 import os
 import sqlite3
+import tempfile
 import time
 import urllib.parse
 from contextlib import closing
@@ -49,6 +51,10 @@ LOCKED_ADVICE = (
     "another process holds it; try again when it is done, or use a tracking server for many writers"
 )
 RESTORE = "restore it from a backup, or set tracking.uri to another store"
+NO_LOCKS_ADVICE = (
+    "put the store on a file system that grants them (a local disk; Lustre mounted with flock; NFS with its "
+    "lock service), or use a tracking server (tracking.uri=http://HOST:PORT)"
+)
 
 
 class _Passing(TrackingError):
@@ -62,6 +68,24 @@ def writable(uri: str) -> bool:
         return True  # a server: its own permissions
     path = Path(uri.removeprefix("sqlite:///"))
     return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def locks_refused(folder: Path) -> str | None:
+    """Why the file system of `folder` refuses the file locks a store's writers take, or None when it grants
+    them: SQLite's POSIX locks (fcntl) and the flock of a new store's creation (SqliteGuard._create), each
+    tried on a file of its own there. Lustre mounted with `noflock` refuses both (ENOSYS); SQLite then fails
+    its first write with 'disk I/O error', which reads as a damaged store."""
+    fd, name = tempfile.mkstemp(prefix=".lock-probe-", dir=folder)
+    try:
+        for lock in (fcntl.lockf, fcntl.flock):
+            lock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock(fd, fcntl.LOCK_UN)
+    except OSError as err:
+        return f"{lock.__name__}: {err.strerror}"
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return None
 
 
 class SqliteGuard:
@@ -99,6 +123,11 @@ class SqliteGuard:
             raise TrackingError(
                 f"tracking store {self.uri} is read-only (no write permission on {path} or its folder): "
                 f"{READ_ONLY_ADVICE}"
+            )
+        why = locks_refused(path.parent) if write else None
+        if why is not None:
+            raise self.refused(
+                f"the file system of {path.parent} refuses file locks ({why}): {NO_LOCKS_ADVICE}"
             )
 
     def _create(self) -> MlflowClient:
