@@ -20,7 +20,8 @@ worse than planned:
   storage   Ray Tune's storage (sweeper.home.storage): the driver's file read on every node
             (sweeper.cluster.check_shared), then a file written by each node read by the driver
   locks     a SQLite store's folder takes the locks SQLite and the store's creation use (POSIX fcntl, flock):
-            a file system mounted without them (Lustre's noflock) fails the store's writes
+            a file system mounted without them (Lustre's noflock) is refused as the store opens
+            (tracking.sqlite_guard.locks_refused), the tracking row naming it
   budget    cluster.time_budget_s against the estimated time: FAIL when what is left of it cannot reach the
             first checkpoint of the quickest trial at the measured step times (cluster.step_seconds): every
             allocation would stop with nothing saved; else the time the rest needs, at the sweep's last
@@ -34,14 +35,12 @@ locks the sweep: a FAIL ends it there with exit 10, no trial started, no parent 
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -106,7 +105,7 @@ def survey(sweep: Sweep, budget: Budget, hold: Hold | None = None, wait_s: float
         nodes = alive_nodes(cfg.cluster, wait_s)
         storage = home.storage(cfg.cluster, cfg.tracking.uri)
         rows += _nodes(cfg.cluster, nodes) + _cuda(cfg, nodes) + _storage(storage, nodes)
-    rows += _locks(cfg.tracking.uri)
+    rows += _locks(cfg.tracking.uri, hold is not None)
     account = hold.account if hold else Account.of(list(sweep.jobs), cfg.train.steps, (), {})
     rows += _budget(sweep, budget, account, hold.rate if hold else None, nodes)
     rows += [Row("cost", "", line.removeprefix("cost: ")) for line in cost.preview(cfg, sweep.plan)]
@@ -305,36 +304,15 @@ def _remove(location: str) -> None:
         pass  # never written, or written where the driver does not see it: nothing of ours to remove here
 
 
-def locks_refused(folder: Path) -> str | None:
-    """Why the file system of `folder` refuses the locks a SQLite store takes, or None."""
-    path = folder / f".preflight-locks-{uuid.uuid4().hex}"
-    try:
-        with open(path, "w") as handle:
-            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # SQLite's own: POSIX byte-range locks
-            fcntl.lockf(handle, fcntl.LOCK_UN)
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new store's (tracking.sqlite_guard)
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    except OSError as err:
-        return f"{err.strerror or err} (errno {err.errno})"
-    finally:
-        path.unlink(missing_ok=True)
-    return None
-
-
-def _locks(uri: str) -> list[Row]:
+def _locks(uri: str, opened: bool) -> list[Row]:
+    """A SQLite store's locks: the store's guard tried them as it opened the store for writing
+    (tracking.sqlite_guard.locks_refused), and a refusal is the tracking row's fault."""
     folder = home.home(uri)
     if folder is None:
         return [Row("locks", "", "not needed: a tracking server's store")]
-    if not folder.is_dir():
-        return []  # the tracking row says so
-    why = locks_refused(folder)
-    if why is None:
-        return [Row("locks", "", f"{folder}: its file system takes SQLite's locks")]
-    text = (
-        f"{folder}: its file system refuses file locks ({why}): SQLite cannot write the store safely; "
-        "put the store on a local or lock-capable disk, or use a tracking server"
-    )
-    return [Row("locks", "", text, FAIL)]
+    if not opened:
+        return []  # the tracking row says why, a file system without locks included
+    return [Row("locks", "", f"{folder}: its file system takes SQLite's locks")]
 
 
 def _budget(

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from support.ray_nodes import RayNodes
+from test_slurm_locks import no_locks  # noqa: F401 - the fixture, reused
 from test_tracking_auth import ADMIN, PASSWORD, auth_server  # noqa: F401 - the fixture, reused
 
 from cli import exit_codes
@@ -138,6 +139,16 @@ def test_a_wrong_tracking_password_is_named(nodes, auth_server, tmp_path, monkey
     code, rows = run(argv, capsys)
     assert (code, failing(rows)) == (0, [])
     assert any(r.split()[1] == "locks" and "not needed: a tracking server's store" in r for r in rows)
+
+
+def test_a_store_on_a_file_system_without_locks_is_named(nodes, no_locks, tmp_path, capsys):  # noqa: F811
+    """The SQLite store on a FUSE mount that refuses every lock, as Lustre mounted with noflock does."""
+    argv = on(nodes, f"tracking.uri=sqlite:///{no_locks}/mlflow.db", f"cluster.storage={tmp_path}/ray")
+    code, rows = run(argv, capsys)
+    (fault,) = failing(rows)
+    assert code == exit_codes.PREFLIGHT and fault.split()[1] == "tracking", rows
+    assert f"the file system of {no_locks} refuses file locks (lockf: Function not implemented)" in fault
+    assert list(no_locks.iterdir()) == []  # no store made there
 
 
 def test_a_budget_too_short_for_a_first_checkpoint_is_named(nodes, tmp_path, sqlite_uri, step_times, capsys):
