@@ -24,7 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from config.compose import compose, compose_sweep, keys_named, trial_words
-from config.identity import format_value, seed_identities
+from config.identity import configuration_name, format_value, seed_identities
 from config.schema import ConfigError
 from config.validate import validate
 
@@ -65,6 +65,7 @@ class Job:
     name: str  # the run name, e.g. BN-L2 tau0.1 d32 k10 n512 s153476998 (config.identity.run_name)
     configuration: Configuration
     overrides: tuple[str, ...]  # its configuration's, as override words (Configuration.override_strings)
+    label: str = ""  # its configuration's name with the sweep's axes, its `configuration` tag
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ class Plan:
     @property
     def job_count(self) -> int:
         return len(self.configurations) * len(self.seeds)
+
+    @property
+    def swept(self) -> tuple[str, ...]:
+        """The config keys whose values differ among the configurations (the axes in use), in plan order."""
+        keys = dict.fromkeys(key for c in self.configurations for key in c.overrides)
+        values = {key: {format_value(c.overrides.get(key)) for c in self.configurations} for key in keys}
+        return tuple(key for key in keys if len(values[key]) > 1)
 
     def summary(self) -> str:
         n, s = len(self.configurations), len(self.seeds)
@@ -336,8 +344,10 @@ def jobs(base: DictConfig, plan: Plan) -> list[Job]:
         words = tuple(configuration.override_strings())
         with _rejecting(plan, configuration):
             validate(cfg, trial=True)
-        for seed, (key, name) in zip(plan.seeds, seed_identities(cfg, plan.seeds, plan.name)):
-            out.append(Job(key, seed, name, configuration, words))
+        identities = seed_identities(cfg, plan.seeds, plan.name, base.sweep.axes)
+        label = configuration_name(cfg, base.sweep.axes)
+        for seed, (key, name) in zip(plan.seeds, identities):
+            out.append(Job(key, seed, name, configuration, words, label))
     return out
 
 

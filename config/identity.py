@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -50,10 +50,13 @@ def _digest(config: dict) -> str:
 
 # The axes a name spells only away from their defaults (conf/'s), each varied in one sub-grid of the paper's.
 UNSPELT = {key: default(key) for key in ("task.family", "optim.lr")}
+# The keys readable() always spells, or away from their defaults: a sweep's other axes follow as NAMEVALUE.
+SPELT = ("model.embedding", "loss.regularizer", "loss.tau", "task.d", "task.k", "task.n", *UNSPELT)
 
 
-def readable(cfg: DictConfig) -> str:
-    """The paper's axes of a configuration in a few characters, e.g. 'BN-L2 tau0.1 d32 k10 n512'.
+def readable(cfg: DictConfig, axes: Mapping[str, str] | None = None) -> str:
+    """The paper's axes of a configuration in a few characters, e.g. 'BN-L2 tau0.1 d32 k10 n512', then the
+    other axes its sweep declares (its name and value: 'gamma0.5', 'steps4000'): `axes`, else cfg.sweep's.
 
     The family and the learning rate appear only away from their defaults (normal, 0.01: '... cauchy lr0.1').
     """
@@ -70,17 +73,29 @@ def readable(cfg: DictConfig) -> str:
         words.append(str(t.family))
     if cfg.optim.lr != UNSPELT["optim.lr"]:
         words.append(f"lr{cfg.optim.lr:g}")
-    return " ".join(words)
+    return " ".join(words + _other_axes(cfg, axes))
 
 
-def configuration_name(cfg: DictConfig) -> str:
+def _other_axes(cfg: DictConfig, axes: Mapping[str, str] | None) -> list[str]:
+    """'gamma0.5' for each axis of the run's sweep (name -> key) that readable's words leave out, so that two
+    configurations of a user's sweep never share a name."""
+    if axes is None:
+        axes = (cfg.get("sweep") or {}).get("axes") or {}
+    return [f"{name}{_word(OmegaConf.select(cfg, key))}" for name, key in axes.items() if key not in SPELT]
+
+
+def _word(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else format_value(value)
+
+
+def configuration_name(cfg: DictConfig, axes: Mapping[str, str] | None = None) -> str:
     """Seed-free and distinct per configuration, e.g. 'BN-L2 tau0.1 d32 k10 n512 #1a2b3c'.
 
     The paper's axes (readable) and 6 hex digits of configuration_hash, which tell apart configurations
     that differ only elsewhere (steps, scale, ...): demo, smoke and paper runs. The hash comes last, so a
     cut-off label in the MLflow UI still shows the axes.
     """
-    return f"{readable(cfg)} #{configuration_hash(cfg)[:6]}"
+    return f"{readable(cfg, axes)} #{configuration_hash(cfg)[:6]}"
 
 
 def run_name(cfg: DictConfig, sweep: str | None = None) -> str:
@@ -95,10 +110,12 @@ def _named(axes: str, seed: int, sweep: str | None) -> str:
     return f"{axes} s{seed}" if sweep else f"{axes} s{seed} train"
 
 
-def seed_identities(cfg: DictConfig, seeds: Iterable[int], sweep: str) -> list[tuple[str, str]]:
+def seed_identities(
+    cfg: DictConfig, seeds: Iterable[int], sweep: str, axes: Mapping[str, str]
+) -> list[tuple[str, str]]:
     """config_hash and run_name of `cfg` at each of `seeds`, its configuration read once: a sweep's jobs are
-    each configuration at every seed of the sweep (config.grid.jobs)."""
-    config, axes = run_config(cfg), readable(cfg)
+    each configuration at every seed of the sweep (config.grid.jobs; `axes`: the sweep's)."""
+    config, axes = run_config(cfg), readable(cfg, axes)
     out = []
     for seed in seeds:
         config["seed"] = seed

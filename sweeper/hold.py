@@ -37,6 +37,7 @@ class Hold:
     def __init__(self, sweep: Sweep, client: MlflowClient | None = None) -> None:
         cfg = sweep.cfg
         self.uri, self.name, self.jobs = cfg.tracking.uri, sweep.plan.name, sweep.jobs
+        self.swept = sweep.plan.swept  # the keys the runs view shows as columns
         self.steps = cfg.train.steps  # of a job whose configuration does not set its own
         self.client = client or store.connect(self.uri)  # probes the store: unreachable fails here, fast
         self.experiment = cfg.tracking.experiment  # its name; experiment_id once read
@@ -50,7 +51,7 @@ class Hold:
         the ledger (sweeper.ledger); close the runs a driver left RUNNING with an outcome."""
         self.experiment_id = store.ensure_experiment(self.client, self.experiment)
         runs = store.search(self.client, [self.experiment_id])
-        view.install(self.client, self.experiment_id)
+        view.install(self.client, self.experiment_id, self.swept)
         self.ledger = read(runs, self.name)
         for run_id, status in self.ledger.unclosed.items():
             self.client.set_terminated(run_id, status)

@@ -56,6 +56,7 @@ class Member:
     subgrids: tuple[str, ...]
     resume_from: str | None  # the Tune checkpoint its unfinished run recorded, as a location here (Hold)
     pack: str | None  # its trial's key when that trial trains several jobs, else None
+    label: str = ""  # its `configuration` tag, the sweep's axes in it (config.grid.Job.label)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def plan_work(sweep: Sweep, hold: Hold) -> Work:
 
 
 def _member(job: Job, resume_from: str | None, pack: str | None) -> Member:
-    return Member(job.key, job.name, job.seed, job.overrides, job.configuration.subgrids, resume_from, pack)
+    subgrids = job.configuration.subgrids
+    return Member(job.key, job.name, job.seed, job.overrides, subgrids, resume_from, pack, job.label)
 
 
 def packs_of(jobs: Sequence[Job], pending: set[str], mode: str, size: int) -> dict[str, list[str]]:

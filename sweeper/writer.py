@@ -35,6 +35,7 @@ from tracking import store
 from tracking.names import (
     CHECKPOINT_STEP,
     CONFIG_HASH,
+    CONFIGURATION,
     MLFLOW_PARENT_RUN_ID,
     OUTCOME,
     PACK,
@@ -136,6 +137,9 @@ class MlflowWriter:
             SEED: str(member.seed),
             MLFLOW_PARENT_RUN_ID: self.parent_id,
             **(start.tags if start else {}),
+            **(
+                {CONFIGURATION: member.label} if member.label else {}
+            ),  # the sweep's axes, which a trial lacks
             **self.source,
         }
         if member.pack:

@@ -4,11 +4,13 @@ configuration refuses before Ray starts. The same from a wheel install: tests/te
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from mlflow.tracking import MlflowClient
 from support.repo import REPO
 
 from cli.entry import CONFIG_DIR_ENV
@@ -18,6 +20,7 @@ from config.schema import ConfigError
 from sweeper.sweep import load
 from sweeper.sweep import main as sweep_main
 from sweeper.train import main as train_main
+from tracking.view import TAG
 
 MINE = """# @package sweep
 defaults: [smoke, _self_]
@@ -214,3 +217,41 @@ def test_report_and_claims_in_a_read_only_folder_say_so_in_one_line(read_only_fo
                 "file system); set out=DIR to a folder you can write"
             ],
         ), done.stderr[-2000:]
+
+
+GAMMA_LR = """# @package sweep
+defaults: [smoke, _self_]
+name: gamma-lr
+seeds: [1]
+axes: {gamma: model.gamma}
+subgrids:
+  - {name: mine, gamma: [0.5, 1.0], lr: [0.01, 0.03]}
+"""
+
+
+@pytest.mark.slow  # a real sweep of 4 tiny models on the worker's local Ray
+def test_a_users_axes_name_its_runs_tag_them_and_head_the_view(tmp_path, sqlite_uri, local_ray):
+    """A user's gamma x lr sweep: each axis in every run name and configuration tag (gamma only in an axis of
+    the user's, lr as the paper's names spell it), and the experiment's runs view shows both as columns,
+    rows sorted by val_rel_lloyd, with no chart for the parent run's model-steps a second."""
+    (tmp_path / "mine" / "sweep").mkdir(parents=True)
+    (tmp_path / "mine" / "sweep" / "gamma-lr.yaml").write_text(GAMMA_LR)
+    line = ["-cd", str(tmp_path / "mine"), "sweep=gamma-lr", f"tracking.uri={sqlite_uri}"]
+    assert sweep_main([*line, f"cluster.storage={tmp_path / 'ray'}"]) == 0
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    experiment = client.get_experiment_by_name("leaner-clustering")
+    runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.params]
+    names = sorted(r.info.run_name for r in runs)
+    assert names == [
+        "OH-L2 tau1 d4 k6 n16 gamma0.5 s1",
+        "OH-L2 tau1 d4 k6 n16 gamma1 s1",
+        "OH-L2 tau1 d4 k6 n16 lr0.03 gamma0.5 s1",
+        "OH-L2 tau1 d4 k6 n16 lr0.03 gamma1 s1",
+    ]
+    configurations = {r.info.run_name: r.data.tags["configuration"] for r in runs}
+    assert all(tag.startswith(name.removesuffix(" s1") + " #") for name, tag in configurations.items())
+    view = json.loads(json.loads(experiment.tags[TAG])["state"])
+    assert {"params.`model.gamma`", "params.`optim.lr`"} <= set(view["selectedColumns"])
+    assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`val_rel_lloyd`", True)
+    hidden = {c["metricKey"] for c in view["compareRunCharts"] if c["deleted"]}
+    assert "model_steps_per_s" in hidden

@@ -9,9 +9,12 @@ from MLflow 3.17.2's web app and tests/test_mlflow_ui.py checks in Chromium that
 
 The view: rows grouped by the `configuration` tag (one group per configuration, its seeds under it), every
 run shown in the charts (the UI's default draws the first 10), columns for the final and best
-val_rel_lloyd, train_loss, embedding, regularizer, tau, seed and outcome, and log-scale line charts:
+val_rel_lloyd, train_loss, embedding, regularizer, tau, seed and outcome, and one for each key a sweep in the
+experiment sweeps (its axes: model.gamma, optim.lr, ...), rows sorted by val_rel_lloyd (best first), and
+log-scale line charts:
 val_rel_lloyd runs from about 60 for the untrained model of step 0 down to about 1, and only a log axis
-keeps 0.9 apart from 1 and 1.4. The sweep's trial counters (on the parent run) get no chart.
+keeps 0.9 apart from 1 and 1.4. The parent run's metrics (trial counters, claims, the sweep's model-steps a
+second) get no chart.
 
 Colours: a view state holds none. MLflow 3.17's UI colours a run by its `mlflow.runColor` tag (read when runs
 load), so every training run carries its embedding's colour (tracking.run_tags), the colours the report's
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # the sweep's dry run imports this module and must not load MLflow
     from mlflow.tracking import MlflowClient
@@ -39,6 +42,7 @@ from tracking.names import (
     MEDIAN_FINAL,
     OUTCOME,
     SEED,
+    STEP_RATE,
     TRAIN_LOSS,
     TRIAL_COUNTS,
     VAL_KMEANS,
@@ -56,7 +60,12 @@ RUN_NAME_WIDTH = 360  # pixels: a run name, e.g. "BN-L2 tau0.1 d32 k10 n512 s153
 MODEL_SECTION, SYSTEM_SECTION = "Model metrics", "System metrics"  # the UI's chart sections
 LOG_CHARTS = (VAL_REL_LLOYD, BEST_VAL_REL_LLOYD, TRAIN_LOSS, VAL_KMEANS, LR)
 # The parent run's metrics: no chart among the trials' curves.
-HIDDEN_CHARTS = (*TRIAL_COUNTS.values(), *CLAIM_COUNTS.values(), *(MEDIAN_FINAL + e for e in EMBEDDINGS))
+HIDDEN_CHARTS = (
+    *TRIAL_COUNTS.values(),
+    *CLAIM_COUNTS.values(),
+    *(MEDIAN_FINAL + e for e in EMBEDDINGS),
+    STEP_RATE,
+)
 
 
 def column(kind: str, key: str) -> str:
@@ -108,12 +117,16 @@ def chart(metric: str, deleted: bool = False) -> dict:
     }
 
 
-def state() -> dict:
-    """The UI's view state (keys of MLflow's experiment-page UI state)."""
+def state(swept: Sequence[str] = ()) -> dict:
+    """The UI's view state (keys of MLflow's experiment-page UI state and search facets): COLUMNS and a
+    column for each swept config key (`swept`) they leave out, rows by the headline metric, best first."""
+    columns = [*COLUMNS, *(c for c in dict.fromkeys(column("params", k) for k in swept) if c not in COLUMNS)]
     return {
-        "selectedColumns": COLUMNS,
-        "columnOrder": [RUN_NAME_COLUMN, *COLUMNS],
-        "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH, **{c: header_width(c) for c in COLUMNS}},
+        "orderByKey": column("metrics", VAL_REL_LLOYD),
+        "orderByAsc": True,
+        "selectedColumns": columns,
+        "columnOrder": [RUN_NAME_COLUMN, *columns],
+        "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH, **{c: header_width(c) for c in columns}},
         "runsHiddenMode": "SHOW_ALL",
         "groupBy": {
             "aggregateFunction": "average",
@@ -138,13 +151,20 @@ def envelope(view: dict, now_ms: int) -> str:
     )
 
 
-def install(client: MlflowClient, experiment_id: str) -> None:
+def install(client: MlflowClient, experiment_id: str, swept: Sequence[str] = ()) -> None:
     """Tag the experiment with the view unless it already holds this state (tracking.store.ensure_experiment
-    gets the experiment; this step gives it the view the printed link opens)."""
+    gets the experiment; this step gives it the view the printed link opens). `swept`: a sweep's swept config
+    keys, whose columns join those the view holds (sweeps of other axes in one experiment keep theirs)."""
     tags = client.get_experiment(experiment_id).tags
     try:
-        if json.loads(tags.get(TAG, "{}")).get("state") == json.dumps(state(), sort_keys=True):
-            return
-    except (ValueError, AttributeError):
-        pass  # someone else's value under our key: replaced
-    client.set_experiment_tag(experiment_id, TAG, envelope(state(), int(time.time() * 1000)))
+        held = json.loads(tags.get(TAG, "{}")).get("state")
+        kept = [
+            c.split("`")[1]
+            for c in json.loads(held or "{}").get("selectedColumns", [])
+            if c.startswith("params.")
+        ]
+    except (ValueError, AttributeError, IndexError):
+        held, kept = None, []  # someone else's value under our key: replaced
+    view = state([*kept, *swept])
+    if held != json.dumps(view, sort_keys=True):
+        client.set_experiment_tag(experiment_id, TAG, envelope(view, int(time.time() * 1000)))
