@@ -143,6 +143,16 @@ CONFIG_DIR_FLAGS = ("-cd", "--config-dir")
 CONFIG_DIR_ENV = "LEANER_CONFIG_DIR"
 
 
+def as_typed(words: list[str], module: str) -> list[str]:
+    """The command line that runs `words` again from any folder, as the user typed it: the console script
+    this process is (leaner-sweep) or `python -m MODULE`, the config directories the command searches (its
+    --config-dir flags, absolute, and those of $LEANER_CONFIG_DIR), then `words`."""
+    program = Path(sys.argv[0]).name
+    head = [program] if program.startswith("leaner-") else ["python", "-m", module]
+    dirs = [d for d in os.environ.get(CONFIG_DIR_ENV, "").split(os.pathsep) if d]
+    return [*head, *(word for d in dict.fromkeys(dirs) for word in ("--config-dir", d)), *words]
+
+
 def _config_dirs(words: list[str]) -> tuple[list[str], list[Path]]:
     """The line without its `--config-dir DIR` flags, and their directories, absolute, in order."""
     rest, dirs, i = [], [], 0

@@ -158,7 +158,7 @@ def timed_drive(sweep: Sweep, trainable: Callable, server: Server) -> Drive:
     rss.start()
     requests = server.requests()
     start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    summary = drive(sweep, [], trainable=trainable)
+    summary = drive(sweep, ["python", "-m", "sweeper.sweep"], trainable=trainable)
     wall, end_cpu = time.perf_counter() - start, me.cpu_times()
     requests = [after - before for after, before in zip(server.requests(), requests)]
     rss.stop.set()

@@ -105,7 +105,7 @@ def stopped(
     """After a stop (`reason`: by a signal, or at the budget): print what ended here, what was interrupted
     (its runs KILLED when every write was applied), the sweep's account (sweeper.budget) and the command that
     resumes it; returns that text."""
-    command = " ".join(shlex.quote(word) for word in ["python", "-m", "sweeper.sweep", *argv])
+    command = shlex.join(argv)  # the command as typed (cli.entry.as_typed)
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
     text = (
         f"sweep {sweep} stopped {reason}: {ended} trials ended here, {interrupted} interrupted at their last "

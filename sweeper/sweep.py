@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 
 from cli import console
-from cli.entry import command
+from cli.entry import as_typed, command
 from config.grid import load  # here too: tests and sweeper.scale_probe load a sweep as this command does
 from config.help import composed_config, config_groups
 from sweeper import cost
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     print(plan.summary(), flush=True)  # the plan's last line (docs/science.md section 8)
     if cfg.sweep.dry_run:
         return 0
-    return drive(sweep, argv).exit_code
+    return drive(sweep, as_typed(argv, "sweeper.sweep")).exit_code
 
 
 if __name__ == "__main__":

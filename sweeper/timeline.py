@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> Summary:
     """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
-    records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent.
+    records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent. argv:
+    the command as typed, program included (cli.entry.as_typed), which the parent run and a stop record.
     trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, which measures the driver)."""
     from sweeper import cluster, preflight, tune
     from sweeper.budget import Budget, outlook

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -255,3 +256,30 @@ def test_a_users_axes_name_its_runs_tag_them_and_head_the_view(tmp_path, sqlite_
     assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`val_rel_lloyd`", True)
     hidden = {c["metricKey"] for c in view["compareRunCharts"] if c["deleted"]}
     assert "model_steps_per_s" in hidden
+
+
+@pytest.mark.slow  # the console script twice, the second a real sweep of 4 tiny models
+def test_the_printed_resume_command_is_the_one_typed_and_resumes_a_users_sweep(tmp_path, sqlite_uri):
+    """leaner-sweep with --config-dir, stopped by its time budget before any trial: the resume hint is the
+    command as typed (the console script, the directory, the words); run as printed (with a budget that
+    fits), it finishes the sweep, and its parent run's command tag is that command too."""
+    (tmp_path / "mine" / "sweep").mkdir(parents=True)
+    (tmp_path / "mine" / "sweep" / "gamma-lr.yaml").write_text(GAMMA_LR)
+    script = os.path.join(os.path.dirname(sys.executable), "leaner-sweep")
+    words = ["sweep=gamma-lr", f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path / 'ray'}"]
+    typed = [script, "-cd", "mine", *words, "cluster.time_budget_s=0.001"]
+    env = {k: v for k, v in os.environ.items() if k != CONFIG_DIR_ENV}
+    stopped = subprocess.run(typed, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 75, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    hint = stopped.stdout.split("Resume with the same command:\n  ")[1].splitlines()[0]
+    expected = ["leaner-sweep", "--config-dir", str(tmp_path / "mine"), *words, "cluster.time_budget_s=0.001"]
+    assert shlex.split(hint) == expected
+    again = [script, *shlex.split(hint)[1:-1], "cluster.time_budget_s=600"]
+    done = subprocess.run(again, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    (parent,) = client.search_runs(
+        [client.get_experiment_by_name("leaner-clustering").experiment_id],
+        "tags.command LIKE 'leaner-sweep %'",
+    )
+    assert parent.data.tags["command"] == shlex.join(["leaner-sweep", *again[1:]])

@@ -65,7 +65,7 @@ def open_parent(client: MlflowClient, parent_id: str, sweep: Sweep, argv: list[s
     (`ended`: outcome -> the jobs that ended with it before, log_counts)."""
     plan, jobs = sweep.plan, sweep.jobs
     client.update_run(parent_id, status="RUNNING")
-    command = shlex.join(["python", "-m", "sweeper.sweep", *argv])
+    command = shlex.join(argv)  # the command as typed (cli.entry.as_typed)
     sizes = (len(plan.configurations), len(plan.seeds), plan.job_count)
     tags = {
         COMMAND: command,
