@@ -29,7 +29,7 @@ from analysis.claims.evidence import Claim
 from analysis.claims.from_context import check
 from analysis.claims.table import claims_table, write_csv, write_markdown
 from analysis.cli import job_config, open_context, options_help
-from analysis.context import Context
+from analysis.context import Context, varying
 from analysis.figures import FIGURES
 from analysis.page import anchor, page
 from analysis.plot import Figure, MissingInput
@@ -161,6 +161,43 @@ def headline_table(ctx: Context) -> pd.DataFrame:
     return pd.DataFrame(sorted(rows, key=lambda row: order("model.embedding", row["embedding"])))
 
 
+def axes_table(ctx: Context) -> pd.DataFrame:
+    """Per swept axis (a config key whose value differs among the finished runs) and value: its
+    configurations and finished runs, and the median and IQR of their final val_rel_lloyd over seeds and the
+    other axes' values, so that any sweep, the user's own included, compares its axes."""
+    finished = ctx.runs[(ctx.runs["outcome"] == FINISHED) & ctx.runs[VAL_REL_LLOYD].notna()]
+    keys = config_keys(finished.columns)
+    rows = [
+        {
+            "axis": key,
+            "value": value,
+            "configurations": len(part[keys].drop_duplicates()),
+            "finished runs": len(part),
+            f"median final {VAL_REL_LLOYD}": float(part[VAL_REL_LLOYD].median()),
+            "IQR": f"[{part[VAL_REL_LLOYD].quantile(0.25):.3g}, {part[VAL_REL_LLOYD].quantile(0.75):.3g}]",
+        }
+        for key in varying(finished[keys])
+        for value, part in finished.groupby(key, sort=True)
+    ]
+    return pd.DataFrame(rows)
+
+
+def axes_section(ctx: Context) -> list[Block]:
+    """The headline's comparison of the swept axes (axes_table), written as axes.csv too."""
+    table = axes_table(ctx)
+    if table.empty:
+        return []
+    table.to_csv(ctx.out_dir / "axes.csv", index=False)
+    return [
+        (
+            "p",
+            "Per swept axis and value, over the finished runs that have it (seeds and the other axes' "
+            "values pooled: a paper figure narrows to one slice, this table does not): [axes.csv](axes.csv)",
+        ),
+        ("table", table),
+    ]
+
+
 def verdicts(claims: list[Claim] | None, out_dir: Path) -> tuple[pd.DataFrame | None, str]:
     """The claims' verdicts (name, status, beyond) and where they come from: judged by this report, else the
     claims.csv beside it (`python -m analysis.claims` or an earlier full report), else none."""
@@ -194,6 +231,7 @@ def headline_section(ctx: Context, claims: list[Claim] | None) -> list[Block]:
                 "tasks over that of one Lloyd step: below 1 beats it), over its finished runs:",
             ),
             ("table", table),
+            *axes_section(ctx),
         ]
     found, source = verdicts(claims, ctx.out_dir)
     if found is None:

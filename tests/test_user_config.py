@@ -10,10 +10,13 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from support.repo import REPO
 
+from analysis.report import main as report_main
 from cli.entry import CONFIG_DIR_ENV
 from config.compose import compose, group_options, sweep_names, user_config_dirs
 from config.identity import config_hash
@@ -256,6 +259,23 @@ def test_a_users_axes_name_its_runs_tag_them_and_head_the_view(tmp_path, sqlite_
     assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`val_rel_lloyd`", True)
     hidden = {c["metricKey"] for c in view["compareRunCharts"] if c["deleted"]}
     assert "model_steps_per_s" in hidden
+    # The report compares the axes: per value of each, the median of its runs' final val_rel_lloyd.
+    report = ["figures=[convergence]", f"tracking.uri={sqlite_uri}", f"out={tmp_path / 'reports'}"]
+    assert report_main(report) == 0
+    axes = pd.read_csv(tmp_path / "reports" / "leaner-clustering" / "axes.csv")
+    final = {r.info.run_name: r.data.metrics["val_rel_lloyd"] for r in runs}
+    assert sorted(zip(axes["axis"], axes["value"].astype(float))) == [
+        ("model.gamma", 0.5),
+        ("model.gamma", 1.0),
+        ("optim.lr", 0.01),
+        ("optim.lr", 0.03),
+    ]
+    for row in axes.to_dict("records"):
+        word = f"gamma{row['value']:g}" if row["axis"] == "model.gamma" else "lr0.03"
+        wanted = row["axis"] == "model.gamma" or row["value"] > 0.01  # names with the word, else without
+        has = [v for name, v in final.items() if (word in name) == wanted]
+        assert (row["configurations"], row["finished runs"]) == (2, 2)
+        assert row["median final val_rel_lloyd"] == pytest.approx(float(np.median(has)), rel=1e-12)
 
 
 @pytest.mark.slow  # the console script twice, the second a real sweep of 4 tiny models
