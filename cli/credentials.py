@@ -46,6 +46,11 @@ def mask(text: str) -> str:
     return text
 
 
+def in_address(text: str) -> bool:
+    """Whether `text` (an address) holds a credential of its own: a password or a secret query parameter."""
+    return bool(_USERINFO.search(text) or _QUERY.search(text))
+
+
 def masked(cfg: Any) -> Any:
     """A copy of a configuration (a DictConfig, or plain dicts and lists) with every string value masked."""
     from omegaconf import DictConfig, ListConfig, OmegaConf

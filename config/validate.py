@@ -15,6 +15,7 @@ from typing import Collection
 
 from omegaconf import DictConfig, OmegaConf
 
+from cli.credentials import in_address, mask
 from config import address
 from config.schema import COMPILE_MODES, EVAL_CHECKPOINTS, PACK_MODES, RESUME_MODES, ConfigError
 from models.options import EMBEDDINGS, REGULARIZERS
@@ -52,6 +53,7 @@ def validate(cfg: DictConfig, trial: bool = False) -> None:
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _tracking(cfg)
     _cluster(cfg)
+    _storage(c)
     _cost(c)
     if trial:
         _trial_devices(cfg)
@@ -95,6 +97,17 @@ def _cluster(cfg: DictConfig) -> None:
             "cluster.time_budget_s",
             c.time_budget_s,
             "null (no budget) or a number of seconds > 0, finite",
+        )
+
+
+def _storage(c: DictConfig) -> None:
+    """A credential in cluster.storage's address would reach Ray's own records of the sweep (Tune's state,
+    its logs), which no masking reaches: refused, naming where storage keys go instead."""
+    if c.storage is not None and in_address(str(c.storage)):
+        raise ConfigError(
+            f"cluster.storage={mask(str(c.storage))!r} is not allowed: a credential in its address would be "
+            "written into Ray's records of the sweep; give storage keys through the environment "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...; docs/security.md)"
         )
 
 

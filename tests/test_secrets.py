@@ -301,3 +301,22 @@ def test_a_login_in_a_servers_address_is_written_nowhere_and_reruns_from_the_env
     printed = capfd.readouterr()
     assert ADMIN_PASSWORD not in printed.out + printed.err and "rerun: no password" not in printed.err
     assert _files_holding(auth_server.root, ADMIN_PASSWORD) == [] == _files_holding(tmp_path, ADMIN_PASSWORD)
+
+
+def test_a_storage_key_in_cluster_storage_is_refused_before_ray_in_one_line():
+    """Ray writes cluster.storage's address into its own records of the sweep (Tune's state), which no masking
+    reaches: a secret in its query is refused by the sweep's console script, exit 2, the key not printed;
+    the same address without it is taken."""
+    key = secrets.token_hex(8)
+    storage = f"cluster.storage='s3://bucket/ray?secret_access_key={key}&region=eu'"
+    script = str(Path(sys.executable).parent / "leaner-sweep")
+    done = subprocess.run(
+        [script, "sweep=smoke", "sweep.dry_run=true", storage], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == exit_codes.CONFIG and key not in done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        "error: cluster.storage='s3://bucket/ray?secret_access_key=***&region=eu' is not allowed: a "
+        "credential in its address would be written into Ray's records of the sweep; give storage keys "
+        "through the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...; docs/security.md)"
+    ]
+    compose(["sweep=smoke", "cluster.storage='s3://bucket/ray?region=eu'"])
