@@ -303,6 +303,7 @@ def test_a_login_in_a_servers_address_is_written_nowhere_and_reruns_from_the_env
     assert _files_holding(auth_server.root, ADMIN_PASSWORD) == [] == _files_holding(tmp_path, ADMIN_PASSWORD)
 
 
+@pytest.mark.slow  # an interpreter importing Hydra and the config tree
 def test_a_storage_key_in_cluster_storage_is_refused_before_ray_in_one_line():
     """Ray writes cluster.storage's address into its own records of the sweep (Tune's state), which no masking
     reaches: a secret in its query is refused by the sweep's console script, exit 2, the key not printed;

@@ -240,6 +240,7 @@ print("logistic added")
 """
 
 
+@pytest.mark.slow  # an interpreter importing torch, MLflow and the claims
 def test_a_family_added_as_a_record_alone_is_sampled_referenced_and_in_the_family_scope() -> None:
     done = subprocess.run([sys.executable, "-c", _ADD_LOGISTIC], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "logistic added" in done.stdout, done.stderr[-3000:]

@@ -160,6 +160,7 @@ MISTAKES = [
 ]
 
 
+@pytest.mark.slow  # three interpreters importing Hydra and the config tree
 def test_a_new_users_mistakes_are_answered_in_one_line_by_the_console_script(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "leaner-sweep")
     for words, line in MISTAKES:
