@@ -348,6 +348,7 @@ def test_each_path_is_numbered_steps_that_say_how_each_was_checked(title, prereq
 # --- a trial's GPUs -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a local Ray instance (make test-fast starts none)
 def test_a_trial_that_reserves_no_gpu_sees_none(monkeypatch):
     """Ray 2.60 leaves a task that reserves no GPU the node's CUDA_VISIBLE_DEVICES: a trial at
     cluster.gpus_per_trial=0 with train.device=auto trained on GPUs other trials held. On a local Ray
