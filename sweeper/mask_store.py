@@ -14,12 +14,12 @@ import sys
 from cli.credentials import mask
 from cli.entry import command
 from config.compose import compose
-from config.help import composed_config
+from config.help import composed_config, config_groups
 from tracking.masking import mask_recorded
 from tracking.store import connect
 
 
-@command("leaner-mask-store", show_config=composed_config)
+@command("leaner-mask-store", show_config=composed_config, options=config_groups)
 def main(argv: list[str]) -> int:
     uri = compose(argv).tracking.uri
     masked = mask_recorded(connect(uri, create=False))  # a new store recorded nothing

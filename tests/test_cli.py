@@ -312,6 +312,15 @@ def test_every_console_script_is_a_command_of_that_name():
         assert main.script == script, f"{target} is not wrapped by @command({script!r}) of cli/entry.py"
 
 
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_every_console_script_answers_help(script, capsys):
+    """--help on every command prints its usage and exits 0 (leaner-mask-store's crashed: it named no
+    options to list)."""
+    module, function = SCRIPTS[script].split(":")
+    code, out, _ = run_main(getattr(importlib.import_module(module), function), ["--help"], capsys)
+    assert code == 0 and out.startswith(("usage:", f"usage: {script}")), out[:300]
+
+
 @pytest.mark.slow  # interpreters importing Ray and MLflow
 def test_a_folder_with_its_own_config_and_models_is_named_not_imported(tmp_path):
     """`python -m` puts the current folder first on the import path: a user's config.py and models/ there
