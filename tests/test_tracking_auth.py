@@ -23,6 +23,8 @@ from support.repo import REPO, subprocess_env
 from support.servers import MlflowServer
 from support.sweeps import children, run_sweep
 
+from tracking import store
+from tracking.errors import TrackingError
 from tracking.names import VAL_REL_LLOYD
 
 pytestmark = pytest.mark.slow
@@ -50,6 +52,33 @@ def auth_server(tmp_path: Path, _empty_store: Path):
         "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
         "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
         "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret",
+    }
+    server = MlflowServer(f"sqlite:///{root}/mlflow.db", root, ("--app-name", "basic-auth"), env)
+    server.start()
+    yield server
+    server.stop()
+
+
+TOKEN = "a-site-token-1"
+
+
+@pytest.fixture
+def token_server(tmp_path: Path, _empty_store: Path):
+    """The recipe's server with a bearer-token login instead of basic auth (support/token_auth.py, through
+    the auth config's authorization_function): TOKEN acts as the admin."""
+    root = tmp_path / "token-server"
+    root.mkdir()
+    shutil.copyfile(_empty_store, root / "mlflow.db")
+    config = root / "auth.ini"
+    basic = "mlflow.server.auth:authenticate_request_basic_auth"
+    config.write_text(recipe_auth_config().read_text().replace(basic, "token_auth:authenticate"))
+    env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
+        "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret",
+        "LEANER_TEST_TOKEN": TOKEN,
+        "PYTHONPATH": str(REPO / "tests" / "support"),
     }
     server = MlflowServer(f"sqlite:///{root}/mlflow.db", root, ("--app-name", "basic-auth"), env)
     server.start()
@@ -108,3 +137,22 @@ def test_the_driver_sends_one_request_per_model_and_report(auth_server, ray_clus
     assert len(runs) == 6 and reports >= 6 * 5
     parent = 2 + len(runs)  # the parent run's: its tags, then its counts at the start and as each model ends
     assert reports <= requests <= reports + parent, (requests, reports)
+
+
+def test_the_store_probe_sends_mlflows_token_and_names_it_when_refused(token_server, monkeypatch):
+    """MLFLOW_TRACKING_TOKEN, which MLflow's client sends as a bearer token when no username and password are
+    set: the probe sends it too, so a wrong token is named before any work (not as the first write's 401),
+    and the right one opens the store as MLflow's client does."""
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    with pytest.raises(
+        TrackingError, match=r"refused access \(401\) without credentials: .*MLFLOW_TRACKING_TOKEN"
+    ):
+        store.probe(token_server.uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "not-the-token")
+    with pytest.raises(TrackingError, match=r"refused access \(401\) to the token in MLFLOW_TRACKING_TOKEN"):
+        store.probe(token_server.uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)
+    store.probe(token_server.uri)
+    assert MlflowClient(tracking_uri=token_server.uri).search_experiments()  # MLflow's own client agrees

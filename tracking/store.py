@@ -43,6 +43,7 @@ from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 from tracking.sqlite_guard import SqliteGuard
 
 PROBE_TIMEOUT_S = 5.0
+LOGIN_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
 PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 
 
@@ -63,7 +64,7 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
         return
     if not uri.startswith(("http://", "https://")):
         return
-    uri, login = _login(uri)
+    uri, authorization, refused = _login(uri)
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as reply:
             reply.read()
@@ -73,17 +74,30 @@ def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
             f"MLflow tracking server {shown} is unreachable ({reason}); start it "
             f"(mlflow server --host HOST --port PORT) or set tracking.uri"
         ) from None
-    _probe_access(uri, shown, login, timeout)
+    _probe_access(uri, shown, authorization, refused, timeout)
 
 
-def _login(uri: str) -> tuple[str, tuple[str, str] | None]:
-    """A server's address without its USER:PASSWORD@ (urllib takes none) and the login MLflow's client sends:
-    MLFLOW_TRACKING_USERNAME and _PASSWORD when both are set, else the address's own."""
+def _login(uri: str) -> tuple[str, str | None, str]:
+    """A server's address without its USER:PASSWORD@ (urllib takes none), the Authorization header MLflow's
+    client sends, and what a refusal of it says: MLFLOW_TRACKING_USERNAME and
+    _PASSWORD when both are set, else the address's own login, else MLFLOW_TRACKING_TOKEN as a bearer token
+    (mlflow.utils.rest_utils: basic auth before a token)."""
     parts = urllib.parse.urlsplit(uri)
     bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     env = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
     given = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
-    return bare, next((pair for pair in (env, given) if all(pair)), None)
+    login = next((pair for pair in (env, given) if all(pair)), None)
+    if login:
+        basic = "Basic " + base64.b64encode(":".join(login).encode()).decode()
+        return bare, basic, f"to the login given: set {LOGIN_VARIABLES}"
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    if token:
+        return (
+            bare,
+            f"Bearer {token}",
+            f"to the token in MLFLOW_TRACKING_TOKEN: set the right one, or {LOGIN_VARIABLES}",
+        )
+    return bare, None, f"without credentials: set {LOGIN_VARIABLES} (or MLFLOW_TRACKING_TOKEN)"
 
 
 def _probe_database(uri: str, shown: str, timeout: float) -> None:
@@ -116,20 +130,19 @@ def _probe_database(uri: str, shown: str, timeout: float) -> None:
         engine.dispose()
 
 
-def _probe_access(uri: str, shown: str, login: tuple[str, str] | None, timeout: float) -> None:
-    """/health needs no login; a server with basic auth refuses the API itself, so ask it once."""
+def _probe_access(uri: str, shown: str, authorization: str | None, refused: str, timeout: float) -> None:
+    """/health needs no login; a server with auth (MLflow's basic auth, a proxy taking tokens) refuses the
+    API itself, so ask it once with the credentials MLflow's client would send."""
     request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
-    if login:
-        token = base64.b64encode(":".join(login).encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+    if authorization:
+        request.add_header("Authorization", authorization)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             reply.read()
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise TrackingError(
-                f"MLflow tracking server {shown} refused access ({err.code}): set "
-                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+                f"MLflow tracking server {shown} refused access ({err.code}) {refused}"
             ) from None
     except (urllib.error.URLError, OSError):
         pass  # reachable a moment ago: let MLflow's own client report anything else
