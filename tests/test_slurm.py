@@ -19,6 +19,7 @@ the SLURM releases whose srun does not (the worker bound to one core) is checked
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -35,7 +36,10 @@ from support.configs import FOUR_TRIALS
 from support.histories import point_counts
 from support.repo import REPO, subprocess_env
 from support.sweeps import children, sweep_jobs
+from test_tracking_auth import TOKEN, token_server  # noqa: F401 - the fixture, reused
 
+from cli import exit_codes
+from sweeper import preflight
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
 from training.faults import STEP_PAUSE
 
@@ -204,6 +208,7 @@ def test_the_slurm_script_runs_the_sweep_in_allocations_requeued_until_it_ends(
     exits = [driver_exit(run) for run in (first, second, third)]
     # 143: the driver's own stop; a driver the warning finds still starting exits as Ray's handler has it, and
     # a warning before the driver started leaves none (the script requeues at once).
+    assert "preflight: 0 faults" in first, first  # the sweep's own, on the job's Ray cluster
     assert WARNED in first and exits[0] != "0" and REQUEUED in first, first
     assert WARNED not in second and exits[1] == "75" and REQUEUED in second, second
     assert exits[2] == "0" and REQUEUED not in third, third
@@ -221,6 +226,69 @@ def test_the_slurm_script_runs_the_sweep_in_allocations_requeued_until_it_ends(
         f"runs {len(runs)}, points {points}, duplicates {duplicated}, lost {lost}"
     )
     assert (duplicated, lost) == (0, 0)
+
+
+def ended(slurm: slurm_support.Slurm, job: str, log: Path, timeout: float = 600) -> dict[str, str]:
+    """scontrol's view of a job once it ended (completed or failed); fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while (view := slurm.job(job))["JobState"] not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert time.monotonic() < deadline, f"job {job} at {view['JobState']}\n{tail(log)}"
+        time.sleep(1)
+    return view
+
+
+def preflight_rows(log: Path) -> list[list[str]]:
+    """The rows of the preflight's table in a job's output: status, check and the rest, split on blanks."""
+    return [line.split() for line in log.read_text().splitlines() if line.startswith("  ")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_preflight_of_a_slurm_job_passes_and_names_each_planted_fault(slurm, tmp_path, token_server):  # noqa: F811
+    """`PREFLIGHT=only sbatch docker/slurm/sweep.sbatch`, twice at once under the real SLURM, through a
+    tracking server that takes MLflow's bearer tokens: a job as the sweep would run passes (exit 0); a job
+    with three planted faults fails (exit 10) with each named in one FAIL line: a wrong MLFLOW_TRACKING_TOKEN,
+    storage in the folder that node n2 sees as another file system (support.slurm: its slurmd's own mount),
+    and a time budget (the job's --time) too short for a trial's first checkpoint at the step times given."""
+    steps = tmp_path / "steps.json"  # 100 s a step: a first checkpoint (train.eval_every=10) needs 1,000 s
+    rows = [{"config": {}, "seconds_per_step": 100.0}]
+    steps.write_text(json.dumps({"command": "step_seconds", "device": "cpu", "threads": 1, "rows": rows}))
+    job = ["--nodes=2", "--cpus-per-task=1", "--mem=1000", "--gpus-per-node=0", "--time=5"]
+    sweep = [*FOUR_TRIALS, "cluster.cpus_per_trial=1"]
+    jobs = {}
+    for name, token, more in [
+        ("good", TOKEN, []),
+        ("faults", "not-the-token", [f"cluster.storage={slurm.blind}", f"cluster.step_seconds={steps}"]),
+    ]:
+        env = {**job_env(slurm, tmp_path / name, token_server.uri), "PREFLIGHT": "only"}
+        env = {k: v for k, v in env.items() if not k.startswith("MLFLOW_TRACKING_")}
+        env["MLFLOW_TRACKING_TOKEN"] = token
+        log = tmp_path / f"{name}.out"
+        submit = ["sbatch", "--parsable", *job, f"--output={log}", str(SCRIPT), *sweep, *more]
+        jobs[name] = slurm.run(*submit, env=env, cwd=tmp_path).strip(), log
+    try:
+        views = {name: ended(slurm, job_id, log) for name, (job_id, log) in jobs.items()}
+    finally:
+        for job_id, _ in jobs.values():
+            shutil.rmtree(f"/tmp/ray-{job_id}", ignore_errors=True)
+    good, faults = (preflight_rows(jobs[name][1]) for name in ("good", "faults"))
+    good_out, faults_out = (tail(jobs[name][1]) for name in ("good", "faults"))
+    assert (views["good"]["ExitCode"], [r for r in good if r[0] != preflight.OK]) == ("0:0", []), good_out
+    assert [r[1] for r in good].count("nodes") == 2 and "preflight: 0 faults" in good_out, good_out
+    assert any(
+        r[1] == "storage" and "shared: each of 2 nodes reads and writes it" in " ".join(r) for r in good
+    )
+    assert views["faults"]["ExitCode"] == f"{exit_codes.PREFLIGHT}:0", faults_out
+    failed = {r[1]: " ".join(r) for r in faults if r[0] == preflight.FAIL}
+    assert sorted(failed) == ["budget", "storage", "tracking"], faults_out
+    assert "refused access (401) to the token in MLFLOW_TRACKING_TOKEN" in failed["tracking"]
+    assert "not-the-token" not in faults_out  # a credential is never printed
+    # one node named: the driver, on n1, wrote the file; n2 alone does not find it
+    assert str(slurm.blind) in failed["storage"] and "not found" in failed["storage"], failed["storage"]
+    assert "first checkpoint needs (1,000 s: 10 steps at 100 s" in failed["budget"], failed["budget"]
+    assert "preflight: 3 faults: budget, storage, tracking" in faults_out
+    print("\n".join(" ".join(r) for r in faults))
+    assert "requeue" not in good_out + faults_out  # a preflight's job ends with its own exit code
 
 
 def test_the_slurm_script_gives_each_worker_its_cpus_gpus_and_memory():

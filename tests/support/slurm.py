@@ -9,6 +9,11 @@ on its own port, so a job of two nodes runs its batch script on n1 and its `srun
 Accounting without slurmdbd: the job completion log (JobCompType=jobcomp/filetxt), which slurmctld appends
 to at every end of a job's run, a requeue included, and which `sacct --completion` reads (SLURM 22.05; later
 releases dropped that option); `scontrol show job` counts the restarts (Restarts=).
+
+A node without the shared folder: n2's slurmd runs in a mount namespace of its own (`unshare --mount`) in
+which a tmpfs covers the cluster's folder `blind` (`Slurm.blind`), so every step SLURM starts on n2 finds
+another, empty file system at that path, as on a node where the shared file system is not mounted. Every
+other path is this machine's disk on both nodes.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from support.servers import free_port
 
 NODES = ("n1", "n2")
+BLIND_NODE = "n2"  # the node on which the folder `blind` is not the shared one
 CPUS = 2  # per node: this machine's two cores, each node told it has both
 MEMORY_MB = 4000  # per node (RealMemory), what a job's --mem may ask for
 CRED_EXPIRE_S = 30  # how long a requeued job waits before it may start again (SLURM's default: 120 s)
@@ -109,19 +115,25 @@ class Slurm:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.blind = root / "blind"  # on n2: a tmpfs of its own (the module's docstring)
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        for folder in ("munge", "state", *(f"spool/{n}" for n in NODES)):
+        for folder in ("munge", "state", "blind", *(f"spool/{n}" for n in NODES)):
             (self.root / folder).mkdir(parents=True)
         ports = {name: free_port() for name in ("slurmctld", *NODES)}
         self.conf.write_text(conf(self.root, ports, os.uname().nodename, first_job_id()))
         self._munge()
         self._daemon(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        # `sh -c SCRIPT BLIND slurmd ...`: a tmpfs over $0, then become slurmd (its process group is the one
+        # stopped)
+        hide = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+        hide += ['mount -t tmpfs slurm-blind "$0" && exec "$@"', str(self.blind)]
         for name in NODES:
-            self._daemon(["slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}")
+            slurmd = ["slurmd", "-D", "-N", name, "-f", str(self.conf)]
+            self._daemon(hide + slurmd if name == BLIND_NODE else slurmd, f"slurmd-{name}")
         self.wait_idle()
 
     def _munge(self) -> None:
