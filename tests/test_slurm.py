@@ -289,6 +289,8 @@ def test_the_preflight_of_a_slurm_job_passes_and_names_each_planted_fault(slurm,
     assert "preflight: 3 faults: budget, storage, tracking" in faults_out
     print("\n".join(" ".join(r) for r in faults))
     assert "requeue" not in good_out + faults_out  # a preflight's job ends with its own exit code
+    # the two jobs ran at once on the same two nodes: Ray's ports and folders, the job's own, did not collide
+    assert max(v["StartTime"] for v in views.values()) < min(v["EndTime"] for v in views.values()), views
 
 
 def test_the_slurm_script_gives_each_worker_its_cpus_gpus_and_memory():
