@@ -42,19 +42,31 @@ def recipe_auth_config() -> Path:
     return REPO / source
 
 
-@pytest.fixture
-def auth_server(tmp_path: Path, _empty_store: Path):
-    root = tmp_path / "server"  # its working directory: basic_auth.db
+def recipe_server(root: Path, empty_store: Path, login: str | None = None, env: dict[str, str] | None = None):
+    """The recipe's `mlflow server --app-name basic-auth` over a copy of `empty_store` in `root` (its working
+    directory: basic_auth.db), started; `login`: another authorization_function for its auth config."""
     root.mkdir()
-    shutil.copyfile(_empty_store, root / "mlflow.db")
+    shutil.copyfile(empty_store, root / "mlflow.db")
+    config = recipe_auth_config()
+    if login:
+        config = root / "auth.ini"
+        basic = "mlflow.server.auth:authenticate_request_basic_auth"
+        config.write_text(recipe_auth_config().read_text().replace(basic, login))
     env = {
-        "MLFLOW_AUTH_CONFIG_PATH": str(recipe_auth_config()),
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
         "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
         "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
         "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret",
+        **(env or {}),
     }
     server = MlflowServer(f"sqlite:///{root}/mlflow.db", root, ("--app-name", "basic-auth"), env)
     server.start()
+    return server
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path, _empty_store: Path):
+    server = recipe_server(tmp_path / "server", _empty_store)
     yield server
     server.stop()
 
@@ -66,22 +78,8 @@ TOKEN = "a-site-token-1"
 def token_server(tmp_path: Path, _empty_store: Path):
     """The recipe's server with a bearer-token login instead of basic auth (support/token_auth.py, through
     the auth config's authorization_function): TOKEN acts as the admin."""
-    root = tmp_path / "token-server"
-    root.mkdir()
-    shutil.copyfile(_empty_store, root / "mlflow.db")
-    config = root / "auth.ini"
-    basic = "mlflow.server.auth:authenticate_request_basic_auth"
-    config.write_text(recipe_auth_config().read_text().replace(basic, "token_auth:authenticate"))
-    env = {
-        "MLFLOW_AUTH_CONFIG_PATH": str(config),
-        "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
-        "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret",
-        "LEANER_TEST_TOKEN": TOKEN,
-        "PYTHONPATH": str(REPO / "tests" / "support"),
-    }
-    server = MlflowServer(f"sqlite:///{root}/mlflow.db", root, ("--app-name", "basic-auth"), env)
-    server.start()
+    support = {"LEANER_TEST_TOKEN": TOKEN, "PYTHONPATH": str(REPO / "tests" / "support")}
+    server = recipe_server(tmp_path / "token-server", _empty_store, "token_auth:authenticate", support)
     yield server
     server.stop()
 
