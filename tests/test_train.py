@@ -175,10 +175,11 @@ def test_a_blow_up_the_run_comes_back_from_leaves_it_finished(tiny, tmp_path):
 
 
 def test_a_diverging_model_trains_on_in_its_pack_and_the_others_train_as_alone(tiny, tmp_path):
-    """The lr 1.0 model blows up by step 10 and ends past n * d; it trains to the end beside its pack-mate,
-    which finishes with a solo run's numbers (dropout 0, so the pack draws nothing differently; to 1e-5,
-    training.packed's tolerance)."""
-    cfgs = [compose(tiny + ["model.dropout=0", "seed=2", f"optim.lr={lr}"]) for lr in (1.0, 0.01)]
+    """The lr 10 model blows up by step 10 and ends far past n * d (2.9e7 against 128, measured; at lr 1.0
+    the end is chaotic: past the bound on one CPU, back to 98 on an AVX-512 one); it trains to the end beside
+    its pack-mate, which finishes with a solo run's numbers (dropout 0, so the pack draws nothing differently;
+    to 1e-5, training.packed's tolerance)."""
+    cfgs = [compose(tiny + ["model.dropout=0", "seed=2", f"optim.lr={lr}"]) for lr in (10.0, 0.01)]
     recorders = [MemoryRecorder(), MemoryRecorder()]
     results = train_pack(cfgs, recorders, [tmp_path / "blown", tmp_path / "mate"])
     assert [(r.outcome, r.step) for r in results] == [(DIVERGED, 40), (FINISHED, 40)]
