@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from omegaconf import OmegaConf
 
 from analysis.checkpoint_eval import EvalSettings
 from analysis.context import Context
+from analysis.read import Wants, read
 from analysis.runs import NoRuns, selected_runs
 from config.compose import compose
 from config.grid import expand
@@ -78,19 +80,20 @@ def job_config(argv: list[str]) -> str:
     return OmegaConf.to_yaml(OmegaConf.to_container(compose(argv, config_name=ANALYSIS), resolve=True))
 
 
-def open_context(argv: list[str], figures: list[str] = ()) -> tuple[Context, dict]:
+def open_context(argv: list[str], figures: list[str], wants: Callable[[dict], Wants]) -> tuple[Context, dict]:
     """The report's: one experiment's Context (it draws one experiment's figures), as open_contexts; a list
     of `experiments` is refused before any work."""
-    contexts, own = open_contexts(argv, figures, several=False)
+    contexts, own = open_contexts(argv, wants, figures, several=False)
     return contexts[0], own
 
 
 def open_contexts(
-    argv: list[str], figures: list[str] = (), several: bool = True
+    argv: list[str], wants: Callable[[dict], Wants], figures: list[str] = (), several: bool = True
 ) -> tuple[list[Context], dict]:
-    """Parse, load the runs and build a Context per experiment of tracking.uri: `experiments` (the claims
-    judged on several at once), else tracking.experiment; each caches its evaluations in its own report
-    folder. Bad input raises ConfigError, an experiment without runs NoRuns."""
+    """Parse, then read a Context per experiment of tracking.uri in one pass (analysis.read): `experiments`
+    (the claims judged on several at once), else tracking.experiment; its runs, their histories and the
+    evaluations wants(settings) names, cached in its own report folder. Bad input raises ConfigError, an
+    experiment without runs NoRuns."""
     own, tracking = parse(argv)
     settings = EvalSettings.of(own["eval"])
     unknown = [name for name in own["figures"] or [] if name not in figures]
@@ -111,7 +114,7 @@ def open_contexts(
     for e in found:  # once every experiment has runs: a missing one leaves no folder behind
         writable(Path(own["out"]) / e, own["out"])
     contexts = [
-        Context.build(tracking.uri, e, runs, settings, Path(own["out"]) / e, **extra)
+        read(tracking.uri, e, runs, settings, Path(own["out"]) / e, wants(own), **extra)
         for e, runs in found.items()
     ]
     return contexts, own

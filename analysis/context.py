@@ -1,7 +1,8 @@
-"""What every figure works from: the runs, their histories, the evaluator, and the two curve builders.
+"""What every figure and claim works from: the runs, their histories and evaluations as read from a store in
+one pass (analysis.read), and the two curve builders.
 
-Training curves come from logged metrics (one run = one seed); evaluation
-curves from `Evaluator` tables. Both end in aggregate.seed_band, so every
+A Context is plain data: nothing here opens a store. Training curves come from logged metrics (one run = one
+seed); evaluation curves from the evaluation tables read beforehand. Both end in aggregate.seed_band, so every
 curve is "per seed, then median and IQR across seeds". Diverged runs never
 enter a curve; they are counted into its `diverged` column ("3/10 diverged").
 """
@@ -12,16 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
-from analysis.checkpoint_eval import LLOYD_METHOD, EvalSettings, Evaluator
+from analysis.checkpoint_eval import LLOYD_METHOD, EvalSettings
 from analysis.plot import CURVE_COLUMNS, MissingInput
-from analysis.runs import config_keys, histories, outcome_of
+from analysis.runs import config_keys
 from analysis.style import LLOYD, color, label, linestyle, order
-from cli import console
 from config.defaults import default
-from tracking.names import DIVERGED, FINISHED, METRICS, SEED, SUBGRIDS
+from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS
 
 # The trained models a probe uses when the store holds several: for each key that varies among the runs, in
 # this order, the value here if present, else the nearest one. conf/'s defaults but tau 0.1: the paper probes
@@ -45,39 +44,46 @@ REFERENCE = {
 } | {"loss.tau": 0.1}
 
 
+# One evaluation of one run: (evaluation name, run id, the n of its tasks or None for the run's own).
+Want = tuple[str, str, int | None]
+
+
+def evaluations_of(name: str, runs: pd.DataFrame) -> list[Want]:
+    """Evaluation `name` of each finished run of `runs`: what a curve of them reads (evaluation_rows)."""
+    return [(name, run_id, None) for run_id in runs.loc[runs["outcome"] == FINISHED, "run_id"]]
+
+
+class NotRead(LookupError):
+    """A figure or claim asked for an evaluation its command did not read first: a fault of the code (the
+    reads of analysis.figures.READS or analysis.claims' reads miss it), never of the store."""
+
+
 @dataclass
 class Context:
-    uri: str
+    """One experiment's runs and what was read of them, as plain frames."""
+
+    uri: str  # where they were read: only named (masked) in the report
     experiment: str
     runs: pd.DataFrame  # training runs, one row each, with an `outcome` column
-    evaluator: Evaluator
+    histories: pd.DataFrame  # every metric point of every run: run_id, key, step, timestamp, value
+    evaluations: dict[
+        Want, pd.DataFrame | Exception
+    ]  # read, or why not (no checkpoint, tasks it cannot have)
     settings: EvalSettings
     out_dir: Path
     speed_json: Path | None = None  # `python -m bench speed_memory --out FILE`
     step_json: Path | None = None  # `python -m bench step_seconds --out FILE`
     expected: dict[str, int] = field(default_factory=dict)  # sub-grid -> configurations the paper grid has
-    _histories: pd.DataFrame | None = None
 
-    @classmethod
-    def build(
-        cls, uri: str, experiment: str, runs: pd.DataFrame, settings: EvalSettings, out_dir: Path, **extra
-    ) -> "Context":
-        runs = runs.assign(outcome=outcome_of(runs))
-        return cls(
-            uri,
-            experiment,
-            runs,
-            Evaluator(uri, experiment, settings, out_dir / "cache"),
-            settings,
-            out_dir,
-            **extra,
-        )
-
-    def histories(self) -> pd.DataFrame:
-        """All metric points of all runs, fetched once in bulk."""
-        if self._histories is None:
-            self._histories = histories(self.uri, self.runs, METRICS)
-        return self._histories
+    def evaluation(self, name: str, run: pd.Series, n: int | None = None) -> pd.DataFrame:
+        """Evaluation `name` of a run, as read; the error that stopped it raised again."""
+        try:
+            found = self.evaluations[(name, run["run_id"], n)]
+        except KeyError:
+            raise NotRead(f"evaluation {name} of run {run['run_id']} (n {n}) was not read") from None
+        if isinstance(found, Exception):
+            raise found
+        return found.copy()  # callers add columns to theirs
 
     def tagged(self, name: str) -> pd.DataFrame:
         """Runs tagged with sub-grid `name`."""
@@ -162,14 +168,14 @@ def metric_curves(
     x="seconds": the curve is still aggregated per step; its x is the median
     across seeds of the seconds from the run's first logged point to that step.
     """
-    points = ctx.histories()
+    points = ctx.histories
     points = points[
         (points["key"] == metric) & points["run_id"].isin(runs.loc[runs["outcome"] == FINISHED, "run_id"])
     ]
     meta = pd.DataFrame({"run_id": runs["run_id"], "panel": panel, "series": series, SEED: runs[SEED]})
     # Time zero of a run is its first logged point (the evaluation at step 0), not the MLflow run's
     # start_time: a sweep's driver may open the run after the trial has started logging.
-    first = ctx.histories().groupby("run_id")["timestamp"].min().rename("start")
+    first = ctx.histories.groupby("run_id")["timestamp"].min().rename("start")
     points = points.merge(meta, on="run_id").merge(first, on="run_id")
     if points.empty:
         raise MissingInput(f"no finished run has `{metric}` points")
@@ -217,7 +223,8 @@ REPLACED = {"multistep": "task.init", "length": "task.n", "family_transfer": "ta
 def evaluation_rows(
     ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series, methods: tuple[str, ...]
 ) -> pd.DataFrame:
-    """Evaluate every finished run (cached): its rows labelled panel, series, seed, step, value and `unit`.
+    """Every finished run's evaluation `name` (read beforehand): its rows labelled panel, series, seed, step,
+    value and `unit`.
 
     panel_of(table, run) -> Series of panel names for the rows of one run's evaluation table.
     A model's series is '<series> <method>' when several methods are shown; Lloyd's is one black series per
@@ -233,11 +240,8 @@ def evaluation_rows(
     keys = config_keys(runs.columns)
     task_keys = [k for k in keys if k.startswith("task.") and k != REPLACED.get(name)]
     tables = []
-    rows = tqdm(
-        list(finished.iterrows()), desc=name, leave=False, unit="run", disable=console.lines_not_bars()
-    )
-    for index, run in rows:  # a bar on a terminal only: in a log file the report prints a line per figure
-        table = ctx.evaluator(name, run)
+    for index, run in finished.iterrows():
+        table = ctx.evaluation(name, run)
         conditions = [c for c in table.columns if c not in ("method", "step", "value")]
         table["panel"] = panel_of(table, run).to_numpy()
         table = table[table["method"].isin(methods) | (table["method"] == LLOYD_METHOD)].assign(
@@ -273,7 +277,7 @@ def count_once(rows: pd.DataFrame) -> pd.DataFrame:
 def eval_curves(
     ctx: Context, runs: pd.DataFrame, name: str, panel_of, series: pd.Series, methods: tuple[str, ...]
 ) -> pd.DataFrame:
-    """Evaluate every finished run (cached), then median/IQR across seeds per panel and series
+    """Every finished run's evaluation (read beforehand), then median/IQR across seeds per panel and series
     (evaluation_rows)."""
     per_seed = count_once(evaluation_rows(ctx, runs, name, panel_of, series, methods))
     curves = seed_band(per_seed, ["panel", "series"], "step", "value").rename(columns={"step": "x"})

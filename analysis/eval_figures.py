@@ -12,7 +12,17 @@ from scipy.stats import wasserstein_distance
 
 from analysis.aggregate import divergence_note
 from analysis.checkpoint_eval import EvalSettings, length_left_out, lengths_of
-from analysis.context import REFERENCE, Context, eval_curves, narrow, scope, series_labels, varying
+from analysis.context import (
+    REFERENCE,
+    Context,
+    Want,
+    eval_curves,
+    evaluations_of,
+    narrow,
+    scope,
+    series_labels,
+    varying,
+)
 from analysis.plot import Figure, MissingInput, draw_contours, draw_curves, draw_heatmap
 from analysis.style import LLOYD, short
 from models.losses import sq_distances
@@ -58,9 +68,13 @@ def _series(runs: pd.DataFrame, panel_key: str = "") -> tuple[pd.Series, dict[st
     return series_labels(runs, keys or SERIES_KEYS[:1])
 
 
+def _multistep_models(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+    return probed(ctx, "multistep", ctx.runs, ["model.embedding"])
+
+
 def multistep(ctx: Context) -> Figure:
     """T re-applications (re-embedded, naive, attention-only) against Lloyd's; a panel per init and method."""
-    runs, caveat = probed(ctx, "multistep", ctx.runs, ["model.embedding"])
+    runs, caveat = _multistep_models(ctx)
     series, styles = _series(runs)
     methods = ("reembed", "naive", "attention")
     data = pd.concat(
@@ -86,8 +100,8 @@ def multistep(ctx: Context) -> Figure:
     return Figure("multistep", data, list(runs["run_id"]), files, notes=caveat + _which(ctx, runs))
 
 
-def mixture_shift(ctx: Context) -> Figure:
-    """Trained on equal isotropic normal mixtures; tested on shifted mixtures, T steps, against Lloyd's."""
+def _shift_models(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+    """The probe's models, among those trained on equal isotropic normal mixtures."""
     pool = ctx.runs[
         (ctx.runs["task.family"] == "normal")
         & ctx.runs["task.equal_weights"].astype(bool)
@@ -97,25 +111,36 @@ def mixture_shift(ctx: Context) -> Figure:
         raise MissingInput(
             "mixture_shift: needs models trained on equal, isotropic normal mixtures; none found"
         )
-    runs, caveat = probed(ctx, "mixture_shift", pool, ["model.embedding"])
+    return probed(ctx, "mixture_shift", pool, ["model.embedding"])
+
+
+def mixture_shift(ctx: Context) -> Figure:
+    """Trained on equal isotropic normal mixtures; tested on shifted mixtures, T steps, against Lloyd's."""
+    runs, caveat = _shift_models(ctx)
     series, styles = _series(runs)
     data = eval_curves(ctx, runs, "mixture_shift", lambda t, r: "test: " + t["shift"], series, ("reembed",))
     files = draw_curves(data, styles, ctx.out_dir, "mixture_shift", xlabel="step t", ylabel=YLABEL)
     return Figure("mixture_shift", data, list(runs["run_id"]), files, notes=caveat + _which(ctx, runs))
 
 
-def length(ctx: Context) -> Figure:
-    """Trained at one n; tested at n_train x {1/4, 1/2, 2, 4} (or eval.lengths), T steps, against Lloyd's."""
+def _length_models(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+    """The probe's models, with a note per test length some cannot have; MissingInput when none fits."""
     runs, caveat = probed(ctx, "length", ctx.runs, ["model.embedding"])
     finished = [run for _, run in runs[runs["outcome"] == FINISHED].iterrows()]
     left_out = _lengths_left_out(finished, ctx.settings)
     if not any(lengths_of(run, ctx.settings) for run in finished):
         raise MissingInput(f"length: no test length fits the models' tasks ({'; '.join(left_out)})")
+    return runs, caveat + left_out
+
+
+def length(ctx: Context) -> Figure:
+    """Trained at one n; tested at n_train x {1/4, 1/2, 2, 4} (or eval.lengths), T steps, against Lloyd's."""
+    runs, notes = _length_models(ctx)
     series, styles = _series(runs)
     data = eval_curves(ctx, runs, "length", lambda t, r: "test n=" + t["n"].astype(str), series, ("reembed",))
     panels = sorted(set(data["panel"]), key=lambda p: int(p.removeprefix("test n=")))  # n ascending
     files = draw_curves(data, styles, ctx.out_dir, "length", xlabel="step t", ylabel=YLABEL, panels=panels)
-    return Figure("length", data, list(runs["run_id"]), files, notes=caveat + left_out + _which(ctx, runs))
+    return Figure("length", data, list(runs["run_id"]), files, notes=notes + _which(ctx, runs))
 
 
 def _lengths_left_out(runs: list[pd.Series], settings: EvalSettings) -> list[str]:
@@ -127,10 +152,14 @@ def _lengths_left_out(runs: list[pd.Series], settings: EvalSettings) -> list[str
     ]
 
 
+def _transfer_models(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+    return probed(ctx, "family_transfer", ctx.subgrid("family"), ["task.family", "model.embedding"])
+
+
 def family_transfer(ctx: Context) -> Figure:
     """Train family x test family, T steps, against Lloyd's; and their values at steps 0, 1 and T as a table
     (family_transfer_table; not the paper's Table 1, which times GPU runs)."""
-    runs, caveat = probed(ctx, "family_transfer", ctx.subgrid("family"), ["task.family", "model.embedding"])
+    runs, caveat = _transfer_models(ctx)
     series, styles = _series(runs, "task.family")
     trained = [f for f in FAMILIES if f in set(runs["task.family"])]
     of = {f: runs["task.family"] == f for f in trained}
@@ -270,23 +299,30 @@ def _dissimilarity_spec(ctx: Context) -> TaskSpec:
     )
 
 
-def loss_surface(ctx: Context) -> Figure:
-    """The training loss around trained weights along two filter-normalised random directions: l2/ne x
-    OH/BN x d."""
+SURFACE_KEYS = ["loss.regularizer", "model.embedding", "task.d"]
+
+
+def _surface_models(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+    """One trained OH or BN model per SURFACE_KEYS configuration (its first seed), as in the paper."""
     pool = ctx.runs[ctx.runs["model.embedding"].isin(["onehot", "binary"])]
     if pool.empty:
         raise MissingInput("loss_surface: needs onehot or binary runs; none found")
-    runs = narrow(pool, keep=["loss.regularizer", "model.embedding", "task.d"])
+    runs = narrow(pool, keep=SURFACE_KEYS)
     runs = runs[runs["outcome"] == FINISHED]
     if runs.empty:
         raise MissingInput("loss_surface: no finished onehot or binary run with checkpoints")
-    # One trained model per configuration (its first seed), as in the paper.
-    keys = ["loss.regularizer", "model.embedding", "task.d"]
-    first = runs.sort_values("seed").groupby(keys, as_index=False).head(1)
+    return runs.sort_values("seed").groupby(SURFACE_KEYS, as_index=False).head(1), []
+
+
+def loss_surface(ctx: Context) -> Figure:
+    """The training loss around trained weights along two filter-normalised random directions: l2/ne x
+    OH/BN x d."""
+    first, _ = _surface_models(ctx)
     frames = []
     for _, run in first.iterrows():
-        table = ctx.evaluator("loss_surface", run)
-        frames.append(table.assign(panel=", ".join(short(k, run[k]) for k in keys), run_id=run["run_id"]))
+        table = ctx.evaluation("loss_surface", run)
+        panel = ", ".join(short(k, run[k]) for k in SURFACE_KEYS)
+        frames.append(table.assign(panel=panel, run_id=run["run_id"]))
     data = pd.concat(frames, ignore_index=True)
     files = draw_contours(data, ctx.out_dir, "loss_surface", ncols=min(4, len(frames)))
     return Figure("loss_surface", data, list(first["run_id"]), files, notes=_which(ctx, first))
@@ -297,3 +333,25 @@ def _which(ctx: Context, runs: pd.DataFrame) -> list[str]:
     fixed = [k for k in REFERENCE if k in runs and runs[k].astype(str).nunique() == 1]
     models = "models: " + ", ".join(f"{k}={runs[k].iloc[0]}" for k in fixed) + f"; {len(runs)} runs"
     return [models, ctx.settings.checkpoint_note()]
+
+
+# Per figure that evaluates checkpoints: the models it evaluates, chosen from the runs alone.
+MODELS = {
+    "multistep": _multistep_models,
+    "mixture_shift": _shift_models,
+    "length": _length_models,
+    "family_transfer": _transfer_models,
+    "loss_surface": _surface_models,
+}
+
+
+def reads(name: str, ctx: Context) -> list[Want]:
+    """The evaluations figure `name` draws (none for a figure of logged metrics, or one its store cannot
+    support), which its command reads before drawing (analysis.read)."""
+    if name not in MODELS:
+        return []
+    try:
+        runs, _ = MODELS[name](ctx)
+    except MissingInput:
+        return []
+    return evaluations_of(name, runs)

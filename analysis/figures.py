@@ -7,7 +7,7 @@ from functools import partial
 from typing import Callable
 
 from analysis import eval_figures, training_figures
-from analysis.context import Context
+from analysis.context import Context, Want
 from analysis.plot import Figure
 
 FIGURES: dict[str, Callable[[Context], Figure]] = {
@@ -27,3 +27,8 @@ FIGURES: dict[str, Callable[[Context], Figure]] = {
     "time_to_quality": training_figures.time_to_quality,
     "speed_memory": training_figures.speed_memory,
 }
+
+
+def reads(names: list[str], ctx: Context) -> list[Want]:
+    """The evaluations the figures `names` draw, to read before drawing them."""
+    return [want for name in names for want in eval_figures.reads(name, ctx)]

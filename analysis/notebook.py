@@ -36,10 +36,10 @@ def runs(
     """One row per training run of `experiment`, optionally only those of one sweep or sub-grid.
 
     Columns: run_id, run_name, status, start_time and end_time (ms since the epoch), config_hash, seed,
-    outcome (finished, diverged, or other: running, killed, crashed), diverged_at_step, sweep and subgrids
-    (comma-separated), every configuration value under its dotted key, typed (task.d, model.embedding,
-    loss.tau, ...), and the last value of each metric (val_rel_lloyd, best_val_rel_lloyd, train_loss, ...).
-    A sweep's parent run and the report's evaluation runs are not training runs. Raises
+    outcome (finished, diverged, pruned, or other: running, killed, crashed), diverged_at_step, sweep and
+    subgrids (comma-separated), every configuration value under its dotted key, typed (task.d,
+    model.embedding, loss.tau, ...), and the last value of each metric (val_rel_lloyd, best_val_rel_lloyd,
+    train_loss, ...). A sweep's parent run and the report's evaluation runs are not training runs. Raises
     analysis.runs.NoRuns when the experiment does not exist or holds no run of the sweep or sub-grid asked
     for (naming those it holds), tracking.store.TrackingError when the store
     cannot be read or `uri` is no store's address (config.schema.ConfigError for a bad

@@ -20,17 +20,19 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from mlflow.entities import Metric
 from tqdm import tqdm
 
+from analysis.claims import from_context
 from analysis.claims.evidence import Claim
 from analysis.claims.from_context import check
 from analysis.claims.table import claims_table, write_csv, write_markdown
 from analysis.cli import job_config, open_context, options_help
-from analysis.context import Context, varying
-from analysis.figures import FIGURES
+from analysis.context import Context, Want, varying
+from analysis.figures import FIGURES, reads
 from analysis.page import anchor, page
 from analysis.plot import Figure, MissingInput
 from analysis.runs import config_keys
@@ -379,9 +381,16 @@ def attach_to_sweep(ctx: Context, files: list[Path], metrics: dict[str, float]) 
     )
 
 
+def wants(own: dict) -> Callable[[Context], list[Want]]:
+    """What the report reads before drawing: its figures' evaluations and, drawing all, the claims'."""
+    names = own["figures"] or list(FIGURES)
+    full = set(names) == set(FIGURES)
+    return lambda ctx: reads(names, ctx) + (from_context.reads(ctx) if full else [])
+
+
 @command("leaner-report", show_config=job_config, options=lambda: options_help(list(FIGURES)))
 def main(argv: list[str]) -> int:
-    ctx, own = open_context(argv, list(FIGURES))
+    ctx, own = open_context(argv, list(FIGURES), wants)
     before = snapshot(ctx.out_dir)
     index, failed, claims = build(ctx, own["figures"] or list(FIGURES))
     where = attach_to_sweep(ctx, written_since(ctx.out_dir, before), summary(ctx, claims))

@@ -19,8 +19,8 @@ from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAI
 from tracking import metric_points, store
 from tracking.names import (
     CONFIG_HASH,
-    DIVERGED,
     DIVERGED_AT,
+    ENDED,
     FINISHED,
     METRICS,
     OUTCOME,
@@ -160,8 +160,9 @@ def _row(run) -> dict:
 
 
 def outcome_of(runs: pd.DataFrame) -> pd.Series:
-    """finished / diverged / other (running, killed, crashed) per run."""
-    tagged = runs[OUTCOME].where(runs[OUTCOME].isin([FINISHED, DIVERGED]), "other")
+    """finished / diverged / pruned (stopped early by ASHA) / other (running, killed, crashed) per run; an
+    untagged run MLflow closed FINISHED is finished (a pruned one is FINISHED too: its tag comes first)."""
+    tagged = runs[OUTCOME].where(runs[OUTCOME].isin(ENDED), "other")
     return tagged.where(~((tagged == "other") & (runs["status"] == "FINISHED")), FINISHED)
 
 

@@ -276,7 +276,8 @@ def probe_parser() -> ArgumentParser:
         "--auth",
         default="off",
         help="the tracking server's login, comma-separated, each measured in turn: off, basic (MLflow's "
-        "basic-auth app as it comes), cached (with the recipes' credential cache, docker/mlflow-auth.ini)",
+        "basic-auth app as it comes), cached (with the recipes' credential cache, "
+        "docker/mlflow/basic_auth.ini)",
     )
     parser.add_argument(
         "--report-every",

@@ -5,7 +5,8 @@ importable, else SQLite), each counting the requests it answered in its access l
 
 - off: no login, as the probe always ran;
 - basic: `--app-name basic-auth` with MLflow's own settings: the password's hash checked on every request;
-- cached: `--app-name basic-auth` with the recipes' settings (docker/mlflow-auth.ini: its credential cache).
+- cached: `--app-name basic-auth` with the recipes' settings (docker/mlflow/basic_auth.ini: its credential
+  cache).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 AUTH_MODES = ("off", "basic", "cached")
-RECIPE_AUTH = Path(__file__).resolve().parent.parent / "docker" / "mlflow-auth.ini"
+RECIPE_AUTH = Path(__file__).resolve().parent.parent / "docker" / "mlflow" / "basic_auth.ini"
 ADMIN = "admin"
 # One line of uvicorn's access log: "POST /api/2.0/mlflow/runs/log-batch HTTP/1.1" 200
 REQUEST = re.compile(r'"(?:GET|POST|PATCH|PUT|DELETE) (\S+?)(?:\?\S*)? HTTP/1\.1" \d{3}')

@@ -1,7 +1,7 @@
 """Shared fixtures (plain helpers: tests/support/): tiny configurations, stores, servers, a local Ray.
 
 `postgres` is a real PostgreSQL database for the session, and `pg_server` a real `mlflow server` on it (as
-docker/compose.yaml runs one), which a test may stop and start again (an outage). `mlflow_server` is one real
+docker/mlflow/compose.yaml runs one), which a test may restart (an outage). `mlflow_server` is one real
 `mlflow server` for the whole session on 127.0.0.1 at a free port (SQLite backend and artifact store in a
 temporary folder); request it from any test that needs HTTP tracking; experiments and runs accumulate across
 tests, so filter by experiment name or run id. `sqlite_uri` is a fresh SQLite store per test, `tiny` the

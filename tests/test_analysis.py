@@ -31,8 +31,10 @@ from analysis.claims.from_context import evidence
 from analysis.claims.records import CLAIMS, PAPER
 from analysis.cli import expected_sizes
 from analysis.context import Context
+from analysis.eval_figures import MODELS
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
+from analysis.read import read
 from analysis.runs import load_runs
 from analysis.style import EMBEDDING_COLORS, LLOYD
 from bench.step_seconds import bench_step_seconds
@@ -86,8 +88,9 @@ def ctx(smoke_store, tmp_path_factory) -> Context:
     # The step-time benchmark of the store's sweep, as `make reproduce` writes it before the report.
     step_json = out / "step_seconds.json"
     step_json.write_text(json.dumps(bench_step_seconds(["sweep=smoke", "train.device=cpu"], 1, 1)))
-    return Context.build(
-        smoke_store, EXPERIMENT, runs, SMALL, out, expected=expected_sizes(), step_json=step_json
+    everything = report.wants({"figures": None})  # what the full report reads: every figure's, the claims'
+    return read(
+        smoke_store, EXPERIMENT, runs, SMALL, out, everything, expected=expected_sizes(), step_json=step_json
     )
 
 
@@ -242,8 +245,9 @@ def test_convergence_y_range_leaves_out_the_untrained_spike(ctx: Context) -> Non
 
 @pytest.mark.slow
 def test_loss_surface_centre_is_the_trained_models_loss(ctx: Context, smoke_store: str) -> None:
-    run = ctx.runs[(ctx.runs["model.embedding"] == "onehot") & (ctx.runs["task.family"] == "normal")].iloc[0]
-    table = ctx.evaluator("loss_surface", run)
+    drawn, _ = MODELS["loss_surface"](ctx)  # the models the figure evaluates, read with the context
+    run = drawn[(drawn["model.embedding"] == "onehot") & (drawn["task.family"] == "normal")].iloc[0]
+    table = ctx.evaluation("loss_surface", run)
     centre = table[(table["alpha"] == 0) & (table["beta"] == 0)]["value"].item()
     model = load_model(MlflowClient(smoke_store), run, torch.device("cpu"), SMALL.checkpoint)
     tasks = fresh_tasks(spec_of(run), SMALL, run[SEED], "loss_surface")
@@ -386,7 +390,7 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
     assert "## Beyond the paper" in (tmp_path / experiment / "claims.md").read_text()
     # The figures draw exactly the models the claims judged (one set): the tau 0.1, d 4 runs of `tau`.
     runs = load_runs(smoke_store, experiment)
-    ctx = Context.build(smoke_store, experiment, runs, SMALL, tmp_path / experiment)
+    ctx = read(smoke_store, experiment, runs, SMALL, tmp_path / experiment, report.wants({"figures": None}))
     for name in ("multistep", "length", "mixture_shift"):
         assert set(FIGURES[name](ctx).run_ids) == set(runs["run_id"]), name
 

@@ -1048,8 +1048,9 @@ def test_claims_md_puts_findings_beyond_the_paper_under_their_own_heading() -> N
 def transfer_store(
     families=FAMILIES[:1] + FAMILIES[2:], seeds=(1, 2)
 ) -> tuple[pd.DataFrame, SimpleNamespace]:
-    """Onehot models trained on four families; a fake evaluator: a model's value is its training family's
-    index, Lloyd's depends on the seed and test family only (the same tasks for every model of a seed)."""
+    """Onehot models trained on four families; their evaluations as read (Context.evaluation): a model's value
+    is its training family's index, Lloyd's depends on the seed and test family only (the same tasks for
+    every model of a seed)."""
     runs = pd.DataFrame(
         [
             {
@@ -1070,7 +1071,7 @@ def transfer_store(
         ]
     )
 
-    def evaluator(name: str, run: pd.Series) -> pd.DataFrame:
+    def evaluation(name: str, run: pd.Series, n: int | None = None) -> pd.DataFrame:
         model = float(FAMILIES.index(run[FAMILY]))
         return pd.DataFrame(
             [
@@ -1086,7 +1087,7 @@ def transfer_store(
             ]
         )
 
-    return runs, SimpleNamespace(evaluator=evaluator)
+    return runs, SimpleNamespace(evaluation=evaluation)
 
 
 def test_family_transfer_counts_models_trained_on_every_family() -> None:

@@ -22,10 +22,11 @@ from analysis import claims, report
 from analysis.checkpoint_eval import EvalSettings, Evaluator, fresh_tasks, load_model, spec_of
 from analysis.claims.cases import UNTESTED
 from analysis.claims.evidence import judge
-from analysis.claims.from_context import evidence
+from analysis.claims.from_context import evidence, reads
 from analysis.claims.records import CLAIMS, RECORDS
 from analysis.claims.scopes import D
 from analysis.context import Context
+from analysis.read import read
 from analysis.runs import load_runs
 from cli import exit_codes
 from config.compose import compose
@@ -73,7 +74,7 @@ def d32_store(sqlite_uri: str, tmp_path: Path) -> str:
 
 
 def context(uri: str, experiment: str, out: Path, settings: EvalSettings = SETTINGS) -> Context:
-    return Context.build(uri, experiment, load_runs(uri, experiment), settings, out)
+    return read(uri, experiment, load_runs(uri, experiment), settings, out, reads)
 
 
 def final_runs(client: MlflowClient, experiment: str) -> list:

@@ -1,5 +1,5 @@
 """A first sweep on each cluster path: what breaks where the platform meets the image, the nodes and the
-scheduler (issue 57). The image (docker/Dockerfile, docker/Dockerfile.mlflow), the KubeRay manifests and the
+scheduler (issue 57). The image (docker/Dockerfile, docker/mlflow/Dockerfile), the KubeRay manifests and the
 Ray cluster launcher config are checked statically (no Docker engine, GPU or Kubernetes cluster runs here),
 against the facts they must agree with: which drivers a CUDA runs on, what an 8-vCPU GPU node gives its
 pods, what an NFS export with root_squash refuses. A trial's GPUs and memory cap are checked on a real local
@@ -23,6 +23,9 @@ from packaging.specifiers import SpecifierSet
 from support.readme import blocks, commands
 from support.repo import REPO
 
+from config.compose import compose_sweep, group_options
+from config.grid import flatten
+from config.schema import CONF_DIR
 from training.gpu_share import CONTEXT_BYTES, memory_fraction
 
 DOCKER = REPO / "docker"
@@ -104,7 +107,7 @@ def test_pip_and_setuptools_are_pinned_in_both_images():
     text = "\n".join(lines)
     assert "--upgrade" not in text
     assert '"pip==${PIP_VERSION}" "setuptools==${SETUPTOOLS_VERSION}"' in text
-    mlflow = dockerfile("Dockerfile.mlflow")
+    mlflow = dockerfile("mlflow/Dockerfile")
     assert arg_default(mlflow, "PIP_VERSION") == pip
     assert '"pip==${PIP_VERSION}"' in "\n".join(mlflow)
 
@@ -146,7 +149,7 @@ def closure(*requirements: str) -> set[str]:
 def test_the_mlflow_image_installs_every_package_at_the_locks_version():
     """The server's MLflow, Flask, SQLAlchemy, psycopg...: each at the version the tests ran the server with,
     by the lock as pip's constraints (two pins of its own left every other package to the day's PyPI)."""
-    lines = dockerfile("Dockerfile.mlflow")
+    lines = dockerfile("mlflow/Dockerfile")
     (install,) = [l for l in lines if "mlflow[auth]" in l]
     assert re.search(r"pip install --no-cache-dir -c (\S*requirements\.lock) ", install), install
     copied = [l for l in lines if l.startswith("COPY requirements.lock ")]
@@ -167,7 +170,7 @@ def manifests(name: str) -> list[dict]:
 
 
 def rayjob() -> dict:
-    (job,) = [d for d in manifests("kuberay-rayjob.yaml") if d["kind"] == "RayJob"]
+    (job,) = [d for d in manifests("kuberay/rayjob.yaml") if d["kind"] == "RayJob"]
     return job["spec"]
 
 
@@ -181,7 +184,7 @@ def kubectl_commands() -> list[str]:
 def test_the_volume_claim_outlives_the_rayjob_and_names_its_storage_class():
     """Without storageClassName the default class (ReadWriteOnce on most clusters) leaves every pod Pending
     with no error; in the RayJob's file, deleting the RayJob to start again deleted the checkpoints too."""
-    (claim,) = manifests("kuberay-storage.yaml")
+    (claim,) = manifests("kuberay/storage.yaml")
     assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
     placeholder = claim["spec"]["storageClassName"]
     # Not a DNS-1123 subdomain: the API server refuses the file as it is, rather than a claim that waits.
@@ -193,13 +196,13 @@ def test_the_volume_claim_outlives_the_rayjob_and_names_its_storage_class():
         any(v.get("persistentVolumeClaim", {}).get("claimName") == name for v in p["volumes"]) for p in pods
     )
     kubectl = kubectl_commands()
-    storage = next(i for i, c in enumerate(kubectl) if "docker/kuberay-storage.yaml" in c)
-    assert kubectl[storage].startswith(f"sed s|{placeholder}|$STORAGE_CLASS| docker/kuberay-storage.yaml")
-    job = next(i for i, c in enumerate(kubectl) if "docker/kuberay-rayjob.yaml" in c and " apply " in c)
+    storage = next(i for i, c in enumerate(kubectl) if "docker/kuberay/storage.yaml" in c)
+    assert kubectl[storage].startswith(f"sed s|{placeholder}|$STORAGE_CLASS| docker/kuberay/storage.yaml")
+    job = next(i for i, c in enumerate(kubectl) if "docker/kuberay/rayjob.yaml" in c and " apply " in c)
     assert storage < job, "the claim before the pods that mount it"
     # Going on after a stop: delete the RayJob alone, apply it again.
     assert "kubectl -n leaner-clustering delete rayjob leaner-clustering-paper" in kubectl
-    assert not any(" delete " in c and ("kuberay-storage" in c or " pvc" in c) for c in kubectl)
+    assert not any(" delete " in c and ("kuberay/storage" in c or " pvc" in c) for c in kubectl)
 
 
 def gpu_groups() -> list[dict]:
@@ -259,8 +262,7 @@ def test_gpu_workers_fit_a_common_single_gpu_node_of_8_vcpus():
     """g4dn/g5/g6.2xlarge and g2-standard-8: 8 vCPUs, 32 GiB, one GPU. A worker asking for 10 CPUs was
     Pending on all of them; it must still give Ray the CPUs for ten trials per GPU."""
     cpu_room, memory_room = gke_allocatable(8, 32 * GiB)
-    entry = shlex.split(rayjob()["entrypoint"])
-    per_trial = {k: float(v) for k, v in (a.split("=", 1) for a in entry if "_per_trial=" in a)}
+    cluster = compose_sweep(shlex.split(rayjob()["entrypoint"])[3:]).cluster  # its backend's file included
     for group in gpu_groups():
         (container,) = group["template"]["spec"]["containers"]
         requests = container["resources"]["requests"]
@@ -268,8 +270,8 @@ def test_gpu_workers_fit_a_common_single_gpu_node_of_8_vcpus():
         assert quantity(requests["memory"]) <= memory_room - DAEMONSETS[1], (requests, memory_room / GiB)
         assert int(requests["nvidia.com/gpu"]) == 1
         ray_cpus = float(group["rayStartParams"].get("num-cpus", requests["cpu"]))
-        trials = round(1 / per_trial["cluster.gpus_per_trial"])
-        assert ray_cpus >= trials * per_trial["cluster.cpus_per_trial"], "ten trials on the GPU"
+        trials = round(1 / cluster.gpus_per_trial)
+        assert ray_cpus >= trials * cluster.cpus_per_trial, "ten trials on the GPU"
 
 
 def test_the_ray_cluster_goes_soon_after_the_sweep():
@@ -283,7 +285,7 @@ def test_the_ray_cluster_goes_soon_after_the_sweep():
 
 
 def launcher() -> dict:
-    return yaml.safe_load((DOCKER / "ray-cluster.yaml").read_text())
+    return yaml.safe_load((DOCKER / "launcher" / "ray-cluster.yaml").read_text())
 
 
 def launcher_commands() -> list[str]:
@@ -343,6 +345,75 @@ def test_each_path_is_numbered_steps_that_say_how_each_was_checked(title, prereq
     assert not missing, missing
     assert "analysis.report" in steps[-1], "the last step is the report"
     assert re.search(r"no GPU|No Kubernetes cluster", text)
+
+
+# --- the cluster backends: an option of conf/cluster/ and a folder of docker/ each -----------------------
+
+BACKENDS = group_options("cluster", [])  # conf/cluster/'s options alone, no user config directory
+LOCAL = "local"  # the default, a local Ray instance: the one backend without a folder of docker/
+
+
+def recipes() -> dict[str, list[str]]:
+    """Each backend's recipe: the overrides of the sweep command its folder of docker/ runs."""
+    sbatch = (DOCKER / "slurm" / "sweep.sbatch").read_text()
+    (slurm,) = re.findall(r"^    set -- (sweep=.*)$", sbatch, flags=re.M)  # its default sweep
+    (submit,) = [
+        l.removeprefix("#")
+        for l in (DOCKER / "launcher" / "ray-cluster.yaml").read_text().splitlines()
+        if l.startswith("#   ray job submit ")
+    ]
+    launcher = shlex.split(submit)
+    return {
+        "slurm": slurm.split(),
+        "launcher": launcher[launcher.index("--") + 4 :],  # after `-- python -m sweeper.sweep`
+        "kuberay": shlex.split(rayjob()["entrypoint"])[3:],
+    }
+
+
+def backend_file(backend: str) -> dict:
+    """The keys a backend's file sets, dotted from the configuration's root (its defaults list left out)."""
+    path = CONF_DIR / "cluster" / f"{backend}.yaml"
+    written = {k: v for k, v in yaml.safe_load(path.read_text()).items() if k != "defaults"}
+    at_root = path.read_text().startswith("# @package _global_\n")
+    return flatten(written if at_root else {"cluster": written})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_cluster_backend_composes_validates_and_sets_what_its_file_says(backend):
+    """cluster=NAME composes on the schema and validates as a sweep's Ray trials run it (config/compose.py);
+    each key its file sets has that value, and every other cluster key the default's (its defaults list
+    takes conf/cluster/local.yaml first, and the file's own keys after it)."""
+    cfg = compose_sweep(["sweep=paper", f"cluster={backend}"])
+    written = backend_file(backend)
+    assert written and {k: OmegaConf.select(cfg, k) for k in written} == written
+    local = compose_sweep(["sweep=paper"]).cluster
+    rest = {k for k in local if f"cluster.{k}" not in written}
+    assert {k: cfg.cluster[k] for k in rest} == {k: local[k] for k in rest}
+
+
+def test_each_recipe_chooses_its_backend_and_states_none_of_its_keys():
+    """Every backend but the local default has a recipe in its folder of docker/, whose sweep command says
+    cluster=NAME and sets none of the keys the backend's file holds (they would drift apart again), and every
+    sweep command of docs/cluster.md that runs on a cluster names its backend too."""
+    written = recipes()
+    assert sorted(written) == [b for b in BACKENDS if b != LOCAL], (
+        "a backend without a recipe, or the reverse"
+    )
+    for backend, words in written.items():
+        assert (DOCKER / backend).is_dir(), backend
+        assert [w for w in words if w.startswith("cluster=")] == [f"cluster={backend}"], (backend, words)
+        keys = backend_file(backend)
+        assert not [w for w in words if w.split("=", 1)[0] in keys], (backend, words)
+    docs = [c for b in blocks() if b.page == CLUSTER_DOC for c in commands(b.text)]
+    on_clusters = [
+        c
+        for c in docs
+        if "docker/slurm/sweep.sbatch" in c
+        or ("sweeper.sweep" in c and "sweep.dry_run=true" not in c and "sweep=smoke" not in c)
+    ]
+    assert len(on_clusters) >= 3, on_clusters  # the launcher's, Ray by hand, SLURM's
+    for command in on_clusters:
+        assert any(w in {f"cluster={b}" for b in written} for w in command), " ".join(command)
 
 
 # --- a trial's GPUs -------------------------------------------------------------------------------------

@@ -24,14 +24,17 @@ import urllib.parse
 import urllib.request
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from sqlalchemy.engine import make_url
 from support.readme import blocks, commands
 from support.repo import REPO
 from support.servers import free_port, stop_group
 
+from config.compose import compose_sweep
 from sweeper import sweep as sweep_cli
 from tracking import recorder
 
@@ -41,7 +44,7 @@ IMAGE = "leaner-clustering"  # docker/Dockerfile's header builds leaner-clusteri
 # The node image the cluster files name: tagged by commit (a reused tag leaves a node on the build it has),
 # the placeholder replaced as docs/cluster.md shows.
 NODE_IMAGE = f"{IMAGE}:gpu-GIT_COMMIT"
-NAMESPACE = "leaner-clustering"  # where docker/k8s-mlflow.yaml and docker/kuberay-rayjob.yaml are applied
+NAMESPACE = "leaner-clustering"  # where docker/kuberay/mlflow.yaml and docker/kuberay/rayjob.yaml are applied
 # What docs/cluster.md promises and the cluster files' resources must give: ten trials (packs) share a GPU.
 TRIALS_PER_GPU = 10
 
@@ -72,7 +75,7 @@ def makefile_recipe(target: str) -> list[str]:
 def env_example() -> dict[str, str]:
     pairs = [
         l.split("=", 1)
-        for l in (DOCKER / ".env.example").read_text().splitlines()
+        for l in (DOCKER / "mlflow" / ".env.example").read_text().splitlines()
         if l.strip() and not l.startswith("#")
     ]
     return {k.strip(): v.strip() for k, v in pairs}
@@ -104,9 +107,11 @@ def dry_run(args: list[str], capsys) -> str:
     return out
 
 
-def override(args: list[str], key: str) -> str | None:
-    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")]
-    return values[-1] if values else None
+def composed(args: list[str], key: str) -> Any:
+    """A key's value in the configuration a sweep command's words compose to, its cluster backend's file
+    (conf/cluster/) included, as its trials run it."""
+    assert args[:3] == ["python", "-m", "sweeper.sweep"], args
+    return OmegaConf.select(compose_sweep(args[3:]), key)
 
 
 def pyproject() -> dict:
@@ -176,7 +181,7 @@ def test_dockerfile_installs_the_runtime_dependencies_in_a_layer_before_the_sour
     )
     # The host's .venv would overwrite the image's; .git stays out (the commit is a build argument).
     ignored = (DOCKER / "Dockerfile.dockerignore").read_text().split()
-    assert {".venv", ".git", "docker/.env"} <= set(ignored)
+    assert {".venv", ".git", "docker/mlflow/.env"} <= set(ignored)
 
 
 def test_the_image_has_a_compiler_for_torch_compile():
@@ -247,12 +252,12 @@ def test_ray_is_pinned_once_and_the_image_and_cluster_files_agree():
     assert kuberay_documents()["RayJob"]["spec"]["rayClusterSpec"]["rayVersion"] == pin
     # The laptop that runs `ray up` and `ray job submit` needs the cluster's Ray too.
     laptop = f'pip install "ray[default]=={pin}"'
-    assert laptop in (DOCKER / "ray-cluster.yaml").read_text()
+    assert laptop in (DOCKER / "launcher" / "ray-cluster.yaml").read_text()
     assert laptop in CLUSTER_DOC.read_text()
     mentioned = set(
         re.findall(
             r"ray\[\w+\]==([\d.]+)|rayVersion: \"([\d.]+)\"",
-            "\n".join(p.read_text() for p in [CLUSTER_DOC, *DOCKER.glob("*.yaml")]),
+            "\n".join(p.read_text() for p in [CLUSTER_DOC, *DOCKER.rglob("*.yaml")]),
         )
     )
     assert {v for pair in mentioned for v in pair if v} == {pin}
@@ -261,27 +266,34 @@ def test_ray_is_pinned_once_and_the_image_and_cluster_files_agree():
 def test_mlflow_server_image_pins_the_clients_mlflow():
     """The server installs from requirements.lock (tests/test_cluster_recipes.py: every package of it), whose
     MLflow is the clients' and whose psycopg is the driver SQLAlchemy loads for the manifests' URIs."""
-    lines = dockerfile_lines("Dockerfile.mlflow")
+    lines = dockerfile_lines("mlflow/Dockerfile")
     lock = (REPO / "requirements.lock").read_text().splitlines()
     assert f"mlflow=={version('mlflow')}" in lock, "server and clients should run the same MLflow"
     assert any("-c /tmp/requirements.lock" in l and '"psycopg[binary]"' in l for l in lines)
     assert make_url("postgresql://user@host/db").get_dialect().driver == "psycopg"
     assert f"psycopg=={version('psycopg')}" in lock
     assert [l.split()[1] for l in lines if l.startswith("USER ")][-1] not in ("root", "0")
-    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    compose = yaml.safe_load((DOCKER / "mlflow" / "compose.yaml").read_text())
     assert compose["services"]["mlflow"]["image"].endswith(f":{version('mlflow')}")
+    # Its context is the whole checkout: everything but what it copies is ignored (docker/mlflow/.env too).
+    ignore = (DOCKER / "mlflow" / "Dockerfile.dockerignore").read_text().splitlines()
+    ignored = [l.strip() for l in ignore if l.strip() and not l.startswith("#")]
+    copied = [l.split()[1] for l in lines if l.startswith("COPY ")]
+    assert ignored == ["*", *(f"!{c}" for c in copied)] and all((REPO / c).is_file() for c in copied)
 
 
 # --- tracking stack -------------------------------------------------------------------
 
 
 def test_compose_binds_to_loopback_and_takes_credentials_from_the_env_file():
-    text = (DOCKER / "compose.yaml").read_text()
+    text = (DOCKER / "mlflow" / "compose.yaml").read_text()
     compose = yaml.safe_load(text)
     services = compose["services"]
     assert set(services) == {"postgres", "mlflow"}
     assert "ports" not in services["postgres"], "PostgreSQL stays inside the compose network"
-    assert services["mlflow"]["build"] == {"context": "..", "dockerfile": "docker/Dockerfile.mlflow"}
+    build = services["mlflow"]["build"]
+    context = (DOCKER / "mlflow" / build["context"].split()[0]).resolve()
+    assert context == REPO and (context / build["dockerfile"]) == DOCKER / "mlflow" / "Dockerfile"
     example = env_example()
     used = set(re.findall(r"\$\{(\w+)", text))
     assert used == set(example), (
@@ -298,15 +310,15 @@ def test_compose_binds_to_loopback_and_takes_credentials_from_the_env_file():
         assert re.search(rf"\$\{{{secret}:\?", text), secret
         with pytest.raises(KeyError):
             interpolate(text, {k: v for k, v in example.items() if k != secret})
-    ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=REPO)
-    assert ignored.returncode == 0, ".gitignore must list docker/.env"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "docker/mlflow/.env"], cwd=REPO)
+    assert ignored.returncode == 0, ".gitignore must list docker/mlflow/.env"
 
 
 def test_compose_checks_the_mlflow_servers_health():
-    service = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["mlflow"]
+    service = yaml.safe_load((DOCKER / "mlflow" / "compose.yaml").read_text())["services"]["mlflow"]
     check = service["healthcheck"]
     # The image's own python (python:3.12-slim has no curl), on /health at the server's port in the container.
-    assert next(l for l in dockerfile_lines("Dockerfile.mlflow") if l.startswith("FROM ")).startswith(
+    assert next(l for l in dockerfile_lines("mlflow/Dockerfile") if l.startswith("FROM ")).startswith(
         "FROM python:"
     )
     assert check["test"][:3] == ["CMD", "python", "-c"]
@@ -316,13 +328,16 @@ def test_compose_checks_the_mlflow_servers_health():
     )
     assert {"interval", "timeout", "retries", "start_period"} <= set(check)
     assert (
-        "up -d --wait" in (DOCKER / "compose.yaml").read_text() and "up -d --wait" in CLUSTER_DOC.read_text()
+        "up -d --wait" in (DOCKER / "mlflow" / "compose.yaml").read_text()
+        and "up -d --wait" in CLUSTER_DOC.read_text()
     )
 
 
 def compose_health_check(port: int) -> int:
     """The compose file's health check of the MLflow server, pointed at 127.0.0.1:port; its exit status."""
-    test = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["mlflow"]["healthcheck"]["test"]
+    test = yaml.safe_load((DOCKER / "mlflow" / "compose.yaml").read_text())["services"]["mlflow"][
+        "healthcheck"
+    ]["test"]
     command = [sys.executable] + [a.replace("127.0.0.1:5000", f"127.0.0.1:{port}") for a in test[2:]]
     return subprocess.run(command, capture_output=True, timeout=30).returncode
 
@@ -343,7 +358,7 @@ def wait_http(url: str, seconds: float, proc: subprocess.Popen) -> None:
 @pytest.mark.timeout(400)
 def test_compose_mlflow_server_serves_authenticated_runs_and_artifacts(tmp_path, _empty_store):
     """The compose file's MLflow command and environment, on SQLite: basic auth and proxied artifacts."""
-    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    compose = yaml.safe_load((DOCKER / "mlflow" / "compose.yaml").read_text())
     service = compose["services"]["mlflow"]
     env_file = env_example()
     environment = {k: interpolate(str(v), env_file) for k, v in service["environment"].items()}
@@ -627,7 +642,7 @@ def check_pod_spec(pod: dict, where: str, claim_templates: tuple[str, ...] = ())
 
 
 def k8s_mlflow_documents() -> dict[tuple[str, str], dict]:
-    docs = list(yaml.safe_load_all((DOCKER / "k8s-mlflow.yaml").read_text()))
+    docs = list(yaml.safe_load_all((DOCKER / "kuberay" / "mlflow.yaml").read_text()))
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
@@ -684,7 +699,7 @@ def test_k8s_mlflow_runs_the_compose_server_on_postgresql_with_health_probes():
     docs = k8s_mlflow_documents()
     (mlflow,) = docs["Deployment", "mlflow"]["spec"]["template"]["spec"]["containers"]
     (postgres,) = docs["StatefulSet", "mlflow-postgres"]["spec"]["template"]["spec"]["containers"]
-    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    compose = yaml.safe_load((DOCKER / "mlflow" / "compose.yaml").read_text())["services"]
     # The same images, command and settings as the compose stack (whose command the slow test above runs).
     assert image_tag(mlflow["image"]) == compose["mlflow"]["image"]
     assert postgres["image"] == compose["postgres"]["image"]
@@ -723,7 +738,7 @@ def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
     from mlflow.server.security_utils import is_allowed_host_header
 
     uri = urllib.parse.urlsplit(
-        override(shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"]), "tracking.uri")
+        composed(shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"]), "tracking.uri")
     )
     docs = k8s_mlflow_documents()
     service = docs["Service", "mlflow"]
@@ -735,12 +750,13 @@ def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
     # Both files go to that namespace, in that order (the RayJob's header refers to the MLflow one).
     readme = CLUSTER_DOC.read_text()
     applies = [
-        readme.index(f"kubectl -n {NAMESPACE} apply -f docker/k8s-mlflow.yaml"),
-        readme.index(f"docker/kuberay-rayjob.yaml | kubectl -n {NAMESPACE} apply -f -"),
+        readme.index(f"kubectl -n {NAMESPACE} apply -f docker/kuberay/mlflow.yaml"),
+        readme.index(f"docker/kuberay/rayjob.yaml | kubectl -n {NAMESPACE} apply -f -"),
     ]
     assert applies == sorted(applies)
     assert (
-        f"kubectl -n {NAMESPACE} apply -f docker/k8s-mlflow.yaml" in (DOCKER / "k8s-mlflow.yaml").read_text()
+        f"kubectl -n {NAMESPACE} apply -f docker/kuberay/mlflow.yaml"
+        in (DOCKER / "kuberay" / "mlflow.yaml").read_text()
     )
     # MLflow's DNS-rebinding guard answers the driver (Host: the Service's name) and port-forwards only.
     (mlflow,) = docs["Deployment", "mlflow"]["spec"]["template"]["spec"]["containers"]
@@ -756,7 +772,7 @@ def test_rayjob_tracking_uri_is_the_k8s_mlflow_service_which_accepts_it():
 
 
 def launcher_config() -> dict:
-    return yaml.safe_load((DOCKER / "ray-cluster.yaml").read_text())
+    return yaml.safe_load((DOCKER / "launcher" / "ray-cluster.yaml").read_text())
 
 
 def test_ray_cluster_yaml_passes_rays_own_validation():
@@ -785,7 +801,7 @@ def launcher_submit() -> list[str]:
     """The `ray job submit` command of the file's header."""
     (line,) = [
         l
-        for l in (DOCKER / "ray-cluster.yaml").read_text().splitlines()
+        for l in (DOCKER / "launcher" / "ray-cluster.yaml").read_text().splitlines()
         if l.startswith("#   ray job submit ")
     ]
     return shlex.split(line.removeprefix("#"))
@@ -802,20 +818,20 @@ def test_ray_cluster_sweep_is_submitted_as_a_ray_job(capsys):
     # To the job API that `ray dashboard` forwards from the head's loopback, with Ray's token. No
     # --working-dir: the driver and the trials run the image's code, which its GIT_COMMIT names.
     assert submit[: submit.index("--")] == ["ray", "job", "submit", "--address", "http://127.0.0.1:8265"]
-    header = (DOCKER / "ray-cluster.yaml").read_text()
+    header = (DOCKER / "launcher" / "ray-cluster.yaml").read_text()
     assert (
-        "#   ray up docker/ray-cluster.yaml\n" in header
-        and "#   ray dashboard docker/ray-cluster.yaml " in header
+        "#   ray up docker/launcher/ray-cluster.yaml\n" in header
+        and "#   ray dashboard docker/launcher/ray-cluster.yaml " in header
     )
     assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in header
     args = entrypoint(submit)
     out = dry_run(args, capsys)
     assert out.strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
-    assert override(args, "cluster.address") == "auto"
-    assert override(args, "cluster.storage").startswith("/shared/"), "checkpoints must be on the shared mount"
+    assert composed(args, "cluster.address") == "auto"
+    assert composed(args, "cluster.storage").startswith("/shared/"), "checkpoints must be on the shared mount"
     # The driver runs on the head, in the container that shares the host's network: the tracking
-    # stack of docker/compose.yaml publishes its port on the head's loopback.
-    assert override(args, "tracking.uri") == "http://127.0.0.1:5000"
+    # stack of docker/mlflow/compose.yaml publishes its port on the head's loopback.
+    assert composed(args, "tracking.uri") == "http://127.0.0.1:5000"
 
 
 # --- KubeRay ----------------------------------------------------------------------------
@@ -875,11 +891,10 @@ WORKER_GROUP = {
 
 
 def kuberay_documents() -> dict[str, dict]:
-    """The RayJob and its volume claim (docker/kuberay-storage.yaml, a file of its own: it outlives the
+    """The RayJob and its volume claim (docker/kuberay/storage.yaml, a file of its own: it outlives the
     job)."""
     docs = [
-        yaml.safe_load((DOCKER / name).read_text())
-        for name in ("kuberay-rayjob.yaml", "kuberay-storage.yaml")
+        yaml.safe_load((DOCKER / "kuberay" / name).read_text()) for name in ("rayjob.yaml", "storage.yaml")
     ]
     return {d["kind"]: d for d in docs}
 
@@ -899,7 +914,7 @@ def test_rayjob_manifest_uses_kuberay_fields_images_and_shared_storage():
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert set(claim["spec"]) <= SPECS["v1", "PersistentVolumeClaim"], set(claim["spec"])
 
-    storage = override(shlex.split(spec["entrypoint"]), "cluster.storage")
+    storage = composed(shlex.split(spec["entrypoint"]), "cluster.storage")
     uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
     pods = [("head", cluster["headGroupSpec"]["template"]["spec"])]
     pods += [(g["groupName"], g["template"]["spec"]) for g in cluster["workerGroupSpecs"]]
@@ -926,7 +941,7 @@ def test_rayjob_gives_the_shared_folders_to_the_images_user_and_keeps_every_node
     """The image's user writes cluster.storage on a volume whose ownership fsGroup may not set (NFS), and
     each Ray node's logs (the driver's, its trials' output) outlive the cluster KubeRay deletes."""
     spec = kuberay_documents()["RayJob"]["spec"]
-    storage = override(shlex.split(spec["entrypoint"]), "cluster.storage")
+    storage = composed(shlex.split(spec["entrypoint"]), "cluster.storage")
     uid = next(l for l in dockerfile_lines() if l.startswith("ARG UID=")).split("=", 1)[1]
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     (init,) = head["initContainers"]
@@ -981,7 +996,7 @@ def test_rayjob_ray_pods_and_its_submitter_use_rays_token_from_a_secret():
             secret_refs.add((ref["name"], ref["key"]))
     assert len(secret_refs) == 1, f"one token for the whole cluster: {secret_refs}"
     ((secret, key),) = secret_refs
-    header = (DOCKER / "kuberay-rayjob.yaml").read_text()
+    header = (DOCKER / "kuberay" / "rayjob.yaml").read_text()
     assert f"create secret generic {secret} \\\n#     --from-literal={key}=" in header, "the header makes it"
     readme = [" ".join(c) for b in blocks() for c in commands(b.text) if c[:2] == ["kubectl", "-n"]]
     assert any(f"create secret generic {secret} --from-literal={key}=" in c for c in readme), readme
@@ -995,17 +1010,20 @@ RESOURCES = ("cluster.pack", "cluster.cpus_per_trial", "cluster.gpus_per_trial",
 RECIPE = (*RESOURCES, "cluster.report_every")
 
 
+JOINS = ("cluster=", "cluster.address=")  # the words by which a sweep command joins a cluster
+
+
 def cluster_sweeps() -> dict[str, list[str]]:
     """Every sweep command that joins a cluster: the docs', the launcher's and the RayJob's."""
     readme = [
         c
         for b in blocks()
         for c in commands(b.text)
-        if c[:3] == ["python", "-m", "sweeper.sweep"] and override(c, "cluster.address")
+        if c[:3] == ["python", "-m", "sweeper.sweep"] and any(w.startswith(JOINS) for w in c)
     ]
     sweeps = {f"docs command {i + 1}": c for i, c in enumerate(readme)}
-    sweeps["docker/ray-cluster.yaml"] = entrypoint(launcher_submit())
-    sweeps["docker/kuberay-rayjob.yaml"] = shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"])
+    sweeps["docker/launcher/ray-cluster.yaml"] = entrypoint(launcher_submit())
+    sweeps["docker/kuberay/rayjob.yaml"] = shlex.split(kuberay_documents()["RayJob"]["spec"]["entrypoint"])
     return sweeps
 
 
@@ -1033,16 +1051,15 @@ def kuberay_containers() -> list[dict]:
 def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     sweeps = cluster_sweeps()
     assert len(sweeps) == 4, list(sweeps)  # docs/cluster.md: `ray job submit` and Ray started by hand
-    stated = {name: tuple(override(args, key) for key in RECIPE) for name, args in sweeps.items()}
+    stated = {name: tuple(composed(args, key) for key in RECIPE) for name, args in sweeps.items()}
     assert len(set(stated.values())) == 1, f"stated differently: {stated}"
-    pack, cpus, gpus, device, report_every = stated.popitem()[1]
-    assert report_every == "10", "one report in ten evaluations: the writer keeps up"
-    cpus_per_trial, gpus_per_trial = float(cpus), float(gpus)
+    pack, cpus_per_trial, gpus_per_trial, device, report_every = stated.popitem()[1]
+    assert report_every == 10, "one report in ten evaluations: the writer keeps up"
     assert pack == "seeds", "a trial trains the ten seeds of a configuration together"
     assert device == "cuda", "a trial whose CUDA does not start fails, rather than training on the CPU"
     assert TRIALS_PER_GPU * gpus_per_trial == pytest.approx(1)
     for name, args in sweeps.items():
-        assert override(args, "sweep") == "paper" and override(args, "cluster.address") == "auto", name
+        assert composed(args, "sweep.name") == "paper" and composed(args, "cluster.address") == "auto", name
         out = dry_run(args, capsys).strip().splitlines()
         assert out[-2:] == [
             "cluster.pack=seeds: 300 Ray Tune trials, each training the 10 seeds of one "
@@ -1079,7 +1096,7 @@ def test_slurm_script_trains_the_recipes_sweep_and_stops_before_slurms_warning(c
     options = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?$", text, flags=re.M))
     (default,) = re.findall(r"^    set -- (sweep=.*)$", text, flags=re.M)
     args = ["python", "-m", "sweeper.sweep", *default.split()]
-    assert [override(args, key) for key in RECIPE] == ["seeds", "1", "0.1", "cuda", "10"]
+    assert [composed(args, key) for key in RECIPE] == ["seeds", 1, 0.1, "cuda", 10]
     assert dry_run(args, capsys).strip().splitlines()[-1] == "300 configurations x 10 seeds = 3000 trials"
     gpus, cpus = int(options["gpus-per-node"]), int(options["cpus-per-task"])
     assert cpus >= round(gpus / 0.1) * 1 + 1, "ten trials of one CPU per GPU, and the driver's"

@@ -31,6 +31,7 @@ from analysis.cli import expected_sizes
 from analysis.context import Context
 from analysis.figures import FIGURES
 from analysis.plot import MissingInput
+from analysis.read import read
 from analysis.runs import load_runs
 from analysis.style import LLOYD
 from bench.step_seconds import SHAPE_KEYS
@@ -183,12 +184,13 @@ def _step_json(path: Path) -> Path:
 
 @pytest.fixture
 def ctx(store: str, tmp_path: Path) -> Context:
-    return Context.build(
+    return read(
         store,
         EXPERIMENT,
         load_runs(store, EXPERIMENT),
         SETTINGS,
         tmp_path,
+        report.wants({"figures": None}),
         expected=expected_sizes(),
         step_json=_step_json(tmp_path / "step_seconds.json"),
     )
@@ -257,7 +259,7 @@ def test_convergence_draws_each_run_at_its_own_length(tau_store: str, tmp_path: 
     """Every run of the tau sub-grid is drawn, tau 1 to its 10 steps, tau 0.1 to its 20, each curve the median
     of MlflowClient's own points at each step."""
     runs = load_runs(tau_store, EXPERIMENT)
-    figure = FIGURES["convergence"](Context.build(tau_store, EXPERIMENT, runs, SETTINGS, tmp_path))
+    figure = FIGURES["convergence"](read(tau_store, EXPERIMENT, runs, SETTINGS, tmp_path))
     assert set(figure.run_ids) == set(runs["run_id"])
     data = figure.data[figure.data["series"] != LLOYD]
     client = MlflowClient(tau_store)

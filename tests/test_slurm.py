@@ -30,17 +30,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from mlflow.tracking import MlflowClient
 from support import slurm as slurm_support
 from support.configs import FOUR_TRIALS
-from support.histories import point_counts
+from support.once import assert_every_job_once_every_point_once
 from support.repo import REPO, subprocess_env
-from support.sweeps import children, sweep_jobs
+from support.sweeps import sweep_jobs
 from test_tracking_auth import TOKEN, token_server  # noqa: F401 - the fixture, reused
 
 from cli import exit_codes
 from sweeper import preflight
-from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
+from tracking.names import FINISHED, OUTCOME
 from training.faults import STEP_PAUSE
 
 SCRIPT = REPO / "docker" / "slurm" / "sweep.sbatch"
@@ -217,15 +216,12 @@ def test_the_slurm_script_runs_the_sweep_in_allocations_requeued_until_it_ends(
     assert [line.split()[1] for line in ends] == ["PENDING", "PENDING", "COMPLETED"], ends  # requeued twice
     assert not (home / f".ray-token-{job}").exists()
     assert any((home / "ray").iterdir())  # the checkpoints under the sweep's home: TRACKING_URI is a server
-    runs = children(mlflow_server, "smoke", experiment)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in sweep_jobs(SWEEP))
-    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
-    points, duplicated, lost = point_counts(MlflowClient(tracking_uri=mlflow_server), runs, [])
+    once = assert_every_job_once_every_point_once(mlflow_server, experiment, sweep_jobs(SWEEP))
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in once.runs.values())
     print(
         f"slurm: job {job} in {wall:.0f} s, exits {exits}, restarts {view['Restarts']}, sacct {ends}; "
-        f"runs {len(runs)}, points {points}, duplicates {duplicated}, lost {lost}"
+        f"runs {len(once.runs)}, points {once.points}, duplicates 0, lost 0"
     )
-    assert (duplicated, lost) == (0, 0)
 
 
 def ended(slurm: slurm_support.Slurm, job: str, log: Path, timeout: float = 600) -> dict[str, str]:

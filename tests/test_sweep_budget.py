@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS
-from support.histories import histories, point_counts
+from support.histories import histories
+from support.once import assert_every_job_once_every_point_once
 from support.repo import subprocess_env
 from support.sweeps import children, sweep_jobs
 
@@ -128,15 +129,12 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
 
     uri = f"sqlite:///{home}/mlflow.db"
     client = MlflowClient(tracking_uri=uri)
-    runs = children(uri, "smoke")
     jobs = sweep_jobs(SWEEP)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(j.key for j in jobs)  # one run each
-    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
+    stored = assert_every_job_once_every_point_once(uri, "leaner-clustering", jobs, SWEEP)
+    by_key, runs = stored.runs, list(stored.runs.values())
     for key, run in interrupted.items():
         assert by_key[key].info.run_id == run.info.run_id  # continued, not replaced
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
-    points, duplicated, lost = point_counts(client, runs, SWEEP)
-    assert (duplicated, lost) == (0, 0), (points, duplicated, lost)
     want = unstopped(jobs)
     for job in jobs:
         assert histories(client, by_key[job.key].info.run_id) == want[job.key], job.name  # bit for bit
@@ -145,5 +143,6 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
     assert [p.name for p in cwd.iterdir()] == ["C"]  # the sweep's folder, and nothing else
     assert not (fake_home / "ray_results").exists()
     print(
-        f"{len(interrupted)} runs stopped mid-trial and resumed after a move and an archive; {points} points"
+        f"{len(interrupted)} runs stopped mid-trial and resumed after a move and an archive; "
+        f"{stored.points} points"
     )

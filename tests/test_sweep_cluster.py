@@ -24,13 +24,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import PACED
 from support.histories import check_histories
+from support.once import assert_every_job_once
 from support.ray_nodes import RayNodes, peak_overlap, trial_spans
-from support.sweeps import children, sweep_jobs, when
+from support.sweeps import sweep_jobs, when
 
 from config.compose import compose
 from sweeper import cluster
 from sweeper.sweep import main
-from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
+from tracking.names import FINISHED, OUTCOME
 from training.faults import STEP_PAUSE
 
 pytestmark = pytest.mark.slow
@@ -108,18 +109,14 @@ def test_simulated_gpu_cluster_packs_trials_per_node_and_survives_a_dead_worker(
     peaks = {name: peak_overlap(spans.get(node_id, [])) for name, node_id in ids.items()}
     assert peaks == {"head": 0, "a": AT_ONCE, "b": AT_ONCE}, peaks
 
-    runs = children(uri, "smoke")
     trials = sweep_jobs(SWEEP)
-    hashes = [r.data.tags[CONFIG_HASH] for r in runs]
-    duplicates, lost = len(hashes) - len(set(hashes)), len({t.key for t in trials} - set(hashes))
+    by_key = assert_every_job_once(uri, "leaner-clustering", trials)  # check_histories: every point once
     print(
         f"simulated GPU cluster: {len(trials) // 2} trials of 2 models on 3 nodes (head 0 GPUs, 2 workers "
         f"of {WORKER_GPUS} GPU, {WORKER_CPUS} CPUs); "
         f"peak trials at once per node {peaks} (allowed {AT_ONCE}); "
-        f"worker b killed, {retries} retries; runs {len(runs)}, duplicates {duplicates}, lost {lost}"
+        f"worker b killed, {retries} retries; runs {len(by_key)}, duplicates 0, lost 0"
     )
-    assert sorted(hashes) == sorted(t.key for t in trials)  # one run each
-    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
     check_histories(MlflowClient(tracking_uri=uri), by_key, trials, BASE, packed=True)

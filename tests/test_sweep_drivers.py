@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED
-from support.histories import point_counts
+from support.once import assert_every_job_once_every_point_once
 from support.ray_nodes import RayNodes
 from support.repo import subprocess_env
 from support.sweeps import (
-    children,
     ended_runs,
     interrupted_runs,
     kill_group,
@@ -86,9 +85,9 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri, ray_cluster
     # On the session's cluster, which has no dashboard (a local instance's driver: tests/test_sweep_stops.py).
     assert "Connected to Ray cluster" in driven and "View the dashboard" not in driven
     client = MlflowClient(tracking_uri=uri)
-    runs = children(uri, "smoke")
     trials = sweep_jobs(SMOKE)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    stored = assert_every_job_once_every_point_once(uri, "leaner-clustering", trials)
+    runs = list(stored.runs.values())
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     experiment = client.get_experiment_by_name("leaner-clustering").experiment_id
     parents = [
@@ -97,12 +96,10 @@ def test_a_second_driver_never_duplicates_work(tmp_path, sqlite_uri, ray_cluster
         if CONFIG_HASH not in r.data.tags
     ]
     assert len(parents) == 1 and DRIVER not in parents[0].data.tags  # one parent; its lock released
-    points, duplicated, lost = point_counts(client, runs, [])
     print(
-        f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {points}, "
-        f"duplicates {duplicated}, lost {lost}"
+        f"two drivers ({'; '.join(seen)}): trials {len(trials)}, runs {len(runs)}, points {stored.points}, "
+        "duplicates 0, lost 0"
     )
-    assert (duplicated, lost) == (0, 0)
 
 
 # The first driver's own host name (a UTS namespace): on this machine, it is a driver on another host, whose
@@ -162,17 +159,13 @@ def test_a_retried_driver_on_a_new_cluster_takes_over_the_lock_of_one_lost_with_
         assert "taking over the lock of a driver whose Ray cluster is gone" in out, out[-3000:]
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    client = MlflowClient(tracking_uri=uri)
-    runs = children(uri, "smoke")
-    trials = sweep_jobs(sweep)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    stored = assert_every_job_once_every_point_once(uri, "leaner-clustering", sweep_jobs(sweep))
+    runs = list(stored.runs.values())
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
-    points, duplicated, lost_points = point_counts(client, runs, [])
     print(
-        f"driver lost with its cluster, retried on a new one: runs {len(runs)}, points {points}, "
-        f"duplicates {duplicated}, lost {lost_points}"
+        f"driver lost with its cluster, retried on a new one: runs {len(runs)}, points {stored.points}, "
+        "duplicates 0, lost 0"
     )
-    assert (duplicated, lost_points) == (0, 0)
     assert held(uri) == {}  # released at the end
 
 

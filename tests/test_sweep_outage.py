@@ -20,7 +20,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED
-from support.histories import point_counts
+from support.once import assert_every_job_once_every_point_once
 from support.repo import subprocess_env
 from support.sweeps import (
     children,
@@ -68,21 +68,16 @@ def checkpoints(storage: Path) -> set[Path]:
 def check_store(uri: str, experiment: str, sweep: list[str], label: str) -> None:
     """Every trial's run once, finished, with its checkpoints; every metric point once."""
     client = MlflowClient(tracking_uri=uri)
-    runs = children(uri, "smoke", experiment)
     trials = sweep_jobs(sweep)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)
+    once = assert_every_job_once_every_point_once(uri, experiment, trials)
+    runs = list(once.runs.values())
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     for run in runs:  # no checkpoint lost
         stored = {f.path for f in client.list_artifacts(run.info.run_id, CHECKPOINT_DIR)}
         assert stored == {f"{CHECKPOINT_DIR}/{BEST_CHECKPOINT}", f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}"}, (
             stored
         )
-    points, duplicated, lost = point_counts(client, runs, [])
-    print(
-        f"{label}: trials {len(trials)}, runs {len(runs)}, points {points}, "
-        f"duplicates {duplicated}, lost {lost}"
-    )
-    assert (duplicated, lost) == (0, 0)
+    print(f"{label}: trials {len(trials)}, runs {len(runs)}, points {once.points}, duplicates 0, lost 0")
 
 
 def test_server_outages_shorter_and_longer_than_the_clients_retries(pg_server, ray_cluster, tmp_path):

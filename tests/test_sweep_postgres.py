@@ -1,5 +1,5 @@
-"""MLflow on a real PostgreSQL, the compose stack's backend (docker/compose.yaml): a concurrent sweep on a
-running Ray cluster (the session's) through the tracking server on it (every point once, equal to local
+"""MLflow on a real PostgreSQL, the compose stack's backend (docker/mlflow/compose.yaml): a concurrent sweep
+on a running Ray cluster (the session's) through the tracking server on it (every point once, equal to local
 training), and analysis.report reading that store through the server and straight from its postgresql://
 URI."""
 
@@ -8,12 +8,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from support.histories import check_histories, point_counts
-from support.sweeps import children, most_at_once, sweep_jobs
+from support.histories import check_histories
+from support.once import assert_every_job_once_every_point_once
+from support.sweeps import most_at_once, sweep_jobs
 
 from analysis import report
 from sweeper.sweep import main
-from tracking.names import CONFIG_HASH, FINISHED, OUTCOME
+from tracking.names import FINISHED, OUTCOME
 
 pytestmark = pytest.mark.slow
 
@@ -42,22 +43,18 @@ def test_sweep_through_a_server_on_postgres_then_report_both_ways(
         f"cluster.storage={tmp_path}/ray",
     ]
     assert main(overrides) == 0
-    runs = children(pg_server.uri, "smoke", EXPERIMENT)
     trials = sweep_jobs(SWEEP)
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
+    stored = assert_every_job_once_every_point_once(pg_server.uri, EXPERIMENT, trials)
+    runs = list(stored.runs.values())
     assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
     client = MlflowClient(tracking_uri=pg_server.uri)
-    stored, duplicated, lost = point_counts(client, runs, [])
     at_once = most_at_once(runs)
     print(
-        f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored}, "
-        f"duplicates {duplicated}, lost {lost}; "
+        f"postgres: trials {len(trials)}, runs {len(runs)}, points {stored.points}, duplicates 0, lost 0; "
         f"most trials training at once: {at_once} (4 slots)"
     )
-    assert (duplicated, lost) == (0, 0)
     assert at_once >= 2, "the concurrent sweep ran its trials one at a time"
-    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
-    check_histories(client, by_key, trials, ["train.steps=60"])
+    check_histories(client, stored.runs, trials, ["train.steps=60"])
 
     tables = {}
     for name, uri in (("server", pg_server.uri), ("direct", postgres)):

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS, PACED, PACKED
-from support.histories import check_histories, point_counts
+from support.histories import check_histories
+from support.once import assert_every_job_once_every_point_once
 from support.repo import subprocess_env
 from support.sweeps import (
     children,
@@ -153,20 +154,17 @@ def test_signals_then_sigkill_and_the_same_command_resumes_every_trial_exactly_o
         assert f"resuming from checkpoint {recorded_checkpoint(uri, run)}" in last.stdout + last.stderr
 
     client = MlflowClient(tracking_uri=uri)
-    runs = children(uri, "smoke", experiment)
     trials = sweep_jobs([*SWEEP, *pack])
-    assert sorted(r.data.tags[CONFIG_HASH] for r in runs) == sorted(t.key for t in trials)  # one run each
-    by_key = {r.data.tags[CONFIG_HASH]: r for r in runs}
+    stored = assert_every_job_once_every_point_once(uri, experiment, trials, pack[2:])
+    by_key = stored.runs
     for key, run_id in resumed.items():
         assert by_key[key].info.run_id == run_id  # continued, not replaced
     for t in trials:
         assert (by_key[t.key].data.tags[OUTCOME], by_key[t.key].info.status) == (FINISHED, "FINISHED")
-    points, duplicated, lost = point_counts(client, runs, pack[2:])
     check_histories(client, by_key, trials, [*TRAIN, *pack[2:]], packed=bool(pack))
     stops = "+".join(signal.Signals(s).name for s in [*signals, signal.SIGKILL])
     print(
         f"{stops} {'packed' if pack else 'solo'} {store}, {ray} Ray: "
-        f"trials {len(trials)}, runs {len(runs)}, resumed {len(resumed)}, points {points}, "
-        f"duplicates {duplicated}, lost {lost}"
+        f"trials {len(trials)}, runs {len(by_key)}, resumed {len(resumed)}, points {stored.points}, "
+        "duplicates 0, lost 0"
     )
-    assert (duplicated, lost) == (0, 0)

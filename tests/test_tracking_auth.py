@@ -1,6 +1,6 @@
 """The tracking server of the recipes, with basic auth, against the sweep driver's requests.
 
-A real `mlflow server --app-name basic-auth` with docker/Dockerfile.mlflow's settings: the driver of a real
+A real `mlflow server --app-name basic-auth` with docker/mlflow/Dockerfile's settings: the driver of a real
 sweep sends one log-batch request per model and report (a report's points and the location of the
 checkpoint they lead up to together), and the server trusts a checked credential for a while (its
 credential cache) instead of hashing the password on every request. What these cost at volume is a
@@ -34,8 +34,8 @@ LOG_BATCH = re.compile(r'"POST /api/2\.0/mlflow/runs/log-batch HTTP/1\.1" 200')
 
 
 def recipe_auth_config() -> Path:
-    """The basic-auth settings docker/Dockerfile.mlflow copies into its image and points the server at."""
-    lines = (REPO / "docker" / "Dockerfile.mlflow").read_text().splitlines()
+    """The basic-auth settings docker/mlflow/Dockerfile copies into its image and points the server at."""
+    lines = (REPO / "docker" / "mlflow" / "Dockerfile").read_text().splitlines()
     (env,) = [l.split("=", 1)[1] for l in lines if l.startswith("ENV MLFLOW_AUTH_CONFIG_PATH=")]
     # the server reads the file the image holds: the one COPY to that path (the image copies the lock too)
     (source,) = [l.split()[1] for l in lines if l.startswith("COPY ") and l.split()[-1] == env]

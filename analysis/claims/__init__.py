@@ -40,7 +40,7 @@ Prints every claim beside the paper's words and writes claims.csv and claims.md 
 
 from __future__ import annotations
 
-from analysis.claims.from_context import check_together
+from analysis.claims.from_context import check_together, reads
 from analysis.claims.table import totals, write_csv, write_markdown
 from analysis.cli import claims_dir, job_config, open_contexts, options_help
 from cli.entry import command
@@ -48,7 +48,7 @@ from cli.entry import command
 
 @command("leaner-claims", show_config=job_config, options=options_help)
 def main(argv: list[str]) -> int:
-    contexts, own = open_contexts(argv)
+    contexts, own = open_contexts(argv, lambda own: reads)
     claims, out_dir = check_together(contexts), claims_dir(own, contexts)
     for claim in claims:
         beyond = " [beyond the paper]" if claim.beyond else ""

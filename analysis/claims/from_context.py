@@ -1,6 +1,7 @@
-"""The claims' evidence read from a store: its runs, their probes' evaluations (cached), the d 32 runs' final
-values measured at the paper's n (cached), val_rel_lloyd's histories, the speed_memory benchmark and the
-sampled tasks' dissimilarity; every claim checked against it.
+"""The claims' evidence from what was read of a store (a Context of plain frames, analysis.read): its runs,
+their probes' evaluations, the d 32 runs' final values measured at the paper's n, val_rel_lloyd's histories,
+the speed_memory benchmark and the sampled tasks' dissimilarity; every claim checked against it. `reads` names
+the evaluations to read first; nothing here opens the store.
 """
 
 from __future__ import annotations
@@ -17,8 +18,17 @@ from analysis.claims.evidence import Claim, Evidence, judge
 from analysis.claims.grid import paper_grid
 from analysis.claims.records import CLAIMS
 from analysis.claims.scopes import D32, EMB, EXPERIMENT, D, config_of
-from analysis.context import Context, count_once, evaluation_rows, series_labels, varying
-from analysis.eval_figures import dissimilarity
+from analysis.context import (
+    Context,
+    Want,
+    count_once,
+    evaluation_rows,
+    evaluations_of,
+    scope,
+    series_labels,
+    varying,
+)
+from analysis.eval_figures import PROBES, dissimilarity
 from analysis.plot import Figure, MissingInput
 from analysis.style import LLOYD
 from tracking.names import DIVERGED, FINISHED, OUTCOME, SEED, VAL_REL_LLOYD
@@ -28,10 +38,23 @@ PANELS = {"multistep": "init", "length": "n", "mixture_shift": "shift", "family_
 METHODS = {"multistep": ("reembed", "naive")}
 
 
+def reads(ctx: Context) -> list[Want]:
+    """The evaluations the claims read: each probe's of every finished model its figure draws (PROBES: a probe
+    claim's scope is a part of those), and with eval.d32_n the final values at that n of the finished d 32
+    runs in any claim's scope."""
+    probes = [want for name in PANELS for want in evaluations_of(name, scope(ctx.runs, *PROBES[name]))]
+    n = ctx.settings.d32_n
+    if n is None:
+        return probes
+    scoped = pd.concat([scope(ctx.runs, *record.scope) for record in CLAIMS if record.scope is not None])
+    d32 = scoped[(scoped[D] == D32) & (scoped[OUTCOME] == FINISHED)] if D in scoped else scoped[:0]
+    return probes + [("final", run_id, n) for run_id in dict.fromkeys(d32["run_id"])]
+
+
 def probe_rows(ctx: Context, runs: pd.DataFrame, evaluation: str) -> pd.DataFrame:
-    """Per-seed rows of `evaluation` for these runs (cached evaluations): one series per configuration, panels
-    '<column>=<value>', and a diverged model counted as +inf at every panel and step (it beats nothing); a
-    model row's `config` names its configuration (scopes.config_of), Lloyd's is None."""
+    """Per-seed rows of `evaluation` for these runs (their evaluations as read): one series per configuration,
+    panels '<column>=<value>', and a diverged model counted as +inf at every panel and step (it beats
+    nothing); a model row's `config` names its configuration (scopes.config_of), Lloyd's is None."""
     labels, _ = series_labels(runs, varying(runs) or [EMB])
     column = PANELS[evaluation]
     frames = []
@@ -63,7 +86,7 @@ def _probe(ctx: Context) -> Callable[[pd.DataFrame, str], tuple[pd.DataFrame, st
 
 def _history(ctx: Context) -> Callable[[pd.DataFrame], pd.DataFrame]:
     def points(runs: pd.DataFrame) -> pd.DataFrame:
-        h = ctx.histories()
+        h = ctx.histories
         return h[(h["key"] == VAL_REL_LLOYD) & h["run_id"].isin(runs["run_id"])][["run_id", "step", "value"]]
 
     return points
@@ -71,7 +94,7 @@ def _history(ctx: Context) -> Callable[[pd.DataFrame], pd.DataFrame]:
 
 def _final(ctx: Context) -> Callable[[pd.DataFrame], tuple[pd.DataFrame, str]] | None:
     """Runs -> (the same runs, their finished d 32 ones' final metrics measured at n eval.d32_n on fresh tasks
-    from each last checkpoint (checkpoint_eval.final, cached), why some are missing); None when eval.d32_n is
+    from each last checkpoint (checkpoint_eval.final, as read), why some are missing); None when eval.d32_n is
     null. Other runs keep the values they logged at their training n."""
     n = ctx.settings.d32_n
     if n is None:
@@ -81,7 +104,7 @@ def _final(ctx: Context) -> Callable[[pd.DataFrame], tuple[pd.DataFrame, str]] |
         runs, failed = runs.copy(), []
         for i, run in runs[(runs[D] == D32) & (runs[OUTCOME] == FINISHED)].iterrows():
             try:
-                values = ctx.evaluator("final", run, n=n).set_index("metric")["value"]
+                values = ctx.evaluation("final", run, n=n).set_index("metric")["value"]
             except (FileNotFoundError, ValueError) as err:  # no checkpoint; tasks of n it cannot have (n < k)
                 runs.loc[i, list(FINAL_METRICS)] = math.nan  # not judged, never read as logged at another n
                 failed.append(f"{run['run_id']}: {err}")

@@ -9,7 +9,7 @@ judged, on `sweep=lite32`'s runs).
 
 from __future__ import annotations
 
-from analysis.claims import judges
+import analysis.claims.judges as judges
 from analysis.claims.evidence import Record
 from analysis.claims.grid import setting
 from analysis.claims.scopes import EMB, EMBEDDED, FAMILY, OTHER_FAMILIES, TAU, D, K, transfer_from, within

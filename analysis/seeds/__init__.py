@@ -24,10 +24,10 @@ import pandas as pd
 
 from analysis.checkpoint_eval import EvalSettings
 from analysis.claims.evidence import Claim
-from analysis.claims.from_context import check
+from analysis.claims.from_context import check, reads
 from analysis.claims.table import write_csv, write_markdown
 from analysis.cli import expected_sizes, job_config, options_help, parse
-from analysis.context import Context
+from analysis.read import read
 from analysis.runs import NoRuns, load_runs
 from analysis.seeds import record, sweep_file
 from analysis.seeds.plan import Key, Wanted, need, plan_round
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
             return 0
     settings_eval = EvalSettings.of(own["eval"])
     extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
-    ctx = Context.build(uri, experiment, runs, settings_eval, report, expected=expected_sizes(), **extra)
+    ctx = read(uri, experiment, runs, settings_eval, report, reads, expected=expected_sizes(), **extra)
     claims = check(ctx)
     write_markdown(claims, folder)
     write_csv(claims, folder)

@@ -10,26 +10,9 @@ from mlflow.tracking import MlflowClient
 
 from config import grid
 from config.compose import compose
-from config.identity import run_overrides
 from tracking.names import METRICS, TRAIN_LOSS
 from tracking.recorder import MemoryRecorder
 from training.loop import train
-
-
-def point_counts(client: MlflowClient, runs: list, overrides: list[str]) -> tuple[int, int, int]:
-    """(points stored, duplicated, lost) over `runs`, each against the points its configuration logs once.
-
-    overrides: the sweep's base overrides; a run's own configuration comes from its params.
-    """
-    stored = duplicated = lost = 0
-    for run in runs:
-        want = expected_counts(compose([*overrides, *run_overrides(run.data.params)]))
-        for key, points in histories(client, run.info.run_id).items():
-            steps = [s for s, _ in points]
-            stored += len(steps)
-            duplicated += len(steps) - len(set(steps))
-            lost += max(want[key] - len(set(steps)), 0)
-    return stored, duplicated, lost
 
 
 def histories(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
