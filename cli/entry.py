@@ -82,12 +82,14 @@ def command(
     show_config: Callable[[list[str]], str],
     options: Callable[[], str] | None = None,
     own_options: bool = False,
+    flags: tuple[str, ...] = (),
 ) -> Callable[[Main], Callable[[list[str] | None], int]]:
     """Decorate a command's main; `script` is its console-script name (pyproject.toml's [project.scripts]).
 
     `show_config(words)` gives `--cfg job`'s text from the line's other words (the training config's:
     config.help.composed_config). `options()` gives --help's list of the command's keys (the training
     config's groups: config.help.config_groups); a command with own_options has argparse's --help instead.
+    `flags`: flags of the command's own that main gets among the words (the sweep's --yes).
     """
 
     def wrap(main: Main) -> Callable[[list[str] | None], int]:
@@ -108,7 +110,7 @@ def command(
             try:
                 words, dirs = _config_dirs(words)
                 with _searched_first(dirs):
-                    words = _answer_flags(words, main, script, own_options, show_config, options)
+                    words = _answer_flags(words, main, script, own_options, show_config, options, flags)
                     return main(words)
             except Answered as answer:
                 print(answer.text, file=sys.stdout if answer.code == 0 else sys.stderr)
@@ -200,10 +202,12 @@ def _answer_flags(
     own_options: bool,
     show_config: Callable[[list[str]], str],
     options: Callable[[], str] | None,
+    flags: tuple[str, ...] = (),
 ) -> list[str]:
-    """The words main gets; raises Answered for --help, --cfg job and unsupported flags."""
+    """The words main gets (`flags` among them); raises Answered for --help, --cfg job and unsupported
+    flags."""
     if not own_options and any(w in HELP_FLAGS for w in words):
-        raise Answered(usage(main, script, options), 0)
+        raise Answered(usage(main, script, options, flags), 0)
     rest, show, i = [], False, 0
     while i < len(words):
         word = words[i]
@@ -224,7 +228,7 @@ def _answer_flags(
                 f"error: not supported: {flag} (a flag of Hydra's own command line): {HYDRA_FLAGS[flag]}",
                 exit_codes.CONFIG,
             )
-        if word.startswith("-") and not own_options:
+        if word.startswith("-") and not own_options and word not in flags:
             raise Answered(
                 f"error: not supported: {word}: the arguments are key=value overrides; {_SEE_HELP}",
                 exit_codes.CONFIG,
@@ -236,12 +240,13 @@ def _answer_flags(
     return rest
 
 
-def usage(main: Main, script: str, options: Callable[[], str]) -> str:
+def usage(main: Main, script: str, options: Callable[[], str], flags: tuple[str, ...] = ()) -> str:
     """--help: how to call the command, what it does (its module's docstring), its options, the exit codes."""
     module = sys.modules[main.__module__]
     name = getattr(module.__spec__, "name", main.__module__)
+    own = "".join(f" [{flag}]" for flag in flags)
     lines = [
-        f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {name} ...)",
+        f"usage: {script} [key=value ...] [--cfg job]{own}   (or: python -m {name} ...)",
         "",
         about(module.__doc__),
         "",

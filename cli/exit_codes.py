@@ -27,9 +27,20 @@ class ExitCode:
     raised_as: str = ""  # "module.Class" of the CommandError that ends a command with this code (docs)
 
 
-OK, FAILED, CONFIG, DIVERGED, TRACKING, CHECKPOINT, CLUSTER, NO_RUNS, LOCKED, NO_SUCH_RUN, PREFLIGHT = range(
-    11
-)
+(
+    OK,
+    FAILED,
+    CONFIG,
+    DIVERGED,
+    TRACKING,
+    CHECKPOINT,
+    CLUSTER,
+    NO_RUNS,
+    LOCKED,
+    NO_SUCH_RUN,
+    PREFLIGHT,
+    NOT_CONFIRMED,
+) = range(12)
 # 75: EX_TEMPFAIL of sysexits.h, "try again later": what a batch system's requeue or a retry loop looks for.
 BUDGET_STOP = 75
 SIGINT_STOP, SIGPIPE_STOP, SIGTERM_STOP = 130, 141, 143  # 128 + the signal's number, as shells report it
@@ -90,6 +101,12 @@ TABLE = (
         "sweeper.errors.PreflightFailed",
     ),
     ExitCode(
+        NOT_CONFIRMED,
+        "a sweep above sweep.confirm_trials or sweep.confirm_hours not confirmed: answered no, or no "
+        "terminal to ask (--yes or sweep.confirm=false launches it); nothing started or recorded (sweep)",
+        "sweeper.errors.NotConfirmed",
+    ),
+    ExitCode(
         BUDGET_STOP,
         "stopped at its time budget (cluster.time_budget_s): running trials keep their last checkpoint; "
         "the same command goes on (sweep)",
@@ -97,7 +114,7 @@ TABLE = (
     ExitCode(
         SIGINT_STOP,
         "stopped by SIGINT (Ctrl-C): running trials keep their last checkpoint; the same command "
-        "resumes them (sweep)",
+        "resumes them; a second Ctrl-C ends the driver at once, its open runs marked KILLED (sweep)",
     ),
     ExitCode(
         SIGPIPE_STOP,

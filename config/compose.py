@@ -223,7 +223,10 @@ def _as_list(key: str, value: object) -> str:
 
 
 def _unknown_key(schema: type, key: str, parent: str) -> str:
-    """'unknown key 'lr': did you mean optim.lr? allowed keys are ...' (the keys under `parent`)."""
+    """'unknown key 'lr': did you mean optim.lr? allowed keys are ...' (the keys under `parent`); beneath a
+    mapping of the user's own keys (sweep.axes, sweep.search.space), how to add one."""
+    if typing.get_origin(_schema_type(schema, parent)) is dict:
+        return f"unknown key {key!r}: {parent} holds keys of your own; add one with +{key}=..."
     found = [k for k in keys_named(key.rsplit(".", 1)[-1], schema) if k != key]
     hint = f"did you mean {' or '.join(found)}? " if found else ""
     return f"unknown key {key!r}: {hint}allowed keys are {', '.join(_keys_of(schema, parent))}"

@@ -26,9 +26,14 @@ from omegaconf.errors import OmegaConfBaseException
 from config.compose import compose, compose_sweep, keys_named, trial_words
 from config.identity import configuration_name, format_value, seed_identities
 from config.schema import ConfigError
+from config.search import Search, declared
 from config.validate import validate
 
-SWEEP_KEYS = ("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids")
+SWEEP_KEYS = (
+    *("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids"),
+    *("confirm", "confirm_trials", "confirm_hours"),  # sweeper.confirm: asked before a large sweep
+    *("asha", "search"),  # ASHA's settings (sweeper.tune), a random search (config.search)
+)
 SCHEDULERS = ("none", "asha")
 
 
@@ -74,6 +79,7 @@ class Plan:
     subgrids: tuple[Subgrid, ...]
     configurations: tuple[Configuration, ...]
     seeds: tuple[int, ...]
+    search: Search | None = None  # the random search that drew the configurations from the grid's
 
     @property
     def job_count(self) -> int:
@@ -93,6 +99,8 @@ class Plan:
     def table(self) -> str:
         rows = [("sub-grid", "axes", "count")]
         rows += [(g.name, " x ".join(f"{a}({c})" for a, c in g.axes), str(g.size)) for g in self.subgrids]
+        if self.search:
+            rows.append(("search", self.search.describe(), f"x{self.search.samples}"))
         rows.append(("union", "distinct configurations", str(len(self.configurations))))
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows)
@@ -203,16 +211,18 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
     _refuse_overwritten(name, spec, axes, command_line)
     fixed = fixed_values(spec, command_line)
     seeds = _seeds(name, spec.get("seeds"))
+    search = _search(name, spec, axes, fixed, command_line)
     subgrids, union = [], {}
     for sub in spec.get("subgrids") or []:
         grid, points = _points(name, sub, axes)
         subgrids.append(grid)
         for point in points:
-            overrides = {**baseline, **point, **fixed}
-            key = tuple(sorted(overrides.items()))  # 1 and 1.0 are one value, as in the config
-            names = union.setdefault(key, (overrides, []))[1]
-            if grid.name not in names:
-                names.append(grid.name)
+            grid_point = {**baseline, **point, **fixed}
+            for overrides in search.draws(grid_point) if search else [grid_point]:
+                key = tuple(sorted(overrides.items()))  # 1 and 1.0 are one value, as in the config
+                names = union.setdefault(key, (overrides, []))[1]
+                if grid.name not in names:
+                    names.append(grid.name)
     if not union:
         _fail(
             name,
@@ -220,7 +230,19 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
             "the grid is empty: name at least one sub-grid with at least one value per axis",
         )
     configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
-    return Plan(name, tuple(subgrids), configurations, seeds)
+    return Plan(name, tuple(subgrids), configurations, seeds, search)
+
+
+def _search(
+    name: str, spec: dict, axes: dict[str, str], fixed: dict[str, Any], command_line: frozenset[str]
+) -> Search | None:
+    """The sweep's random search (config.search), its drawn axes set by nothing else in every trial."""
+    held = dict.fromkeys(command_line, "the command line")
+    held.update(dict.fromkeys(fixed, "sweep.fixed"))
+    for sub in spec.get("subgrids") or []:
+        for axis in (a for a in sub if a != "name"):
+            held.update(dict.fromkeys(_axis_keys(name, axes, axis), f"sub-grid {sub.get('name')!r}"))
+    return declared(name, spec.get("search") or {}, lambda axis: _axis_keys(name, axes, axis), held)
 
 
 def override_key(override: str) -> str:

@@ -174,7 +174,17 @@ def sweep_table(sweep: str = "paper") -> list[str]:
     lines = ["| key | value in `sweep=paper` | meaning |", "|---|---|---|"]
     for name, value in node.items():
         lines.append(f"| `sweep.{name}` | {_cell(_show(value))} | {_cell(comments.get(name, ''))} |")
+        for child, inner in _settings(name, value, comments):  # a group of settings (asha): a row each
+            meaning = comments[f"{name}.{child}"]
+            lines.append(f"| `sweep.{name}.{child}` | {_cell(_show(inner))} | {_cell(meaning)} |")
     return lines
+
+
+def _settings(name: str, value: object, comments: dict[str, str]) -> list[tuple[str, object]]:
+    """The keys of a sweep's mapping that the file comments one by one (its settings), else none (axes)."""
+    if not isinstance(value, dict):
+        return []
+    return [(child, inner) for child, inner in value.items() if comments.get(f"{name}.{child}")]
 
 
 def generate() -> str:

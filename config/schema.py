@@ -138,17 +138,40 @@ class ClusterConfig:
 
 
 @dataclass
+class AshaConfig:
+    """sweep.asha: Ray Tune's ASHAScheduler (sweeper.tune.scheduler_of) when sweep.scheduler=asha."""
+
+    grace_period: Optional[int] = MISSING
+    reduction_factor: float = MISSING
+    brackets: int = MISSING
+
+
+@dataclass
+class SearchConfig:
+    """sweep.search: a random search over declared ranges (config.search)."""
+
+    samples: int = MISSING
+    seed: int = MISSING
+    space: Dict[str, Any] = MISSING
+
+
+@dataclass
 class SweepConfig:
     """The keys of a sweep (conf/sweep/*.yaml); config.grid checks what types cannot."""
 
     name: str = MISSING
     dry_run: bool = MISSING
     scheduler: str = MISSING
+    asha: AshaConfig = MISSING
+    search: SearchConfig = MISSING
     axes: Dict[str, str] = MISSING
     baseline: Dict[str, Any] = MISSING
     seeds: List[Any] = MISSING
     fixed: Dict[str, Any] = MISSING
     subgrids: List[Any] = MISSING
+    confirm: bool = MISSING
+    confirm_trials: Optional[int] = MISSING
+    confirm_hours: Optional[float] = MISSING
 
 
 @dataclass

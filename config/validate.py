@@ -53,6 +53,8 @@ def validate(cfg: DictConfig, trial: bool = False) -> None:
     _require(0 <= cfg.seed < 2**63, "seed", cfg.seed, "an integer in [0, 2**63)")
     _tracking(cfg)
     _cluster(cfg)
+    if cfg.sweep is not None:
+        _search_settings(cfg.sweep)
     _storage(c)
     _cost(c)
     if trial:
@@ -98,6 +100,26 @@ def _cluster(cfg: DictConfig) -> None:
             c.time_budget_s,
             "null (no budget) or a number of seconds > 0, finite",
         )
+
+
+def _search_settings(s: DictConfig) -> None:
+    """ASHA's settings and the random search's counts (its space is config.search's, which knows the axes)."""
+    a = s.asha
+    _require(
+        a.grace_period is None or a.grace_period >= 1,
+        "sweep.asha.grace_period",
+        a.grace_period,
+        "null (ten evaluations) or an integer >= 1 (training steps)",
+    )
+    _require(
+        1 < a.reduction_factor < math.inf,
+        "sweep.asha.reduction_factor",
+        a.reduction_factor,
+        "a number > 1, finite",
+    )
+    _at_least("sweep.asha.brackets", a.brackets, 1)
+    _at_least("sweep.search.samples", s.search.samples, 0)
+    _at_least("sweep.search.seed", s.search.seed, 0)
 
 
 def _storage(c: DictConfig) -> None:

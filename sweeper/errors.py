@@ -27,3 +27,9 @@ class PreflightFailed(RuntimeError, exit_codes.CommandError):
     """The preflight (sweeper.preflight) found faults on the sweep's cluster; its table named each one."""
 
     exit_code = exit_codes.PREFLIGHT
+
+
+class NotConfirmed(RuntimeError, exit_codes.CommandError):
+    """A sweep above its confirmation thresholds (sweeper.confirm) that was not confirmed: nothing started."""
+
+    exit_code = exit_codes.NOT_CONFIRMED

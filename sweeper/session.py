@@ -15,13 +15,16 @@
   SIGINT/SIGTERM, its time budget spent, or a failed write. At its end it writes what is left (for at most
   STOP_DRAIN_S after a stop), raises a write's error, records the rate of this allocation on the parent run
   (rate_line: the next allocation's outlook, sweeper.budget.outlook), and finishes the parent run, or, after
-  a stop, marks the runs still training KILLED and prints the sweep's account (sweeper.stop.stopped).
+  a stop, marks the runs still training KILLED and prints the sweep's account (sweeper.stop.stopped). A
+  second signal ends it at once (end_now): the runs still open and the parent KILLED, the events not yet
+  written dropped (a resume replays them from the last recorded checkpoint).
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import shlex
 import sys
 import threading
 import time
@@ -38,7 +41,7 @@ from sweeper.budget import Account, duration
 from sweeper.driver_only import DriverOnly
 from sweeper.hold import Hold
 from sweeper.outage import PatientClient
-from sweeper.stop import STOP_DRAIN_S, Halt, stopped
+from sweeper.stop import END_NOW_S, STOP_DRAIN_S, Halt, stopped
 from sweeper.trial import PAYLOAD
 from sweeper.work import TrialId, Work
 from sweeper.writer import MlflowWriter
@@ -133,6 +136,9 @@ class Session(DriverOnly, tune.Callback):
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
         self.error: Exception | None = None
         self.thread: threading.Thread | None = None
+        self.applying = threading.Lock()  # held by the writing thread while it applies an event
+        self.cut = threading.Event()  # a second signal: no more events applied (end_now)
+        self.client = hold.client  # the store's own, which waits out no outage: end_now's
         patient = PatientClient(hold.client, hold.uri, outage_s, waiting=self.events.qsize)
         self.writer = MlflowWriter(
             patient,
@@ -175,7 +181,9 @@ class Session(DriverOnly, tune.Callback):
         self._try(self.writer.flush)  # points whose checkpoint never came (a stop, a trial's error)
 
     def _try(self, event: Callable[[], None]) -> None:
-        if self.error is None:
+        with self.applying:
+            if self.error is not None or self.cut.is_set():
+                return
             start = time.perf_counter()
             try:
                 event()
@@ -239,6 +247,27 @@ class Session(DriverOnly, tune.Callback):
             for run_id in [*interrupted, self.parent_id]:
                 writer.client.set_terminated(run_id, "KILLED")
 
+    def end_now(self, argv: list[str]) -> None:
+        """At a second signal (sweeper.stop.Halt): no event applied after the one in hand, then the runs still
+        open and the parent marked KILLED through the store's own client, and the command that resumes the
+        sweep printed."""
+        self.cut.set()
+        self.applying.acquire(timeout=END_NOW_S / 2)  # the event in hand first: a run it opens is ended too
+        runs = [*self.writer.interrupted(), self.parent_id]
+        marked = 0
+        for run_id in runs:
+            try:
+                self.client.set_terminated(run_id, "KILLED")
+                marked += 1
+            except Exception:  # noqa: BLE001 - whatever the store answers, the driver ends now
+                pass
+        print(
+            f"sweep {self.sweep} ended by a second signal: {marked} of its {len(runs)} open runs (the "
+            "parent's included) marked KILLED; trials resume from their last recorded checkpoint.\nResume "
+            f"with the same command:\n  {shlex.join(argv)}",
+            flush=True,
+        )
+
     def account_now(self) -> Account:
         """The sweep's account now: the ledger's, with what ended and checkpointed in this session."""
         a, w = self.account, self.writer
@@ -279,7 +308,7 @@ def recording(hold: Hold, sweep: Sweep, argv: list[str], work: Work, halt: Halt)
     session = Session(hold, work, halt, cfg.tracking.outage_s, cfg.cluster.storage)
     parent_run.open_parent(hold.client, hold.parent_id, sweep, argv, session.earlier)
     session.start()
-    with session.halt.on_signals():
+    with session.halt.on_signals(lambda: session.end_now(argv)):  # a second signal during end() too
         yield session
         applied = session.close(STOP_DRAIN_S if session.halt.stopped else None)
-    session.end(applied, argv)
+        session.end(applied, argv)

@@ -6,7 +6,9 @@ Tune stops the running trials without completing them, so their runs keep no
 outcome and their last recorded checkpoint (one per report, at most
 train.eval_every x cluster.report_every steps back). The driver then writes what the trials reported
 (for at most STOP_DRAIN_S), marks those runs KILLED and prints the command that
-resumes them: the same one. A second signal kills the driver at once. Halt
+resumes them: the same one. A second signal ends the driver at once, within END_NOW_S: the session marks the
+runs still open, the trials' and the parent, KILLED (what it had not yet written is lost; the next start
+replays it from the last recorded checkpoint), and a third ends it without waiting for that. Halt
 also ends the run when the sweep's session failed to write (sweeper.session). The driver makes it before
 Ray starts: a budget already spent then ends the sweep there (Halt.spent_before_start), nothing begun.
 """
@@ -17,8 +19,11 @@ import contextlib
 import os
 import shlex
 import signal
+import sys
 import threading
+from typing import Callable
 
+import psutil
 from ray.tune.stopper import Stopper
 
 from cli import exit_codes
@@ -26,6 +31,7 @@ from sweeper.budget import Account, Budget
 from sweeper.driver_only import DriverOnly
 
 STOP_DRAIN_S = 60.0  # after a signal or the budget, how long the driver still writes what the trials reported
+END_NOW_S = 10.0  # after a second signal, how long the driver may take to mark its open runs KILLED
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -35,6 +41,8 @@ class Halt(DriverOnly, Stopper):
         self.budget = budget
         self.signal: int | None = None
         self.out_of_time = False  # the budget was spent while the sweep ran
+        self.ending: Callable[[], None] | None = None  # at a second signal (on_signals): the runs ended
+        self.ending_now = False  # a second signal came
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False  # trials end when their training does
@@ -75,28 +83,50 @@ class Halt(DriverOnly, Stopper):
         return f"at its time budget ({self.budget.seconds:g} s)"
 
     def _caught(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.ending_now:  # a third: the driver ends without waiting for the store
+            os._exit(128 + signum)
+        if self.signal is not None:
+            self.ending_now = True
+            print(f"sweep: {name} again: ending the driver now, its open runs marked KILLED", flush=True)
+            # Off the main thread, which a handler interrupts anywhere (in a write to the store, say).
+            threading.Thread(target=self._end_now, args=(signum,), name="end-now", daemon=True).start()
+            return
         self.signal = signum
         print(
-            f"sweep: {signal.Signals(signum).name} received: stopping the trials at their last checkpoint "
-            "(another signal kills the driver now)",
+            f"sweep: {name} received: stopping the trials at their last checkpoint (another signal ends the "
+            "driver now)",
             flush=True,
         )
-        signal.signal(signum, signal.SIG_DFL)
+
+    def _end_now(self, signum: int) -> None:
+        """After a second signal: the runs ended (Halt.ending, for at most END_NOW_S), then the process and
+        its own children (a local Ray instance's daemons and workers, which ray.shutdown would have ended)."""
+        marking = threading.Thread(target=self.ending or (lambda: None), name="end-runs", daemon=True)
+        marking.start()
+        marking.join(END_NOW_S)
+        sys.stdout.flush()
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        os._exit(128 + signum)  # Tune's own stop of the trials is what a second signal cuts short
 
     @contextlib.contextmanager
-    def on_signals(self):
+    def on_signals(self, ending: Callable[[], None]):
         """Catch SIGINT and SIGTERM while the sweep runs (only the main thread can; a caller's thread keeps
-        its own)."""
+        its own); `ending` marks the session's open runs KILLED at a second signal."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        self.ending = ending
         previous = {s: signal.signal(s, self._caught) for s in SIGNALS}
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own handler would replace this one
         try:
             yield
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            if self.signal is None:  # else a stop is on: a later signal still ends the driver at once
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
 
 
 def stopped(

@@ -16,7 +16,12 @@ Exit codes: the table of cli/exit_codes.py (0 every trial ended, 1 some trials f
 retries: start again to retry them, 2 rejected configuration, 4 tracking store unreachable at the start or
 for longer than tracking.outage_s mid-sweep, 8 another driver runs this sweep, 75 stopped at its time budget
 (cluster.time_budget_s), 130/143 stopped by SIGINT/SIGTERM: running trials keep their last checkpoint and the
-same command resumes them, ...).
+same command resumes them (a second one ends the driver at once, its open runs KILLED), 11 a sweep above
+sweep.confirm_trials or sweep.confirm_hours not confirmed, ...).
+
+Above sweep.confirm_trials trials or sweep.confirm_hours device-hours the sweep asks before it launches (y/N
+on a terminal; without one it refuses, exit 11): `--yes` (or sweep.confirm=false) launches it unasked, as
+scripts and batch jobs do. A resume of a sweep launched before at its size does not ask again.
 
 With a SQLite store, the store's folder is the sweep's home: it holds the store, the artifacts,
 and Ray's storage with the trials' checkpoints; move it, copy it or archive it (python -m sweeper.archive),
@@ -31,17 +36,18 @@ from cli import console
 from cli.entry import as_typed, command
 from config.grid import load  # here too: tests and sweeper.scale_probe load a sweep as this command does
 from config.help import composed_config, config_groups
-from sweeper import cost
+from sweeper import confirm, cost
 from sweeper.timeline import drive
 
 
-@command("leaner-sweep", show_config=composed_config, options=config_groups)
+@command("leaner-sweep", show_config=composed_config, options=config_groups, flags=(confirm.YES,))
 def main(argv: list[str]) -> int:
     console.outlive_readers()  # a stop in progress outlives a reader that left (`| tee`, Ctrl-C to both)
-    sweep = load(argv)
+    sweep = load([word for word in argv if word != confirm.YES])
     cfg, plan = sweep.cfg, sweep.plan
+    confirm.thresholds(cfg.sweep)  # a bad one refused by the dry run too
     print(plan.table())
-    print(*cost.preview(cfg, plan), sep="\n")
+    print(*cost.preview(cfg, plan), confirm.eta(cfg, plan), sep="\n")
     if cfg.cluster.pack == "seeds":
         print(
             f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
@@ -50,6 +56,7 @@ def main(argv: list[str]) -> int:
     print(plan.summary(), flush=True)  # the plan's last line (docs/science.md section 8)
     if cfg.sweep.dry_run:
         return 0
+    confirm.check(sweep, confirm.YES in argv)  # before the store or Ray: refused, nothing is left behind
     return drive(sweep, as_typed(argv, "sweeper.sweep")).exit_code
 
 

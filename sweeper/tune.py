@@ -98,10 +98,17 @@ def scheduler_of(cfg: DictConfig, plan: Plan):
     # The trials' own values: a sweep's `fixed` keys and axes override the base configuration's.
     steps = max(c.overrides.get("train.steps", cfg.train.steps) for c in plan.configurations)
     every = max(c.overrides.get("train.eval_every", cfg.train.eval_every) for c in plan.configurations)
-    # Decisions from ten evaluations on: early validation ratios say little. max_t lies past the last
-    # evaluation: a trial ends when its training does (its last report carries the outcomes), never by ASHA
-    # at its last step, which would race that report.
-    return ASHAScheduler(time_attr=STEP, max_t=steps + every, grace_period=min(10 * every, steps))
+    # By default decisions from ten evaluations on: early validation ratios say little. max_t lies past the
+    # last evaluation: a trial ends when its training does (its last report carries the outcomes), never by
+    # ASHA at its last step, which would race that report.
+    a = cfg.sweep.asha
+    return ASHAScheduler(
+        time_attr=STEP,
+        max_t=steps + every,
+        grace_period=min(10 * every, steps) if a.grace_period is None else a.grace_period,
+        reduction_factor=a.reduction_factor,
+        brackets=a.brackets,
+    )
 
 
 def trial_name(trial) -> str:

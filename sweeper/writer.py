@@ -39,9 +39,9 @@ from tracking.names import (
     MLFLOW_PARENT_RUN_ID,
     OUTCOME,
     PACK,
+    PRUNED,
     SEED,
     STATUS,
-    STOPPED,
     SUBGRIDS,
     SWEEP,
     TUNE_CHECKPOINT,
@@ -247,13 +247,14 @@ class MlflowWriter:
             self._collect(old)
 
     def complete(self, trial: str) -> None:
-        """A trial ended; its jobs still without an outcome were stopped by the scheduler."""
+        """A trial ended; its jobs still without an outcome were stopped by the scheduler (ASHA): pruned,
+        their runs FINISHED (tracking.names.STATUS), and never run again (the ledger)."""
         for key in self._keys(trial):
             if key in self.runs and key not in self.outcomes:
-                self.pending.setdefault(key, Batch()).tags.append(RunTag(OUTCOME, STOPPED))
+                self.pending.setdefault(key, Batch()).tags.append(RunTag(OUTCOME, PRUNED))
                 self._flush(key)
-                self.client.set_terminated(self.runs[key], STATUS[STOPPED])
-                self.outcomes[key] = STOPPED
+                self.client.set_terminated(self.runs[key], STATUS[PRUNED])
+                self.outcomes[key] = PRUNED
                 self._release(key)
 
     def recovered(self, trial: str) -> None:

@@ -51,7 +51,10 @@ def test_help_anywhere_prints_the_usage_and_exits_0(script, where, capsys):
     code, out, err = run_main(HYDRA_COMMANDS[script], argv, capsys)
     assert code == 0 and err == ""
     module = SCRIPTS[script].split(":")[0]
-    assert out.startswith(f"usage: {script} [key=value ...] [--cfg job]   (or: python -m {module} ...)\n")
+    own = " [--yes]" if script == "leaner-sweep" else ""  # the sweep's one flag of its own (sweeper.confirm)
+    assert out.startswith(
+        f"usage: {script} [key=value ...] [--cfg job]{own}   (or: python -m {module} ...)\n"
+    )
     assert "  7  nothing to analyse: no training runs in the chosen experiment (report, claims)\n" in out
 
 
@@ -177,8 +180,8 @@ def test_hydra_flags_we_do_not_support_say_so_in_one_line(script, flags, message
         (["tracking=srv"], "error: tracking=srv is not allowed: choose one of local, server"),
         (
             ["sweep.dryrun=true"],
-            "error: unknown key 'sweep.dryrun': allowed keys are name, dry_run, scheduler, axes, "
-            "baseline, seeds, fixed, subgrids",
+            "error: unknown key 'sweep.dryrun': allowed keys are name, dry_run, scheduler, asha, search, "
+            "axes, baseline, seeds, fixed, subgrids, confirm, confirm_trials, confirm_hours",
         ),
         (["sweep.dry_run=maybe"], "error: sweep.dry_run='maybe' is not allowed: true or false"),
         (

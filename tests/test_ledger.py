@@ -31,7 +31,7 @@ from tracking.names import (
     DIVERGED,
     FINISHED,
     OUTCOME,
-    STOPPED,
+    PRUNED,
     SWEEP,
     TUNE_CHECKPOINT,
 )
@@ -93,12 +93,12 @@ def test_read_continues_a_jobs_latest_unfinished_run():
 
 def test_earlier_counts_each_job_once_with_its_first_outcome_in_ended():
     """A job run twice (a rerun carries its config_hash too) counts once in the parent's trial counts, with
-    the first of its outcomes in ENDED's order (finished, diverged, stopped); jobs not asked about, and jobs
+    the first of its outcomes in ENDED's order (finished, diverged, pruned); jobs not asked about, and jobs
     without an outcome, not at all."""
     runs = [
         job_run("a-1", 1000, "a", "FAILED", **{OUTCOME: DIVERGED}),
         job_run("a-2", 2000, "a", "FINISHED", **{OUTCOME: FINISHED}),
-        job_run("b-1", 1000, "b", "KILLED", **{OUTCOME: STOPPED}),
+        job_run("b-1", 1000, "b", "FINISHED", **{OUTCOME: PRUNED}),
         job_run("b-2", 2000, "b", "FAILED", **{OUTCOME: DIVERGED}),
         job_run("c-1", 1000, "c", "FINISHED", **{OUTCOME: FINISHED}),  # not one of the keys asked about
         job_run("d-1", 1000, "d"),  # unfinished
@@ -112,12 +112,12 @@ def test_read_counts_a_run_left_running_with_an_outcome_as_done_and_closes_it():
     not continued, and the run is to be closed with its outcome's status (tracking.names.STATUS)."""
     runs = [
         job_run("div", 1000, "d", **{OUTCOME: DIVERGED}),
-        job_run("stop", 1000, "s", **{OUTCOME: STOPPED}),
+        job_run("pruned", 1000, "s", **{OUTCOME: PRUNED}),
         job_run("fin", 1000, "f", "FINISHED", **{OUTCOME: FINISHED}),  # closed: nothing to do
     ]
     for ledger in both_orders(runs):
         assert ledger.done == {"d", "s", "f"} and ledger.unfinished == {}
-        assert ledger.unclosed == {"div": "FAILED", "stop": "KILLED"}
+        assert ledger.unclosed == {"div": "FAILED", "pruned": "FINISHED"}  # pruned: not a failure
 
 
 def test_read_continues_a_run_from_its_own_checkpoint_only():
@@ -199,12 +199,13 @@ def test_a_hold_closes_a_run_left_running_with_an_outcome_and_skips_its_job(sqli
     assert hold.pending == [other]
 
 
-def test_a_hold_never_resumes_a_finished_job(sqlite_uri):
-    """A job a plain `sweeper.train` finished, with a later run of this sweep left open: the job is done,
-    neither pending nor continued."""
+@pytest.mark.parametrize("outcome", [FINISHED, PRUNED])
+def test_a_hold_never_resumes_a_finished_or_pruned_job(sqlite_uri, outcome):
+    """A job a plain `sweeper.train` finished, or one ASHA stopped (pruned, its run FINISHED), with a later
+    run of this sweep left open: the job is done, neither pending nor continued."""
     client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
     done, other = hold.jobs
-    trained = stored(client, hold, 1000, **{CONFIG_HASH: done.key, OUTCOME: FINISHED})
+    trained = stored(client, hold, 1000, **{CONFIG_HASH: done.key, OUTCOME: outcome})
     client.set_terminated(trained, "FINISHED")
     stored(client, hold, 2000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: done.key, TUNE_CHECKPOINT: "/ckpt/1"})
     hold = new_hold(sqlite_uri)

@@ -24,7 +24,7 @@ from support.once import assert_every_job_once, assert_every_job_once_every_poin
 from support.repo import REPO
 from support.sweeps import children, most_at_once, sweep_jobs
 
-from analysis.runs import load_runs
+from analysis.runs import load_runs, outcome_of
 from sweeper import session
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
@@ -49,9 +49,9 @@ from tracking.names import (
     PLAN_ARTIFACT,
     PLAN_TAGS,
     PLAN_TRIALS_ARTIFACT,
+    PRUNED,
     RERUN_OF,
     SEED,
-    STOPPED,
     SUBGRIDS,
     SWEEP_ARTIFACT,
     TRIAL_COUNTS,
@@ -208,7 +208,7 @@ def check_ui_story(client: MlflowClient, runs: list, trials: list, argv: list[st
         t.name for t in trials
     )
     counts = {outcome: parent.data.metrics[name] for outcome, name in TRIAL_COUNTS.items()}
-    assert counts == {FINISHED: 9, DIVERGED: 3, STOPPED: 0, PENDING: 0}
+    assert counts == {FINISHED: 9, DIVERGED: 3, PRUNED: 0, PENDING: 0}
     pending = [
         m.value
         for m in sorted(
@@ -264,7 +264,9 @@ def test_packed_sweep_one_run_per_model_equal_to_solo(tmp_path, sqlite_uri, capf
 
 def test_asha_stops_packs_and_every_model_ends_once(tmp_path, sqlite_uri, capfd):
     """sweep.scheduler=asha with packs, one trial at a time (so its decisions are deterministic): a pack ASHA
-    stops marks each of its models stopped (MLflow KILLED), the others finish; started again, nothing runs."""
+    stops marks each of its models pruned, its run FINISHED (not FAILED or KILLED, which read as failures),
+    the others finish; the parent run and the report's reading of the runs count them as pruned; started
+    again, nothing runs."""
     uri = sqlite_uri
     # Rungs at step 50 (ten evaluations, sweeper.tune.scheduler_of) of 60; three configurations x 2 seeds.
     overrides = [
@@ -283,10 +285,18 @@ def test_asha_stops_packs_and_every_model_ends_once(tmp_path, sqlite_uri, capfd)
     outcomes: dict[str, set] = {}
     for run in runs:
         outcome = run.data.tags[OUTCOME]
-        assert run.info.status == {FINISHED: "FINISHED", STOPPED: "KILLED"}[outcome]
+        assert run.info.status == "FINISHED", (outcome, run.info.status)
         outcomes.setdefault(run.data.tags[PACK], set()).add(outcome)
     assert all(len(o) == 1 for o in outcomes.values()), outcomes  # a pack ends as one
-    assert sorted(o for (o,) in outcomes.values()) == [FINISHED, STOPPED, STOPPED], outcomes
+    assert sorted(o for (o,) in outcomes.values()) == [FINISHED, PRUNED, PRUNED], outcomes
+    (parent,) = [
+        r
+        for r in MlflowClient(tracking_uri=uri).search_runs([runs[0].info.experiment_id])
+        if r.info.run_id == runs[0].data.tags[MLFLOW_PARENT_RUN_ID]
+    ]
+    assert parent.data.metrics[TRIAL_COUNTS[PRUNED]] == 4 and parent.data.metrics[TRIAL_COUNTS[FINISHED]] == 2
+    read = load_runs(uri, "leaner-clustering", sweep="smoke")
+    assert outcome_of(read).value_counts().to_dict() == {PRUNED: 4, FINISHED: 2}  # as analysis.context reads
     capfd.readouterr()
     assert main(overrides) == 0
     assert "6 of 6 trials already in MLflow; 0 to run" in capfd.readouterr().out

@@ -86,10 +86,12 @@ LAST_CHECKPOINT = "last.pt"
 CURVE_ARTIFACT = "curves.png"
 RESULT_ARTIFACT = "evaluation.csv"  # an evaluation run's result table (analysis.checkpoint_eval)
 
-# Outcome of a sweep's model the ASHA scheduler stopped early (MLflow status KILLED; not run again).
-STOPPED = "stopped"
-ENDED = (FINISHED, DIVERGED, STOPPED)  # outcomes that end a model for good: a sweep never runs it again
-STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", STOPPED: "KILLED"}  # MLflow run status per outcome
+# Outcome of a sweep's model the ASHA scheduler stopped early (sweep.scheduler=asha): not run again, and its
+# run ends FINISHED, as Ray Tune calls a trial its scheduler stopped TERMINATED, not failed (KILLED reads as a
+# failure in the MLflow UI and is left to a stopped sweep's unfinished runs); the outcome tells it apart.
+PRUNED = "pruned"
+ENDED = (FINISHED, DIVERGED, PRUNED)  # outcomes that end a model for good: a sweep never runs it again
+STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", PRUNED: "FINISHED"}  # MLflow run status per outcome
 
 # The parent run of a sweep (tracking.parent_run).
 COMMAND = "command"  # tag: the command line that (last) started the sweep
