@@ -160,7 +160,7 @@ def check_running_job(job: str, home: Path) -> None:
         env = p.environ()
         assert (env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN_PATH"]) == ("token", str(token)), env
         assert f"/tmp/ray-{job}/" in " ".join(p.cmdline()), p.cmdline()
-    port = 20000 + int(job) % 200 * 200
+    port = slurm_support.job_port(int(job))
     listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     assert port in listening, (port, sorted(listening))
 
@@ -287,6 +287,16 @@ def test_the_preflight_of_a_slurm_job_passes_and_names_each_planted_fault(slurm,
     assert "requeue" not in good_out + faults_out  # a preflight's job ends with its own exit code
     # the two jobs ran at once on the same two nodes: Ray's ports and folders, the job's own, did not collide
     assert max(v["StartTime"] for v in views.values()) < min(v["EndTime"] for v in views.values()), views
+
+
+def test_the_jobs_ray_ports_lie_between_rays_defaults_and_the_ephemeral_ports():
+    """Every job's block of Ray ports lies above Ray's default ports (6379, 8265, 10001) and below the ports
+    the kernel hands outgoing connections (this machine's ip_local_port_range, Linux's default 32768-60999):
+    a port there can be taken by any connection before Ray binds it, and the job's head would fail to
+    start."""
+    first, blocks, size = slurm_support.port_block()
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert 10001 < first and first + blocks * size - 1 < min(ephemeral, 32768), (first, blocks, size)
 
 
 def test_the_slurm_script_gives_each_worker_its_cpus_gpus_and_memory():

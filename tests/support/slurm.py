@@ -29,6 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from support.repo import REPO
 from support.servers import free_port
 
 NODES = ("n1", "n2")
@@ -90,14 +91,30 @@ PartitionName=test Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
 """
 
 
+def port_block() -> tuple[int, int, int]:
+    """(first, blocks, size) of docker/slurm/sweep.sbatch's `port0=$((first + SLURM_JOB_ID % blocks * size))`:
+    a job's Ray ports are `size` ports from first + size x (job id mod blocks)."""
+    text = (REPO / "docker" / "slurm" / "sweep.sbatch").read_text()
+    found = re.search(r"^port0=\$\(\((\d+) \+ SLURM_JOB_ID % (\d+) \* (\d+)\)\)", text, re.M)
+    assert found, "docker/slurm/sweep.sbatch sets no port0"
+    first, blocks, size = map(int, found.groups())
+    return first, blocks, size
+
+
+def job_port(job: int) -> int:
+    """The first of a job's Ray ports (its head's GCS port), as the script derives it."""
+    first, blocks, size = port_block()
+    return first + job % blocks * size
+
+
 def first_job_id() -> int:
-    """A job id whose block of Ray ports (docker/slurm/sweep.sbatch: 20000 + 200 x (id mod 200)) is free now:
+    """A job id whose block of Ray ports (docker/slurm/sweep.sbatch, port_block) is free now:
     two clusters of the tests on this machine at once (pytest's workers) would otherwise both number their
     first job 1, and their jobs' Ray ports would collide, as two real jobs' never do on one node."""
     while True:
         job = random.randrange(1000, 1_000_000)
-        base = 20000 + job % 200 * 200
-        if all(port_free(base + offset) for offset in range(0, 200, 10)):
+        base, size = job_port(job), port_block()[2]
+        if all(port_free(base + offset) for offset in range(0, size, 10)):
             return job
 
 
