@@ -123,24 +123,46 @@ def varying(runs: pd.DataFrame) -> list[str]:
     return [key for key in config_keys(runs.columns) if runs[key].astype(str).nunique() > 1]
 
 
-def narrow(runs: pd.DataFrame, keep: list[str], reference: dict = REFERENCE) -> pd.DataFrame:
+def narrow(
+    runs: pd.DataFrame, keep: list[str], reference: dict = REFERENCE
+) -> tuple[pd.DataFrame, list[str]]:
     """Fix every varying config key except `keep` at one value: the reference value, else the nearest, else
-    the commonest."""
+    the commonest. Returns the runs left and the note of the figure that draws them: which of its runs'
+    configurations it draws and why (none when no key was fixed)."""
+    pool, held = runs, []
     for key in [k for k in reference if k in runs] + [k for k in varying(runs) if k not in reference]:
         if key in keep or runs[key].astype(str).nunique() <= 1:
             continue
-        values = runs[key]
-        target = reference.get(key)
-        if target is not None and (values == target).any():
-            chosen = target
-        elif (
-            target is not None and isinstance(target, (int, float)) and pd.api.types.is_numeric_dtype(values)
-        ):
-            chosen = values.iloc[(values - target).abs().argsort().iloc[0]]
-        else:
-            chosen = values.value_counts().sort_index(kind="stable").idxmax()
-        runs = runs[values == chosen]
-    return runs
+        chosen, why = _pick(runs[key], reference.get(key))
+        held.append(f"{key}={chosen} ({why})")
+        runs = runs[runs[key] == chosen]
+    return runs, _drawn(pool, runs, keep, held)
+
+
+def _pick(values: pd.Series, target: object) -> tuple[object, str]:
+    """The value narrow fixes a key at, and why, in words."""
+    if target is not None and (values == target).any():
+        return target, "the reference"
+    if target is not None and isinstance(target, (int, float)) and pd.api.types.is_numeric_dtype(values):
+        nearest = values.iloc[(values - target).abs().argsort().iloc[0]]
+        return nearest, f"the nearest to the reference {target}"
+    return values.value_counts().sort_index(
+        kind="stable"
+    ).idxmax(), "the value most runs have, the first on a tie"
+
+
+def _drawn(pool: pd.DataFrame, runs: pd.DataFrame, keep: list[str], held: list[str]) -> list[str]:
+    """A figure drawing only some of its runs' configurations says so: a silent choice reads as the sweep's
+    result (a user's sweep of extra axes would see one of its configurations as if it were all of them)."""
+    if not held:
+        return []
+    keys = config_keys(pool.columns)
+    drawn, among = (len(frame[keys].drop_duplicates()) for frame in (runs, pool))
+    return [
+        f"draws {drawn} of the {among} configurations of its runs: it compares {', '.join(keep) or 'none'} "
+        f"and holds each other key that varies at one value: {'; '.join(held)}. The reference values are "
+        "conf/'s defaults but loss.tau 0.1; the headline's axes table (axes.csv) compares every value"
+    ]
 
 
 def series_labels(runs: pd.DataFrame, keys: list[str]) -> tuple[pd.Series, dict[str, dict]]:

@@ -52,12 +52,13 @@ def probed(
     runs = scope(ctx.runs, *PROBES[evaluation])
     if (runs["outcome"] == FINISHED).any():
         return runs, []
-    runs = narrow(fallback, keep=keep)
+    runs, drawn = narrow(fallback, keep=keep)
     if not (runs["outcome"] == FINISHED).any():
         raise MissingInput(f"no finished run with checkpoints among {len(runs)} candidate runs")
     subgrid, where = PROBES[evaluation]
     return runs, [
-        f"not the paper's probed models (`{subgrid}` sub-grid, {where}): none finished; no claim reads these"
+        f"not the paper's probed models (`{subgrid}` sub-grid, {where}): none finished; no claim reads these",
+        *drawn,
     ]
 
 
@@ -293,7 +294,7 @@ def _dissimilarity_spec(ctx: Context) -> TaskSpec:
     runs = runs if not runs.empty else ctx.runs
     if runs.empty:
         return TaskSpec()
-    run = narrow(runs, keep=[]).iloc[0]
+    run = narrow(runs, keep=[])[0].iloc[0]
     return TaskSpec(
         n=int(run["task.n"]), d=int(run["task.d"]), k=int(run["task.k"]), scale=float(run["task.scale"])
     )
@@ -307,17 +308,17 @@ def _surface_models(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
     pool = ctx.runs[ctx.runs["model.embedding"].isin(["onehot", "binary"])]
     if pool.empty:
         raise MissingInput("loss_surface: needs onehot or binary runs; none found")
-    runs = narrow(pool, keep=SURFACE_KEYS)
+    runs, drawn = narrow(pool, keep=SURFACE_KEYS)
     runs = runs[runs["outcome"] == FINISHED]
     if runs.empty:
         raise MissingInput("loss_surface: no finished onehot or binary run with checkpoints")
-    return runs.sort_values("seed").groupby(SURFACE_KEYS, as_index=False).head(1), []
+    return runs.sort_values("seed").groupby(SURFACE_KEYS, as_index=False).head(1), drawn
 
 
 def loss_surface(ctx: Context) -> Figure:
     """The training loss around trained weights along two filter-normalised random directions: l2/ne x
     OH/BN x d."""
-    first, _ = _surface_models(ctx)
+    first, drawn = _surface_models(ctx)
     frames = []
     for _, run in first.iterrows():
         table = ctx.evaluation("loss_surface", run)
@@ -325,7 +326,7 @@ def loss_surface(ctx: Context) -> Figure:
         frames.append(table.assign(panel=panel, run_id=run["run_id"]))
     data = pd.concat(frames, ignore_index=True)
     files = draw_contours(data, ctx.out_dir, "loss_surface", ncols=min(4, len(frames)))
-    return Figure("loss_surface", data, list(first["run_id"]), files, notes=_which(ctx, first))
+    return Figure("loss_surface", data, list(first["run_id"]), files, notes=drawn + _which(ctx, first))
 
 
 def _which(ctx: Context, runs: pd.DataFrame) -> list[str]:

@@ -42,7 +42,7 @@ def convergence(ctx: Context) -> Figure:
     """train_loss and val_rel_lloyd against step, by tau, regularizer, embedding and d, each run at its own
     length (a sweep may train tau 1 shorter than tau 0.1: the panels then name their steps)."""
     keep = ["loss.tau", "loss.regularizer", "model.embedding", "task.d", "train.steps"]
-    runs = narrow(ctx.subgrid("tau"), keep=keep)
+    runs, drawn = narrow(ctx.subgrid("tau"), keep=keep)
     runs = runs.sort_values(["task.d", "loss.tau", "train.steps"], kind="stable")  # panel order
     series, styles = series_labels(runs, SERIES)
     facets = ["task.d", "loss.tau"] + (["train.steps"] if runs["train.steps"].nunique() > 1 else [])
@@ -73,6 +73,7 @@ def convergence(ctx: Context) -> Figure:
     )
     notes = [
         f"tau sub-grid: {ctx.coverage('tau')}",
+        *drawn,
         "each panel's y-range leaves out every curve's first point (the untrained model: up to "
         f"{_first_points(data).max():.3g}), so that the trained models and Lloyd's line stay apart; "
         "convergence.csv holds every point",
@@ -212,7 +213,7 @@ def time_to_quality(ctx: Context) -> Figure:
     checkpointing and the other models of a pack; nothing is timed while drawing.
     """
     pool = ctx.subgrid("compute")
-    runs = narrow(
+    runs, drawn = narrow(
         pool[pool["model.embedding"].isin(["onehot", "binary"])], keep=["model.embedding", "task.d", "task.k"]
     )
     if runs.empty:
@@ -239,6 +240,7 @@ def time_to_quality(ctx: Context) -> Figure:
     )
     notes = [
         f"compute sub-grid: {ctx.coverage('compute')}",
+        *drawn,
         f"seconds per step (table step_seconds): from {ctx.step_json} (`python -m bench step_seconds`, "
         f"sweep {measured.get('sweep')}), measured on {measured.get('device')} with "
         f"{measured.get('threads')} threads, the median of {measured.get('rounds')} training steps "

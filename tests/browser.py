@@ -123,6 +123,39 @@ def column_headers(driver) -> list[str]:
     return [h for h in headers if h]
 
 
+# The runs table's cells in view, by row index and column id, and its headers by column id.
+CELLS_IN_VIEW = """
+const rows = {}, headers = {};
+for (const row of document.querySelectorAll('.ag-row'))
+  for (const cell of row.querySelectorAll('.ag-cell[col-id]'))
+    (rows[row.getAttribute('row-index')] ||= {})[cell.getAttribute('col-id')] = cell.innerText;
+for (const header of document.querySelectorAll('.ag-header-cell[col-id]'))
+  headers[header.getAttribute('col-id')] = header.innerText.trim();
+return [headers, rows];
+"""
+SIDEWAYS = ".ag-body-horizontal-scroll-viewport"  # the grid's horizontal scroll bar
+
+
+def runs_table(driver) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The runs table as shown, scrolled through sideways as a user does (the grid draws only the columns in
+    view): each column's header by its id (e.g. params.`model.gamma`), and the rows top to bottom, each its
+    cells' text by column id."""
+    headers: dict[str, str] = {}
+    rows: dict[int, dict[str, str]] = {}
+    width, step = driver.execute_script(
+        f"const v = document.querySelector('{SIDEWAYS}'); return [v.scrollWidth, v.clientWidth];"
+    )
+    for left in range(0, width, step):
+        driver.execute_script(f"document.querySelector('{SIDEWAYS}').scrollLeft = arguments[0];", left)
+        time.sleep(1)  # the grid draws the columns scrolled in on its next frames
+        shown, cells = driver.execute_script(CELLS_IN_VIEW)
+        headers.update(shown)
+        for index, row in cells.items():
+            rows.setdefault(int(index), {}).update(row)
+    driver.execute_script(f"document.querySelector('{SIDEWAYS}').scrollLeft = 0;")
+    return headers, [rows[i] for i in sorted(rows)]
+
+
 def cut_headers(driver) -> list[str]:
     """The column headers the grid shows cut (an ellipsis: their text is wider than its cell)."""
     return driver.execute_script(

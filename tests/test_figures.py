@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 from omegaconf import OmegaConf
 
-from analysis import report
+from analysis import eval_figures, report
 from analysis.checkpoint_eval import EvalSettings, Evaluator, load_model
 from analysis.cli import expected_sizes
 from analysis.context import Context
@@ -276,6 +276,48 @@ def test_convergence_draws_each_run_at_its_own_length(tau_store: str, tmp_path: 
             final = panel[(panel["series"] == "BN-NE") & (panel["x"] == steps)]["median"].item()
             assert final == pytest.approx(np.median(values), rel=1e-12)
             assert panel["x"].max() == steps
+
+
+USERS = {"model.gamma": (0.5, 1.0), "optim.lr": (0.01, 0.03), "loss.tau": (1.0,)}  # a user's gamma x lr
+
+
+@pytest.fixture(scope="module")
+def users_store(tmp_path_factory, _empty_store: Path) -> str:
+    """A user's two-axis sweep (gamma x lr, sub-grid `mine`): 4 configurations, none of the paper's
+    sub-grids."""
+    root = tmp_path_factory.mktemp("users_store")
+    shutil.copyfile(_empty_store, root / "mlflow.db")
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment(EXPERIMENT, artifact_location=(root / "artifacts").as_uri())
+    _log_runs(client, exp_id, "mine", USERS, np.random.default_rng(2), steps={1.0: 20})
+    return uri
+
+
+def test_figures_that_draw_some_configurations_name_them_and_why(users_store: str, tmp_path: Path) -> None:
+    """Convergence compares tau, regularizer, embedding and d, time to quality embedding, d and k: of a
+    gamma x lr sweep each draws one configuration, and its notes name it (lr at the reference 0.01, gamma at
+    the first of two equally common values), as do those of the probes that narrow the same way."""
+    runs = load_runs(users_store, EXPERIMENT)
+    steps = _step_json(tmp_path / "step_seconds.json")
+    ctx = read(users_store, EXPERIMENT, runs, SETTINGS, tmp_path, step_json=steps)
+    drawn = runs[(runs["optim.lr"] == 0.01) & (runs["model.gamma"] == 0.5)]
+    assert len(drawn) == len(SEEDS)
+    held = "optim.lr=0.01 (the reference); model.gamma=0.5 (the value most runs have, the first on a tie)."
+    for name, compared in (
+        ("convergence", "loss.tau, loss.regularizer, model.embedding, task.d, train.steps"),
+        ("time_to_quality", "model.embedding, task.d, task.k"),
+    ):
+        figure = FIGURES[name](ctx)
+        assert set(figure.run_ids) == set(drawn["run_id"]), name
+        note = f"draws 1 of the 4 configurations of its runs: it compares {compared} and holds each other key"
+        assert any(n.startswith(f"{note} that varies at one value: {held}") for n in figure.notes), (
+            figure.notes
+        )
+    for probe in ("multistep", "loss_surface"):
+        models, notes = eval_figures.MODELS[probe](ctx)
+        assert set(models["run_id"]) <= set(drawn["run_id"]), probe
+        assert any(f"at one value: {held}" in n for n in notes), (probe, notes)
 
 
 def test_missing_sub_grids_are_named(ctx: Context) -> None:

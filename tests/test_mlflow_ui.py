@@ -3,12 +3,16 @@
 The address the sweep prints opens the runs view of tracking.view (a view state the pinned MLflow's UI reads
 from an experiment tag): rows grouped by configuration without a click, the val_rel_lloyd column, the runs'
 short names. The report that analysis.report attaches to the sweep's parent run shows in MLflow's artifact
-viewer as one page, its figures inline and the claims table in it.
+viewer as one page, its figures inline and the claims table in it. A user's own two-axis sweep (from their
+--config-dir) opens, by the address it prints, on its axes as columns and its configurations best first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -18,11 +22,12 @@ import urllib.request
 import browser
 import pytest
 from mlflow.tracking import MlflowClient
-from support.configs import SMALL_EVAL
+from support.configs import GAMMA_LR, SMALL_EVAL
 from support.repo import REPO
 from support.sweeps import children
 
 from analysis.claims.records import CLAIMS
+from sweeper.sweep import main as sweep_main
 from tracking import ui
 from tracking.names import (
     CONFIGURATION,
@@ -33,18 +38,26 @@ from tracking.names import (
     SYSTEM_PREFIX,
     VAL_REL_LLOYD,
 )
+from tracking.view import RUN_NAME_COLUMN, column
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def ui_on_smoke_store(smoke_store, tmp_path_factory):
-    """(address, driver): one `mlflow ui` on the smoke store and one headless Chromium for the file's tests
-    (the UI reads the store live: a report attached meanwhile shows)."""
+def driver():
+    """One headless Chromium for the file's tests."""
     if reason := browser.missing():
         pytest.skip(f"no browser: {reason}")
+    with browser.chromium() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def ui_on_smoke_store(smoke_store, driver, tmp_path_factory):
+    """(address, driver): one `mlflow ui` on the smoke store for the file's tests (the UI reads the store
+    live: a report attached meanwhile shows)."""
     log = tmp_path_factory.mktemp("mlflow-ui") / "ui.log"
-    with browser.mlflow_ui(smoke_store, log) as address, browser.chromium() as driver:
+    with browser.mlflow_ui(smoke_store, log) as address:
         yield address, driver
 
 
@@ -118,3 +131,64 @@ def test_a_sweep_runs_system_metrics_tab_shows_what_its_trial_sampled(smoke_stor
     shown = browser.text(driver)
     assert f"System metrics\n({len(SYSTEM_METRICS)})" in shown, shown[:2000]  # the section: five charts
     assert all(title in shown for title in charts), shown[:2000]
+
+
+@pytest.fixture(scope="module")
+def users_sweep(ray_cluster, _empty_store, tmp_path_factory) -> tuple[str, str]:
+    """A user's gamma x lr sweep (support.configs.GAMMA_LR in their own --config-dir: 4 tiny models) on the
+    session's Ray cluster: (its store's URI, the address it printed last)."""
+    root = tmp_path_factory.mktemp("users-sweep")
+    (root / "mine" / "sweep").mkdir(parents=True)
+    (root / "mine" / "sweep" / "gamma-lr.yaml").write_text(GAMMA_LR)
+    shutil.copyfile(_empty_store, root / "mlflow.db")  # skips MLflow's schema migrations
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    line = ["-cd", str(root / "mine"), "sweep=gamma-lr", f"tracking.uri={uri}", f"cluster.storage={root}/ray"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert sweep_main([*line, ray_cluster]) == 0
+    (link,) = [s.split("then open ")[1] for s in printed.getvalue().splitlines() if "then open " in s]
+    return uri, link
+
+
+def test_a_users_sweep_opens_on_its_axes_best_first(users_sweep, driver, tmp_path):
+    """What a user sees at the address their own sweep printed: a column for each swept key with each run's
+    value, the configurations ordered by val_rel_lloyd (lowest first), each a group row over its run, and run
+    names that spell the axes (the paper's lr where it is not 0.01, the user's gamma always)."""
+    uri, link = users_sweep
+    runs = sorted(children(uri, "gamma-lr"), key=lambda r: r.data.metrics[VAL_REL_LLOYD])  # best first
+    assert sorted(r.info.run_name for r in runs) == [
+        "OH-L2 tau1 d4 k6 n16 gamma0.5 s1",
+        "OH-L2 tau1 d4 k6 n16 gamma1 s1",
+        "OH-L2 tau1 d4 k6 n16 lr0.03 gamma0.5 s1",
+        "OH-L2 tau1 d4 k6 n16 lr0.03 gamma1 s1",
+    ]
+    assert link.startswith(ui.LOCAL_UI)  # `mlflow ui`'s default address: this one listens on a free port
+    with browser.mlflow_ui(uri, tmp_path / "ui.log") as address:
+        browser.open_page(driver, address + link.removeprefix(ui.LOCAL_UI), "Group: ")
+        headers, rows = browser.runs_table(driver)
+    gamma, lr, metric = (
+        column("params", "model.gamma"),
+        column("params", "optim.lr"),
+        column("metrics", VAL_REL_LLOYD),
+    )
+    assert (headers.get(gamma), headers.get(lr)) == ("model.gamma", "optim.lr"), headers
+    # A group row's name cell reads "#colour", "Group: <configuration>" and its count, on three lines.
+    names = [
+        next((s for s in row[RUN_NAME_COLUMN].splitlines() if s.startswith("Group: ")), row[RUN_NAME_COLUMN])
+        for row in rows
+    ]
+    assert names[: 2 * len(runs)] == [
+        shown for r in runs for shown in (f"Group: {r.data.tags[CONFIGURATION]}", r.info.run_name)
+    ], names
+    seen = [
+        (row[RUN_NAME_COLUMN], row[gamma], row[lr], float(row[metric])) for row in rows[1 : 2 * len(runs) : 2]
+    ]
+    assert seen == [
+        (
+            r.info.run_name,
+            r.data.params["model.gamma"],
+            r.data.params["optim.lr"],
+            r.data.metrics[VAL_REL_LLOYD],
+        )
+        for r in runs
+    ]

@@ -68,3 +68,14 @@ SMALL_EVAL = [
     "eval.dissimilarity_tasks=2",
     "eval.device=cpu",
 ]
+
+# A user's own sweep file (DIR/sweep/gamma-lr.yaml, run with --config-dir DIR): two axes, an axis of the
+# user's (gamma) and one of the paper's (lr), 2 x 2 configurations of the smoke grid's tiny model, one seed.
+GAMMA_LR = """# @package sweep
+defaults: [smoke, _self_]
+name: gamma-lr
+seeds: [1]
+axes: {gamma: model.gamma}
+subgrids:
+  - {name: mine, gamma: [0.5, 1.0], lr: [0.01, 0.03]}
+"""
