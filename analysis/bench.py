@@ -3,7 +3,7 @@ bench/ (`python -m bench`, `leaner-bench`); this keeps that public name working.
 
 import sys
 
-from bench.cli import main
+from bench.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -133,14 +133,6 @@ def writable(folder: Path, out: str) -> None:
         ) from None
 
 
-def claims_dir(own: dict, contexts: list[Context]) -> Path:
-    """Where the claims are written: the experiment's report folder, or for several experiments judged
-    together <out>/<a>+<b>/."""
-    if len(contexts) == 1:
-        return contexts[0].out_dir
-    return Path(own["out"]) / "+".join(c.experiment for c in contexts)
-
-
 def _runs(uri: str, experiment: str, select: dict) -> pd.DataFrame:
     """The experiment's training runs (select.*); NoRuns, saying how to fill it, when it has none."""
     try:

@@ -26,10 +26,9 @@ import pandas as pd
 from mlflow.entities import Metric
 from tqdm import tqdm
 
-from analysis.claims import from_context
-from analysis.claims.evidence import Claim
-from analysis.claims.from_context import check
-from analysis.claims.table import claims_table, write_csv, write_markdown
+from analysis.claims import records
+from analysis.claims.table import Claim, claims_table, write_csv, write_markdown
+from analysis.claims.verdicts import check
 from analysis.cli import job_config, open_context, options_help
 from analysis.context import Context, Want, varying
 from analysis.figures import FIGURES, reads
@@ -385,7 +384,7 @@ def wants(own: dict) -> Callable[[Context], list[Want]]:
     """What the report reads before drawing: its figures' evaluations and, drawing all, the claims'."""
     names = own["figures"] or list(FIGURES)
     full = set(names) == set(FIGURES)
-    return lambda ctx: reads(names, ctx) + (from_context.reads(ctx) if full else [])
+    return lambda ctx: reads(names, ctx) + (records.reads(ctx) if full else [])
 
 
 @command("leaner-report", show_config=job_config, options=lambda: options_help(list(FIGURES)))

@@ -1,8 +1,10 @@
-"""Benchmarks and probes: `python -m bench COMMAND [options] [hydra overrides]` (bench/cli.py lists them).
+"""Benchmarks and probes: `python -m bench COMMAND [options] [hydra overrides]`.
 
-One module per benchmark; bench/common.py holds what they share. Nothing in
-sweeper/, models/ or tasks/ imports from here, and nothing here imports or names a module of sweeper/: the
-sweep driver at scale is measured by a command of its own package (docs/cluster.md).
+bench/__main__.py is the command (it lists them): it parses the line into Settings, runs the one benchmark
+named and writes what that returns. One module per benchmark, none importing another; bench/common.py holds
+what they share. Nothing in sweeper/, models/ or tasks/ imports from here, and nothing here imports or
+names a module of sweeper/: the sweep driver at scale is measured by a command of its own package
+(docs/cluster.md).
 """
 
 import runpy

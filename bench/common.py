@@ -1,4 +1,5 @@
-"""What every benchmark shares: alternate timing, peak memory, FLOP counts, the config's description.
+"""What every benchmark shares: the training step measured, alternate timing, peak memory, FLOP counts,
+the config's description.
 
 On a shared machine timings are noisy, so variants are measured alternately
 (round robin) and medians and paired ratios are reported side by side. On an
@@ -28,7 +29,10 @@ import torch
 from omegaconf import DictConfig
 
 from cli.exit_codes import TABLE
+from config.run import RunSpec
 from models.embedding import embedding_dim
+from training.fused import Pack
+from training.trainer import Trainer
 
 MATMUL_SIZE = 1024  # the dense fp32 matmul whose FLOP rate is the machine's reference
 
@@ -168,12 +172,6 @@ def figures(times: list[float], flops: int, models: int, peak: int | None, matmu
     }
 
 
-def write(path: Path, text: str) -> None:
-    """An output file of a benchmark (--out, --table), its folder made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
-
-
 def exit_codes_help() -> str:
     """The exit codes for --help (cli/exit_codes.py's table); bench itself ends with 0, 1 or 2."""
     rows = [f"  {row.code:<4} {row.meaning}" for row in TABLE]
@@ -203,6 +201,14 @@ def describe(cfg: DictConfig) -> dict:
         "tau": cfg.loss.tau,
         "regularizer": cfg.loss.regularizer,
     }
+
+
+def pack_step(cfgs: list[DictConfig], device: torch.device) -> Callable[[], object]:
+    """One training step of the models of cfgs, as training takes it: their pack (of one: solo).
+
+    The one place that knows training's step entry point (training.fused.Pack): adapt it when it changes.
+    """
+    return Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs]).step  # freed with the returned step
 
 
 def seeded(cfg: DictConfig, seed: int) -> DictConfig:

@@ -12,8 +12,8 @@ unlike the time, is the same on any machine, so a CPU shows it.
 The defaults are the issue's full matrix (issue 20): the laptop size and the
 paper's two, packs up to 100, threads 1 and 2, which takes the better part of
 an hour on 2 cores and about 12 GB at n 512 with P 100; `--quick` measures
-the laptop size at 1 thread with packs up to 10. `pack_step` is the one
-function that knows training.packed's entry points.
+the laptop size at 1 thread with packs up to 10. `bench.common.pack_step` is
+the one function that knows training's step entry point.
 
 A timed call is `--steps` training steps. A step that does more than most
 (tasks drawn for several steps at once, a read-back) shows in
@@ -23,7 +23,6 @@ period (e.g. train.log_every) for the amortised figure.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from dataclasses import dataclass
 from typing import Callable
@@ -40,15 +39,13 @@ from bench.common import (
     log,
     matmul_flop_rate,
     memory_measure,
+    pack_step,
     paired_ratio,
     peak_memory_bytes,
     seeded,
     step_flops,
 )
-from config.run import RunSpec
 from training.device import pick_device
-from training.fused import Pack
-from training.trainer import Trainer
 
 SIZES = {"laptop": (128, 4, 6), "paper_k10": (512, 32, 10), "paper_k25": (512, 32, 25)}  # name: (n, d, k)
 PACKS = (1, 3, 10, 30, 100)
@@ -56,7 +53,6 @@ THREADS = (1, 2)
 OP_PACKS = (1, 10, 100)  # the pack sizes whose operator calls per step are counted
 OP_STEPS = 3  # steps profiled one by one per pack size
 QUICK = {"sizes": ("laptop",), "packs": (1, 3, 10), "threads": (1,), "op_packs": (1, 10), "repeats": 3}
-SIZE_KEYS = ("task.n", "task.d", "task.k")
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
@@ -72,14 +68,6 @@ class Plan:
     steps: int = 1  # training steps per timed call
     memory: bool = False  # peak memory on CPU (slow: the profiler's memory timeline); always on CUDA
     regularizers: tuple[str, ...] = ()  # loss.regularizer of model i: regularizers[i % len]; () as configured
-
-
-def pack_step(cfgs: list[DictConfig], device: torch.device) -> Callable[[], object]:
-    """One training step of the models of cfgs, as training takes it: their pack (of one: solo).
-
-    The one place that knows training's step entry point (training.fused.Pack): adapt it when it changes.
-    """
-    return Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs]).step  # freed with the returned step
 
 
 def sized(cfg: DictConfig, size: tuple[int, int, int]) -> DictConfig:
@@ -225,30 +213,6 @@ def bench_pack(cfg: DictConfig, plan: Plan) -> dict:
         "regularizers": list(plan.regularizers) or [cfg.loss.regularizer],
         "sizes": sizes,
     }
-
-
-def plan_from(args: argparse.Namespace, cfg: DictConfig, overrides: list[str]) -> Plan:
-    """The Plan of `python -m bench pack`'s options (bench/cli.py); --quick fills what was not given.
-
-    Without --sizes: the configured size alone when the overrides set task.n, d or k, else SIZES.
-    """
-    quick = QUICK if args.quick else {}
-    if args.sizes:
-        sizes = args.sizes
-    elif any(o.split("=")[0].lstrip("+") in SIZE_KEYS for o in overrides):
-        sizes = {"configured": (cfg.task.n, cfg.task.d, cfg.task.k)}
-    else:
-        sizes = {name: SIZES[name] for name in quick.get("sizes", SIZES)}
-    return Plan(
-        sizes=sizes,
-        packs=args.packs or quick.get("packs", PACKS),
-        threads=args.threads or quick.get("threads", THREADS),
-        op_packs=args.op_packs if args.op_packs is not None else quick.get("op_packs", OP_PACKS),
-        repeats=args.repeats or quick.get("repeats", 5),
-        steps=args.steps,
-        memory=args.memory,
-        regularizers=args.regularizers or (),
-    )
 
 
 def parse_size(text: str) -> tuple[int, int, int]:

@@ -1,5 +1,6 @@
-"""`python -m bench step_seconds sweep=NAME`: seconds per training step (a pack of one, bench.pack.pack_step)
-of each shape of a sweep's onehot and binary models, the x axis of the report's time_to_quality figure.
+"""`python -m bench step_seconds sweep=NAME`: seconds per training step (a pack of one,
+bench.common.pack_step) of each shape of a sweep's onehot and binary models, the x axis of the report's
+time_to_quality figure.
 
 The models of its `compute` sub-grid (all its configurations when it has none, as the figure picks runs),
 one per training shape (SHAPE_KEYS: the step time depends on those, not on seeds, tau or the
@@ -14,8 +15,7 @@ import statistics
 import torch
 from omegaconf import DictConfig
 
-from bench.common import alternate, log
-from bench.pack import pack_step
+from bench.common import alternate, log, pack_step
 from config.compose import compose
 from config.grid import expand
 from config.schema import ConfigError

@@ -11,8 +11,7 @@ from collections import Counter
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from bench.common import alternate, log, seeded, timed
-from bench.pack import pack_step
+from bench.common import alternate, log, pack_step, seeded, timed
 from config.compose import compose
 from config.grid import expand
 from models.transformer import ClusteringTransformer
@@ -56,7 +55,7 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
         d, k, embedding = shape
         log(f"sweep: shape {i + 1}/{len(shapes)} d={d} k={k} {embedding} ({count} configurations)")
         variants = {"solo": pack_step([cfg], device)}
-        if pack > 1:  # the pack's own step (bench/pack.py), so the projection follows training.packed
+        if pack > 1:  # the pack's own step (pack_step), so the projection follows training.packed
             variants["packed"] = pack_step([seeded(cfg, cfg.seed + j) for j in range(pack)], device)
         times = alternate(variants, repeats, device)
         evaluation = evaluation_seconds(cfg, device) / cfg.train.eval_every  # amortised per step

@@ -5,7 +5,7 @@ a line per trial checkpoint from Ray Train's storage ("Checkpoint successfully c
 TensorBoard hint (its automatic CSV/JSON/TensorBoard result loggers, which nothing here reads: MLflow
 holds the results), Ray's notice that token authentication is on, MLflow's schema-creation lines, and
 Tune's per-trial configuration and result boxes (the sweep driver sets Tune's reporter from `verbose()`:
-sweeper.tune.verbosity). Where stderr is not a terminal (a log file), commands print a line per step of
+sweeper.driver.tune.verbosity). Where stderr is not a terminal (a log file), commands print a line per step of
 progress instead of redrawing a bar.
 
 The choice travels as $LEANER_VERBOSE, so the workers of a local Ray instance (started by this process)

@@ -243,7 +243,7 @@ def _answer_flags(
 def usage(main: Main, script: str, options: Callable[[], str], flags: tuple[str, ...] = ()) -> str:
     """--help: how to call the command, what it does (its module's docstring), its options, the exit codes."""
     module = sys.modules[main.__module__]
-    name = getattr(module.__spec__, "name", main.__module__)
+    name = getattr(module.__spec__, "name", main.__module__).removesuffix(".__main__")  # python -m PACKAGE
     own = "".join(f" [{flag}]" for flag in flags)
     lines = [
         f"usage: {script} [key=value ...] [--cfg job]{own}   (or: python -m {name} ...)",

@@ -87,7 +87,7 @@ TABLE = (
         "analysis.runs.NoRuns",
     ),
     ExitCode(
-        LOCKED, "another driver runs this sweep (sweep; the message names it)", "sweeper.lock.SweepLocked"
+        LOCKED, "another driver runs this sweep (sweep; the message names it)", "sweeper.errors.SweepLocked"
     ),
     ExitCode(
         NO_SUCH_RUN,

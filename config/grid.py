@@ -31,8 +31,8 @@ from config.validate import validate
 
 SWEEP_KEYS = (
     *("name", "dry_run", "scheduler", "axes", "baseline", "seeds", "fixed", "subgrids"),
-    *("confirm", "confirm_trials", "confirm_hours"),  # sweeper.confirm: asked before a large sweep
-    *("asha", "search"),  # ASHA's settings (sweeper.tune), a random search (config.search)
+    *("confirm", "confirm_trials", "confirm_hours"),  # sweeper.driver.confirm: asked before a large sweep
+    *("asha", "search"),  # ASHA's settings (sweeper.driver.tune), a random search (config.search)
 )
 SCHEDULERS = ("none", "asha")
 
@@ -110,7 +110,7 @@ class Plan:
 class Sweep:
     """A sweep as its driver runs it, made in one pass (prepare) so that no later step comes back to config/:
     the command line's configuration, its plan, every job with its identity, and the overrides each trial
-    composes with before its configuration's (sweeper.trial)."""
+    composes with before its configuration's (sweeper.driver.trial)."""
 
     cfg: DictConfig  # the command line's composition
     plan: Plan
@@ -118,7 +118,7 @@ class Sweep:
     base: tuple[str, ...]  # the command line's overrides a trial keeps: neither the sweep's nor the grid's
 
     def first(self, count: int) -> Sweep:
-        """The sweep of its first `count` configurations alone (sweeper.scale_probe's smaller grids)."""
+        """The sweep of its first `count` configurations alone (sweeper.scale.probe's smaller grids)."""
         plan = replace(self.plan, configurations=self.plan.configurations[:count])
         return replace(self, plan=plan, jobs=self.jobs[: count * len(plan.seeds)])
 

@@ -139,7 +139,7 @@ class ClusterConfig:
 
 @dataclass
 class AshaConfig:
-    """sweep.asha: Ray Tune's ASHAScheduler (sweeper.tune.scheduler_of) when sweep.scheduler=asha."""
+    """sweep.asha: Ray Tune's ASHAScheduler (sweeper.driver.tune.scheduler_of) when sweep.scheduler=asha."""
 
     grace_period: Optional[int] = MISSING
     reduction_factor: float = MISSING

@@ -134,7 +134,7 @@ def _storage(c: DictConfig) -> None:
 
 
 def _cost(c: DictConfig) -> None:
-    """The cost preview's keys (sweeper.cost): its step times' file, its prices."""
+    """The cost preview's keys (sweeper.driver.cost): its step times' file, its prices."""
     _require(
         c.step_seconds is None or Path(c.step_seconds).is_file(),
         "cluster.step_seconds",

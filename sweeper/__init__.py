@@ -1,4 +1,5 @@
-"""The sweep driver, its trials and the single-run commands (train, rerun, archive)."""
+"""The command lines, a module each (sweep, train, rerun, archive, preflight, mask_store, scale_probe), and
+the two jobs behind them: the sweep driver (driver/) and the scale probe that measures it (scale/)."""
 
 import runpy
 from pathlib import Path

@@ -1,5 +1,5 @@
-"""Archive a sweep's home folder (sweeper.home) with what resuming it and reporting on it need, and no more:
-`python -m sweeper.archive FOLDER [--out FILE.tar.gz]`.
+"""Archive a sweep's home folder (sweeper.driver.home) with what resuming it and reporting on it need, and no
+more: `python -m sweeper.archive FOLDER [--out FILE.tar.gz]`.
 
     python -m sweeper.sweep sweep=lite32 tracking.uri=sqlite:///d32/mlflow.db cluster.time_budget_s=6600
     python -m sweeper.archive d32 --out d32.tar.gz          # the store, its artifacts, the live checkpoints
@@ -34,7 +34,7 @@ from pathlib import Path
 from cli.credentials import mask
 from cli.entry import command
 from config.help import composed_config
-from sweeper.home import RAY_FOLDER
+from sweeper.driver.home import RAY_FOLDER
 from tracking.masking import TEXT_ARTIFACTS
 from tracking.names import ENDED, OUTCOME, TUNE_CHECKPOINT
 from tracking.store import TrackingError

@@ -1,4 +1,5 @@
-"""The errors of the commands whose own module runs as `__main__` (sweep, rerun, preflight).
+"""The errors the sweeper's commands end with, each with its exit code (cli.exit_codes's table), in one module
+that no command runs as `__main__`.
 
 `python -m sweeper.sweep` runs sweeper/sweep.py as the module `__main__`: a class defined there would be
 `__main__.ClusterError`, another class than the `sweeper.sweep.ClusterError` that anything importing
@@ -9,6 +10,12 @@ sweeper.sweep sees (and catches). Defined here, one class serves both forms of a
 from __future__ import annotations
 
 from cli import exit_codes
+
+
+class SweepLocked(RuntimeError, exit_codes.CommandError):
+    """Another driver runs this sweep (sweeper.driver.lock); the message names it."""
+
+    exit_code = exit_codes.LOCKED
 
 
 class ClusterError(RuntimeError, exit_codes.CommandError):
@@ -30,6 +37,7 @@ class PreflightFailed(RuntimeError, exit_codes.CommandError):
 
 
 class NotConfirmed(RuntimeError, exit_codes.CommandError):
-    """A sweep above its confirmation thresholds (sweeper.confirm) that was not confirmed: nothing started."""
+    """A sweep above its confirmation thresholds (sweeper.driver.confirm) that was not confirmed: nothing
+    started."""
 
     exit_code = exit_codes.NOT_CONFIRMED

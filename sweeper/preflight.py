@@ -7,8 +7,8 @@ It takes the sweep's own overrides (leaner-preflight is the same command) and pr
 check (per node where a node is its subject), FAIL where the sweep would fail there, `!` where it would run
 worse than planned:
 
-  tracking  the store answers with the credentials given, as the driver opens it (sweeper.hold), and what it
-            holds of the sweep
+  tracking  the store answers with the credentials given, as the driver opens it (sweeper.driver.hold), and
+            what it holds of the sweep
   nodes     each node's CPUs and GPUs against a trial's (cluster.cpus_per_trial, .gpus_per_trial): the trials
             it fits at once; FAIL when no node fits one (Tune would wait for ever; the sweep's own preflight
             waits JOIN_WAIT_S for one to join first; an autoscaler that starts workers only on demand, from
@@ -17,16 +17,17 @@ worse than planned:
   cuda      when the trials train on CUDA (a GPU reserved, train.device cuda or auto): on each GPU node a task
             holding a trial's share of a GPU starts CUDA and runs a kernel (a driver older than the installed
             torch needs, a GPU its wheel has no kernels for: training/gpu_share.py's refusal, ahead of time)
-  storage   Ray Tune's storage (sweeper.home.storage): the driver's file read on every node
-            (sweeper.cluster.check_shared), then a file written by each node read by the driver
+  storage   Ray Tune's storage (sweeper.driver.home.storage): the driver's file read on every node
+            (sweeper.driver.cluster.check_shared), then a file written by each node read by the driver
   locks     a SQLite store's folder takes the locks SQLite and the store's creation use (POSIX fcntl, flock):
             a file system mounted without them (Lustre's noflock) is refused as the store opens
             (tracking.sqlite_guard.locks_refused), the tracking row naming it
   budget    cluster.time_budget_s against the estimated time: FAIL when what is left of it cannot reach the
             first checkpoint of the quickest trial at the measured step times (cluster.step_seconds): every
             allocation would stop with nothing saved; else the time the rest needs, at the sweep's last
-            allocation's rate (sweeper.budget.outlook) or at the step times (sweeper.cost.estimate)
-  cost      the cost preview (sweeper.cost.preview)
+            allocation's rate (sweeper.driver.budget.outlook) or at the step times
+            (sweeper.driver.cost.estimate)
+  cost      the cost preview (sweeper.driver.cost.preview)
 
 Exit 0 without a FAIL, 10 (PreflightFailed) with one, 2 for a configuration the sweep refuses. A sweep on a
 cluster (cluster.address set) runs the same checks (before_trials) once it joined the cluster and before it
@@ -48,10 +49,10 @@ from cli.credentials import mask
 from cli.entry import command, one_line
 from config.grid import Sweep, load
 from config.help import composed_config, config_groups
-from sweeper import cluster, cost, home
-from sweeper.budget import Account, Budget, duration, outlook
+from sweeper.driver import cluster, cost, home
+from sweeper.driver.budget import Account, Budget, duration, outlook
+from sweeper.driver.hold import Hold
 from sweeper.errors import ClusterError, PreflightFailed
-from sweeper.hold import Hold
 from tracking.errors import TrackingError
 
 OK, WARN, FAIL = "ok", "!", "FAIL"

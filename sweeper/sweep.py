@@ -34,10 +34,10 @@ import sys
 
 from cli import console
 from cli.entry import as_typed, command
-from config.grid import load  # here too: tests and sweeper.scale_probe load a sweep as this command does
+from config.grid import load  # tests load a sweep as this command does, by this name
 from config.help import composed_config, config_groups
-from sweeper import confirm, cost
-from sweeper.timeline import drive
+from sweeper.driver import confirm, cost
+from sweeper.driver.timeline import drive
 
 
 @command("leaner-sweep", show_config=composed_config, options=config_groups, flags=(confirm.YES,))

@@ -23,11 +23,12 @@ from mlflow import MlflowClient
 from support.configs import SMALL_EVAL
 from support.repo import REPO
 
-from analysis import claims, report
+from analysis import report
 from analysis.aggregate import seed_band
 from analysis.checkpoint_eval import EvalSettings, fresh_tasks, load_model, spec_of, trajectories
+from analysis.claims import __main__ as claims
 from analysis.claims.cases import FAIL, PASS, UNTESTED
-from analysis.claims.from_context import evidence
+from analysis.claims.evidence import evidence_of
 from analysis.claims.records import CLAIMS, PAPER
 from analysis.cli import expected_sizes
 from analysis.context import Context
@@ -398,10 +399,10 @@ def test_claims_fail_on_a_store_built_to_contradict_them(smoke_store: str, tmp_p
 @pytest.mark.slow
 def test_claims_reuse_what_the_report_drew(ctx: Context) -> None:
     figure = FIGURES["task_dissimilarity"](ctx)
-    assert evidence(ctx, {"task_dissimilarity": figure}).blocks is figure.tables["family_blocks"]
+    assert evidence_of([ctx], {"task_dissimilarity": figure}).blocks is figure.tables["family_blocks"]
     png = ctx.out_dir / "task_dissimilarity.png"
     png.unlink()
-    alone = evidence(ctx).blocks  # `python -m analysis.claims`: computed, not drawn
+    alone = evidence_of([ctx]).blocks  # `python -m analysis.claims`: computed, not drawn
     pd.testing.assert_frame_equal(alone, figure.tables["family_blocks"])
     assert not png.exists()
 

@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 
 from analysis import eval_figures, training_figures
-from analysis.claims import judges
+from analysis.claims import cases, evidence, judges, verdicts
 from analysis.claims.records import CLAIMS
 from analysis.context import Context
 from analysis.figures import FIGURES
@@ -21,11 +21,12 @@ STORE_TYPES = ("MlflowClient", "Evaluator", "TrackingStore")
 
 
 def _functions() -> dict[str, object]:
-    """Every figure (FIGURES, and each function of the figure modules) and every judge (each claim's, and
-    each function of analysis.claims.judges)."""
+    """Every figure (FIGURES, and each function of the figure modules) and every judge (each claim's, each
+    function of analysis.claims.judges and of what judges a claim: its cases, its verdict, its view of the
+    evidence)."""
     found = {name: f.func if isinstance(f, partial) else f for name, f in FIGURES.items()}
     found |= {f"judge of {record.name}": record.judge for record in CLAIMS}
-    for module in (eval_figures, training_figures, judges):
+    for module in (eval_figures, training_figures, judges, cases, verdicts, evidence):
         found |= {
             f"{module.__name__}.{name}": f
             for name, f in vars(module).items()

@@ -27,8 +27,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from support.repo import subprocess_env
 
-from analysis import claims, report
-from bench import cli as bench
+from analysis import report
+from analysis.claims import __main__ as claims
+from bench import __main__ as bench
 from cli import exit_codes
 from config.reference import schema_keys
 from config.schema import AnalysisConfig, Config

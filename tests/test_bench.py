@@ -3,6 +3,7 @@ fused CPU dropout attention compute what the model computes (no timed assertions
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
@@ -17,9 +18,9 @@ from support.configs import SHORT as TINY
 from support.repo import REPO
 
 from bench import speed_memory
-from bench.cli import COMMANDS, main, parse
+from bench.__main__ import COMMANDS, main, parse
 from bench.common import timed
-from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, pack_models, plan_from
+from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, pack_models
 from bench.step_seconds import SHAPE_KEYS, bench_step_seconds
 from cli.exit_codes import TABLE
 from config.compose import compose
@@ -152,13 +153,12 @@ def test_bench_pack_prints_every_figure_as_json_and_a_table(
 
 def test_bench_pack_of_both_regularizers_gives_each_model_its_own(capsys: pytest.CaptureFixture) -> None:
     """--regularizers l2,l2,ne: a pack's models take them in turn (make reproduce's 12: 9 l2, 3 ne)."""
-    args, overrides = parse(["pack", *TINY, "--regularizers", "l2,l2,ne"])
-    cfg = compose(overrides)
-    models = pack_models(cfg, plan_from(args, cfg, overrides), 4)
+    settings = parse(["pack", *TINY, "--regularizers", "l2,l2,ne"])
+    cfg = settings.cfg
+    models = pack_models(cfg, settings.plan, 4)
     assert [m.loss.regularizer for m in models] == ["l2", "l2", "ne", "l2"]
     assert [m.seed for m in models] == [cfg.seed + i for i in range(4)]
-    plain, _ = parse(["pack", *TINY])
-    unchanged = pack_models(cfg, plan_from(plain, cfg, overrides), 2)
+    unchanged = pack_models(cfg, parse(["pack", *TINY]).plan, 2)
     assert [m.loss.regularizer for m in unchanged] == [cfg.loss.regularizer] * 2  # the configured one for all
 
     run = ["--packs", "2", "--op-packs", "", "--threads", "1", "--repeats", "1"]
@@ -182,12 +182,10 @@ def test_op_calls_counts_each_aten_call_of_a_step() -> None:
 
 
 def test_pack_plan_quick_fills_what_the_options_leave(capsys: pytest.CaptureFixture) -> None:
-    args, overrides = parse(["pack", "--quick", "--packs", "2,5"])
-    plan = plan_from(args, compose(overrides), overrides)
+    plan = parse(["pack", "--quick", "--packs", "2,5"]).plan
     assert plan.packs == (2, 5) and plan.sizes == {"laptop": SIZES["laptop"]}
     assert (plan.threads, plan.op_packs, plan.repeats) == (QUICK["threads"], QUICK["op_packs"], 3)
-    args, overrides = parse(["pack"])
-    full = plan_from(args, compose(overrides), overrides)
+    full = parse(["pack"]).plan
     assert (full.sizes, full.packs, full.threads, full.op_packs) == (SIZES, PACKS, THREADS, OP_PACKS)
 
 
@@ -232,6 +230,15 @@ def test_help_lists_the_options_and_exit_codes(command: str | None, capsys: pyte
     assert all(option in text for option in own), (own, text)
     if command in ("step", "pack"):
         assert "--sweep-pack" not in text  # its own options, not every command's
+
+
+def test_the_old_path_bench_cli_works_for_one_release_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench.cli, the command until it moved to bench/__main__.py, gives the same main for one more release
+    and says where it is now."""
+    monkeypatch.delitem(sys.modules, "bench.cli", raising=False)  # imported afresh: its warning comes
+    with pytest.warns(DeprecationWarning, match="bench.__main__"):
+        old = importlib.import_module("bench.cli")
+    assert old.main is main and old.COMMANDS is COMMANDS
 
 
 def test_bench_rejects_a_bad_override_naming_it(capsys: pytest.CaptureFixture) -> None:

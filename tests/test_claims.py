@@ -1,10 +1,10 @@
 """The claims of docs/science.md section 7.1 on synthetic evidence: no store, no training, no evaluation.
 
-Runs frames are built from the paper grid (analysis.claims.grid.paper_grid), one run per
+Runs frames are built from the paper grid (analysis.claims.scopes.paper_grid), one run per
 configuration and seed, with final values chosen so that a claim holds; then
 broken at one configuration (FAIL), thinned out (UNTESTED), or padded with
 runs outside the claim's scope that would flip it if they were counted. Probe
-claims get per-seed rows as analysis.claims.from_context.probe_rows returns them, with
+claims get per-seed rows as analysis.claims.evidence.probe_rows returns them, with
 panels outside their scope (other inits, Cauchy tasks) that would flip them.
 Every Record of analysis.claims.records.CLAIMS has a PASS, a FAIL and an UNTESTED input here.
 """
@@ -32,21 +32,31 @@ from analysis.claims.cases import (
     lt,
     partial,
     verdict,
+    vs_lloyd,
 )
-from analysis.claims.configurations import D32_CUT, D32_RUNS
-from analysis.claims.evidence import Claim, Evidence, Record, View, judge
-from analysis.claims.from_context import combined, probe_rows
-from analysis.claims.grid import flat_history, grid_runs, paper_grid
-from analysis.claims.probes import vs_lloyd
-from analysis.claims.records import CLAIMS, FAMILY_CLAIMS, PAPER, RECORDS
-from analysis.claims.scopes import AXES, EMB, FAMILY, LR, REG, TAU, D, K, config_of
-from analysis.claims.table import claims_table, markdown, totals, write_csv, write_markdown
+from analysis.claims.evidence import D32_CUT, D32_RUNS, Evidence, View, combined, probe_rows
+from analysis.claims.records import CLAIMS, FAMILY_CLAIMS, PAPER, RECORDS, Record
+from analysis.claims.scopes import (
+    AXES,
+    EMB,
+    FAMILY,
+    LR,
+    REG,
+    TAU,
+    D,
+    K,
+    config_of,
+    configurations,
+    paper_grid,
+    sweep,
+)
+from analysis.claims.table import Claim, claims_table, markdown, totals, write_csv, write_markdown
+from analysis.claims.verdicts import flat_history, grid_runs, judge
 from analysis.context import eval_curves, scope
 from analysis.eval_figures import PROBES
 from analysis.page import table_html
 from analysis.report import claims_section
 from analysis.style import LLOYD
-from config.compose import compose
 from config.grid import expand
 from tasks.spec import FAMILIES
 from tracking.names import (
@@ -411,10 +421,9 @@ def test_partial_names_configurations_when_every_value_was_judged_somewhere() ->
     )
 
 
-def sweep_runs(sweep: str, value, seeds=(1, 2)) -> pd.DataFrame:
-    """A run per configuration of conf/sweep/<sweep>.yaml and seed (its n and subgrids tags)."""
-    plan = expand(compose([f"sweep={sweep}"]).sweep)
-    grid = pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
+def sweep_runs(name: str, value, seeds=(1, 2)) -> pd.DataFrame:
+    """A run per configuration of conf/sweep/<name>.yaml and seed (its n and subgrids tags)."""
+    grid = configurations(expand(sweep(name)))
     return runs_of(grid, value, seeds).assign(**{"task.n": grid["task.n"].repeat(len(seeds)).to_numpy()})
 
 
@@ -1128,8 +1137,7 @@ def test_probe_rows_count_a_diverged_model_as_beating_nothing() -> None:
 
 
 def lite_grid() -> pd.DataFrame:
-    plan = expand(compose(["sweep=lite"]).sweep)
-    return pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
+    return configurations(expand(sweep("lite")))
 
 
 def test_lite_gives_every_claim_on_runs_its_cases_but_the_d32_ones() -> None:
@@ -1161,9 +1169,7 @@ def test_lite32_gives_the_d32_claims_cases() -> None:
     """sweep=lite32 (make reproduce-d32) gives clusters_d32, the d 32 half of large_lr_worse and the family
     claims on final values their cases; the family sub-grid at tau 1 was cut to fit (conf/sweep/lite32.yaml),
     so ne_fails_gumbel_laplace_tau1 stays UNTESTED at d 32."""
-    plan = expand(compose(["sweep=lite32"]).sweep)
-    grid = pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
-    runs = grid_runs(grid)
+    runs = grid_runs(configurations(expand(sweep("lite32"))))
     expected = {
         "clusters_d32": [True, True],
         "large_lr_worse": [True, False],  # d 4 is sweep=lite's

@@ -18,13 +18,14 @@ import torch
 from mlflow import MlflowClient
 from support.repo import REPO, subprocess_env
 
-from analysis import claims, report
+from analysis import report
 from analysis.checkpoint_eval import EvalSettings, Evaluator, fresh_tasks, load_model, spec_of
+from analysis.claims import __main__ as claims
 from analysis.claims.cases import UNTESTED
-from analysis.claims.evidence import judge
-from analysis.claims.from_context import evidence, reads
-from analysis.claims.records import CLAIMS, RECORDS
+from analysis.claims.evidence import evidence_of
+from analysis.claims.records import CLAIMS, RECORDS, reads
 from analysis.claims.scopes import D
+from analysis.claims.verdicts import judge
 from analysis.context import Context
 from analysis.read import read
 from analysis.runs import load_runs
@@ -90,7 +91,7 @@ def test_d32_runs_final_values_are_measured_at_eval_d32_n_from_their_checkpoints
     judgement reads the cached tables, another n measures anew, and eval.d32_n=null reads the logged
     values."""
     ctx = context(d32_store, "lite32", tmp_path / "out")
-    found = evidence(ctx)
+    found = evidence_of([ctx])
     measured, missing = found.final(ctx.runs)
     assert missing == ""
     d32 = ctx.runs[D] == 32
@@ -116,17 +117,17 @@ def test_d32_runs_final_values_are_measured_at_eval_d32_n_from_their_checkpoints
     ) in claim.numbers
     client = MlflowClient(d32_store)
     assert len(final_runs(client, "lite32")) == 2  # one measurement per d 32 run, logged beside the probes'
-    judge(RECORDS["clusters_d32"], evidence(context(d32_store, "lite32", tmp_path / "again")))
+    judge(RECORDS["clusters_d32"], evidence_of([context(d32_store, "lite32", tmp_path / "again")]))
     assert len(final_runs(client, "lite32")) == 2  # read back from the store, not measured again
     judge(
         RECORDS["clusters_d32"],
-        evidence(context(d32_store, "lite32", tmp_path / "out", replace(SETTINGS, d32_n=32))),
+        evidence_of([context(d32_store, "lite32", tmp_path / "out", replace(SETTINGS, d32_n=32))]),
     )
     assert len(final_runs(client, "lite32")) == 4  # another n is another measurement
 
     as_logged = judge(
         RECORDS["clusters_d32"],
-        evidence(context(d32_store, "lite32", tmp_path / "out", replace(SETTINGS, d32_n=None))),
+        evidence_of([context(d32_store, "lite32", tmp_path / "out", replace(SETTINGS, d32_n=None))]),
     )
     assert f"{np.median(ctx.runs.loc[d32, VAL_REL_LLOYD]):.3f} (margin" in as_logged.numbers
     assert "measured at" not in as_logged.numbers and "(judged at d 32, k 10, n 16)" in as_logged.numbers

@@ -22,7 +22,8 @@ import yaml
 from omegaconf import OmegaConf
 from support.repo import REPO
 
-from analysis import claims, report
+from analysis import report
+from analysis.claims import __main__ as claims
 from cli import console, exit_codes, shadowing
 from config.compose import compose
 from config.schema import ConfigError
@@ -50,8 +51,9 @@ def test_help_anywhere_prints_the_usage_and_exits_0(script, where, capsys):
     argv = ["--help", *words] if where == "first" else [*words, "--help"]
     code, out, err = run_main(HYDRA_COMMANDS[script], argv, capsys)
     assert code == 0 and err == ""
-    module = SCRIPTS[script].split(":")[0]
-    own = " [--yes]" if script == "leaner-sweep" else ""  # the sweep's one flag of its own (sweeper.confirm)
+    module = SCRIPTS[script].split(":")[0].removesuffix(".__main__")  # a package's: python -m PACKAGE
+    # The sweep's one flag of its own (sweeper.driver.confirm).
+    own = " [--yes]" if script == "leaner-sweep" else ""
     assert out.startswith(
         f"usage: {script} [key=value ...] [--cfg job]{own}   (or: python -m {module} ...)\n"
     )
@@ -85,7 +87,8 @@ def test_help_lists_the_options_and_every_exit_code_and_no_internals(script, cap
 
 @pytest.mark.parametrize("script", sorted(HYDRA_COMMANDS))
 def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch):
-    from sweeper import tune  # Ray Tune: imported by the tests that use it, not at every worker's collection
+    # Ray Tune: imported by the tests that use it, not at every worker's collection.
+    from sweeper.driver import tune
 
     monkeypatch.setenv(console.VERBOSE, "0")
     word = "eval.batches=1" if "report" in script or "claims" in script else "sweep=smoke"
@@ -98,12 +101,12 @@ def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch)
 
 
 def test_quiet_tune_prints_no_trial_boxes_and_a_table_a_minute(monkeypatch, capsys):
-    """sweeper.tune.verbosity sets two class attributes of Ray Tune's reporter, which are not public: on a
-    Ray whose reporter moved them this fails (the sweep then still runs, as loud as Tune's default)."""
+    """sweeper.driver.tune.verbosity sets two class attributes of Ray Tune's reporter, which are not public:
+    on a Ray whose reporter moved them this fails (the sweep then still runs, as loud as Tune's default)."""
     from ray.tune.experiment import Trial
     from ray.tune.experimental import output
 
-    from sweeper import tune
+    from sweeper.driver import tune
 
     monkeypatch.setenv(console.VERBOSE, "0")
     reporter = output.TuneTerminalReporter(output.AirVerbosity(tune.verbosity()))

@@ -426,7 +426,7 @@ def test_a_trial_that_reserves_no_gpu_sees_none(monkeypatch):
     instance as the sweep starts it, with the node's GPU 0 visible to it."""
     import ray
 
-    from sweeper import cluster
+    from sweeper.driver import cluster
 
     ray.shutdown()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")

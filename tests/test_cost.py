@@ -1,6 +1,6 @@
-"""The sweep's cost preview (sweeper.cost), printed by its dry run: model-steps, and at the step times of a
-real `python -m bench step_seconds` run on this CPU the core-hours they need and their price; the same file
-as a GPU writes it gives GPU-hours at the GPU price. Its keys are refused in one line naming them."""
+"""The sweep's cost preview (sweeper.driver.cost), printed by its dry run: model-steps, and at the step times
+of a real `python -m bench step_seconds` run on this CPU the core-hours they need and their price; the same
+file as a GPU writes it gives GPU-hours at the GPU price. Its keys are refused in one line naming them."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from cli import exit_codes
 from config import reference as config_reference
 from config.compose import compose
 from sweeper import sweep as sweep_cli
-from sweeper.timeline import drive
+from sweeper.driver.timeline import drive
 
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 
@@ -104,7 +104,7 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         rc = sweep_cli.main([a for a in args if not a.startswith("sweep.dry_run")] + ["sweep.dry_run=true"])
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
     from analysis import cli
-    from bench import cli as bench_cli
+    from bench import __main__ as bench_command
     from bench import gpu
     from sweeper import scale_probe
 
@@ -114,8 +114,7 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         if args[0] == "gpu":
             gpu.parse(args[1:])
             continue
-        _, overrides = bench_cli.parse(args)
-        compose(overrides)
+        bench_command.parse(args)  # the options, and the overrides composed
     probes = [a for a in python_module_commands("sweeper.scale_probe") if a]
     assert probes, "docs/cluster.md shows the driver's scale probe"
     for args in probes:
@@ -150,9 +149,9 @@ def test_docs_list_the_exit_code_table_and_every_command():
     )
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     listed = re.findall(r"^\| `(leaner-[\w-]+)` \| `python -m ([\w.]+)` \|", text, flags=re.M)
-    # `python -m bench` runs bench/__main__.py, which calls bench.cli:main.
+    # `python -m PACKAGE` runs PACKAGE/__main__.py: its console script names PACKAGE.__main__:main.
     assert {name: f"{module}:main" for name, module in listed} == {
-        name: target.replace("bench.cli:", "bench:") for name, target in scripts.items()
+        name: target.replace(".__main__:", ":") for name, target in scripts.items()
     }
 
 

@@ -1,5 +1,5 @@
-"""sweeper.fifo.LiveFifo on a real Ray instance: trials start in the order Tune's own FIFOScheduler starts
-them, a failed trial's retry included (Tune puts it at the end of its queue)."""
+"""sweeper.driver.fifo.LiveFifo on a real Ray instance: trials start in the order Tune's own FIFOScheduler
+starts them, a failed trial's retry included (Tune puts it at the end of its queue)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import ray_local
 
-from sweeper.fifo import LiveFifo
+from sweeper.driver.fifo import LiveFifo
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
-"""A sweep's home folder (sweeper.home) moves: checkpoints recorded relative to it, a moved store's artifact
-locations mended when it is opened (tracking.moved), an archive with what resuming needs (sweeper.archive);
-and the time budget's account and key (sweeper.budget, cluster.time_budget_s). Fast: a real SQLite store,
-no Ray (the sweep in allocations: tests/test_sweep_budget.py)."""
+"""A sweep's home folder (sweeper.driver.home) moves: checkpoints recorded relative to it, a moved store's
+artifact locations mended when it is opened (tracking.moved), an archive with what resuming needs
+(sweeper.archive); and the time budget's account and key (sweeper.driver.budget, cluster.time_budget_s). Fast:
+a real SQLite store, no Ray (the sweep in allocations: tests/test_sweep_budget.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from support.sweeps import sweep_jobs
 
 from config.compose import compose
 from config.schema import ConfigError
-from sweeper import archive, home
-from sweeper.budget import Account, Budget, outlook
-from sweeper.session import rate_line
+from sweeper import archive
+from sweeper.driver import home
+from sweeper.driver.budget import Account, Budget, outlook
+from sweeper.driver.session import rate_line
 from tracking import moved, store
 from tracking.names import FINISHED, OUTCOME, TUNE_CHECKPOINT
 

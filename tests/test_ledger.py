@@ -1,6 +1,6 @@
-"""The ledger's decisions (sweeper.ledger, and the driver's hold on it: sweeper.hold), each tested where it is
-made: resuming a sweep after a stop or a move rests on them, and the slow sweep tests meet them only in rare
-timings.
+"""The ledger's decisions (sweeper.driver.ledger, and the driver's hold on it: sweeper.driver.hold), each
+tested where it is made: resuming a sweep after a stop or a move rests on them, and the slow sweep tests meet
+them only in rare timings.
 
   the parent run a sweep keeps when several exist    read(); Hold._parent, after a race (find_parent)
   which unfinished run of a job is continued         read(): the latest, by (start_time, run_id)
@@ -21,8 +21,8 @@ from mlflow.entities import Run, RunData, RunInfo, RunTag
 from mlflow.tracking import MlflowClient
 
 from config.grid import Sweep
-from sweeper.hold import Hold
-from sweeper.ledger import read
+from sweeper.driver.hold import Hold
+from sweeper.driver.ledger import read
 from sweeper.sweep import load
 from tracking import store
 from tracking.names import (

@@ -1,5 +1,5 @@
-"""The driver lock's takeover (sweeper.lock) on a real SQLite store: a lock held from another host is taken
-over only when its holder's Ray cluster answers nothing at its GCS address, or a cluster of another id
+"""The driver lock's takeover (sweeper.driver.lock) on a real SQLite store: a lock held from another host is
+taken over only when its holder's Ray cluster answers nothing at its GCS address, or a cluster of another id
 answers there, and its heartbeat stays silent for TAKEOVER_S; a holder that answers or beats keeps it. The
 holders are tags as a driver writes them; the retried driver on a new Ray cluster is
 tests/test_sweep_drivers.py's."""
@@ -15,8 +15,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.servers import free_port
 
-from sweeper import cluster
-from sweeper.lock import TAKEOVER_S, DriverLock, SweepLocked, answers
+from sweeper.driver import cluster
+from sweeper.driver.lock import TAKEOVER_S, DriverLock, answers
+from sweeper.errors import SweepLocked
 from tracking.names import DRIVER
 
 

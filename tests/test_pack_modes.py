@@ -1,5 +1,6 @@
 """cluster.pack=shapes: the sweep packs every model of one shape (config.schema.SHARED_KEYS), up to
-cluster.pack_size, into one trial (sweeper.work.packs_of); bad values are refused before anything runs."""
+cluster.pack_size, into one trial (sweeper.driver.work.packs_of); bad values are refused before anything
+runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from config import grid
 from config.compose import compose
 from config.identity import config_hash
 from config.schema import SHARED_KEYS, ConfigError
+from sweeper.driver.work import packs_of
 from sweeper.sweep import load
-from sweeper.work import packs_of
 from training.packed import check_packable
 
 

@@ -339,7 +339,7 @@ def imports_of(folder: str) -> set[str]:
 
 # Packages depend one way: each imports only itself and the packages before it in this order, but bench/ and
 # analysis/ nothing of sweeper/: they measure and read what a sweep leaves, not the driver's internals (the
-# driver at scale is measured by sweeper/scale_probe.py, a command of its own).
+# driver at scale is measured by sweeper/scale/, the scale probe's package).
 LAYERS = ("cli", "tasks", "models", "config", "tracking", "training", "sweeper", "bench", "analysis")
 NOT_SWEEPER = ("bench", "analysis")
 MAY_IMPORT = {
@@ -353,6 +353,13 @@ def test_imports_flow_one_way(package):
     allowed = MAY_IMPORT[package]
     wrong = sorted(m for m in imports_of(package) if m not in allowed and m.split(".")[0] not in allowed)
     assert not wrong, f"{package}/ imports {wrong}; it may import only {sorted(allowed)}"
+
+
+def test_the_sweep_driver_imports_nothing_of_the_scale_probe():
+    """sweeper/'s two jobs, a subpackage each: the driver (sweeper/driver/) runs a sweep, the scale probe
+    (sweeper/scale/, its command sweeper/scale_probe.py) drives it to measure it, never the other way."""
+    wrong = sorted(m for m in imports_of("sweeper/driver") if m.startswith("sweeper.scale"))
+    assert not wrong, f"sweeper/driver/ imports {wrong}"
 
 
 def test_bench_names_no_sweeper_module_in_a_string():
@@ -377,8 +384,8 @@ def test_the_circle_check_finds_an_import_back_through_a_package_init():
     circle: the import the claims once had."""
     graph = import_graph(("analysis",))
     graph["analysis.claims.records"].add("analysis.claims")
-    graph["analysis.claims"].add("analysis.claims.from_context")
-    assert circle(graph)[0] in {"analysis.claims", "analysis.claims.records", "analysis.claims.from_context"}
+    graph["analysis.claims"].add("analysis.claims.verdicts")
+    assert circle(graph)[0] in {"analysis.claims", "analysis.claims.records", "analysis.claims.verdicts"}
 
 
 def lookups_by_name(folder: str) -> set[str]:
@@ -420,8 +427,8 @@ TRAIN_TINY = (
 )
 # The driver packs by shape with config.schema.SHARED_KEYS, not through training.packed (torch).
 DRIVER = (
-    "import sweeper.sweep, sweeper.ledger, sweeper.work, sweeper.cluster, sweeper.session, sweeper.tune, "
-    "sweeper.writer, sweeper.trial; sweeper.work.packs_of([], set(), 'shapes', 2)"
+    "import sweeper.sweep; from sweeper.driver import cluster, ledger, session, trial, tune, work, writer; "
+    "work.packs_of([], set(), 'shapes', 2)"
 )
 DRY_RUN = (
     "import runpy; sys.argv = ['sweeper.sweep', 'sweep=paper', 'sweep.dry_run=true']; "
@@ -432,7 +439,7 @@ DRY_RUN = (
 @pytest.mark.parametrize(
     "module, unwanted",
     [
-        ("sweeper.trial", ["mlflow", "torch"]),
+        ("sweeper.driver.trial", ["mlflow", "torch"]),
         (DRIVER, ["torch"]),
         (DRY_RUN, ["torch", "ray"]),
         ("analysis.report", ["torch._dynamo"]),
@@ -442,7 +449,7 @@ DRY_RUN = (
 )
 def test_imports_leave_out_what_the_process_does_not_use(module, unwanted):
     """What each kind of process would import for nothing, about 1.5 s of CPU each: a sweep's Ray worker
-    imports sweeper.trial (MLflow: the driver writes every run; torch: only once it trains); the driver
+    imports sweeper.driver.trial (MLflow: the driver writes every run; torch: only once it trains); the driver
     (every module a sweep runs) trains nothing, and a dry run or a bad override is answered without torch
     or Ray (config checks its choices without importing the models); torch._dynamo (only train.compile
     needs it) is left out of the report, and of training, which keeps its Adam state without a torch

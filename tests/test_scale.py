@@ -12,7 +12,7 @@ import sys
 import pytest
 from support.repo import REPO
 
-from sweeper.scale_probe import INTERVALS, interval_points
+from sweeper.scale.probe import INTERVALS, interval_points
 
 pytestmark = pytest.mark.slow
 

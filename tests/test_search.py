@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 from support.sweeps import children
 
 from config.grid import load
+from sweeper.driver.tune import scheduler_of
 from sweeper.sweep import main
-from sweeper.tune import scheduler_of
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, PACK
 
 LR = "+sweep.search.space.lr={loguniform: [0.0001, 0.1]}"

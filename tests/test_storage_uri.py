@@ -10,7 +10,7 @@ from pyarrow import fs
 from ray import tune
 from support.servers import free_port
 
-from sweeper import cluster, writer
+from sweeper.driver import cluster, writer
 from sweeper.errors import ClusterError
 
 
@@ -41,5 +41,6 @@ def test_a_checkpoints_recorded_location_keeps_the_storages_endpoint():
     assert (
         recorded == "s3://bucket/sweep/trial/checkpoint_000001?endpoint_override=127.0.0.1:9000&scheme=http"
     )
-    reopened = tune.Checkpoint(recorded)  # what a restarted sweep's trial opens (sweeper.trial.restore)
+    # What a restarted sweep's trial opens (sweeper.driver.trial.restore).
+    reopened = tune.Checkpoint(recorded)
     assert reopened.filesystem.equals(filesystem) and reopened.path == checkpoint.path

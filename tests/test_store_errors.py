@@ -25,7 +25,8 @@ from alembic.script import ScriptDirectory
 from mlflow.store.db.utils import _get_alembic_config
 from support.repo import REPO, subprocess_env
 
-from analysis import claims, report
+from analysis import report
+from analysis.claims import __main__ as claims
 from cli import exit_codes
 from cli.entry import command
 from config.compose import compose

@@ -1,6 +1,6 @@
 """Sweeps on a real local Ray instance into real MLflow stores (SQLite file, `mlflow server`).
 
-One Ray instance serves the whole module (sweeper.cluster.connect reuses an
+One Ray instance serves the whole module (sweeper.driver.cluster.connect reuses an
 initialised one). Trials are tiny (the smoke grid): what is tested is the
 plumbing — one writer, exactly-once, equality with a local run.
 """
@@ -25,7 +25,7 @@ from support.repo import REPO
 from support.sweeps import children, most_at_once, sweep_jobs
 
 from analysis.runs import load_runs, outcome_of
-from sweeper import session
+from sweeper.driver import session
 from sweeper.rerun import main as rerun_main
 from sweeper.sweep import main
 from tracking import ui
@@ -268,7 +268,7 @@ def test_asha_stops_packs_and_every_model_ends_once(tmp_path, sqlite_uri, capfd)
     the others finish; the parent run and the report's reading of the runs count them as pruned; started
     again, nothing runs."""
     uri = sqlite_uri
-    # Rungs at step 50 (ten evaluations, sweeper.tune.scheduler_of) of 60; three configurations x 2 seeds.
+    # Rungs at step 50 (ten evaluations: sweeper.driver.tune.scheduler_of) of 60; 3 configurations x 2 seeds.
     overrides = [
         "sweep=smoke",
         "sweep.seeds=[1, 2]",

@@ -29,7 +29,7 @@ from support.ray_nodes import RayNodes, peak_overlap, trial_spans
 from support.sweeps import sweep_jobs, when
 
 from config.compose import compose
-from sweeper import cluster
+from sweeper.driver import cluster
 from sweeper.sweep import main
 from tracking.names import FINISHED, OUTCOME
 from training.faults import STEP_PAUSE

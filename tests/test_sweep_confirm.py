@@ -1,4 +1,4 @@
-"""The guard before a large sweep (sweeper.confirm) and the second Ctrl-C (sweeper.stop.Halt).
+"""The guard before a large sweep (sweeper.driver.confirm) and the second Ctrl-C (sweeper.driver.stop.Halt).
 
 Above sweep.confirm_trials trials or sweep.confirm_hours device-hours the sweep command asks before it
 launches: y/N on a terminal (a pty here), one line and exit 11 without one, nothing started and nothing
@@ -27,7 +27,7 @@ from support.repo import REPO, subprocess_env
 from support.sweeps import children, interrupted_runs, kill_group, left_behind, start_sweep, wait_for
 
 from cli import exit_codes
-from sweeper import confirm
+from sweeper.driver import confirm
 from sweeper.errors import NotConfirmed
 from sweeper.sweep import load, main
 from tracking.names import COMMAND
@@ -64,7 +64,7 @@ def test_above_either_threshold_without_a_terminal_nothing_starts(tmp_path, sqli
     trial this machine cannot place, a check that comes after the guard, before Ray)."""
     store = Path(sqlite_uri.removeprefix("sqlite:///"))
     before = store.read_bytes()
-    unplaceable = "cluster.cpus_per_trial=100000"  # refused by sweeper.cluster.check, after the guard
+    unplaceable = "cluster.cpus_per_trial=100000"  # refused by sweeper.driver.cluster.check, after the guard
     line = [*SMOKE, f"tracking.uri={sqlite_uri}", unplaceable]
     assert main([*line, "sweep.confirm_trials=5"]) == exit_codes.NOT_CONFIRMED
     assert capsys.readouterr().err.splitlines() == [REFUSED]

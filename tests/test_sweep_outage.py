@@ -3,8 +3,8 @@ the PostgreSQL server of a sweep that writes to the database itself, stopped and
 
 The sweep driver runs as a subprocess attached to a running Ray cluster (the session's), whose MLflow
 client gives up after one retry (MLflow's own environment variables): its window is a few seconds, so a
-server restart outlasts it and only the driver's own buffering (sweeper.session, sweeper.outage) carries
-the sweep through; tracking.outage_s bounds that.
+server restart outlasts it and only the driver's own buffering (sweeper.driver.session, sweeper.driver.outage)
+carries the sweep through; tracking.outage_s bounds that.
 """
 
 from __future__ import annotations

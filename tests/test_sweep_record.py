@@ -1,5 +1,5 @@
-"""The sweep's hold on its ledger (sweeper.hold.Hold) and its session (sweeper.session.Session) on a
-real SQLite store: a sweep's start reads the store once, whatever it finds there; the lock reads it again
+"""The sweep's hold on its ledger (sweeper.driver.hold.Hold) and its session (sweeper.driver.session.Session)
+on a real SQLite store: a sweep's start reads the store once, whatever it finds there; the lock reads it again
 only when another driver ran the sweep since; and Tune keeps nothing of the sweep's objects."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from mlflow.tracking import MlflowClient
 from ray import cloudpickle  # what Tune pickles its state with
 
 from config.grid import Sweep
-from sweeper.budget import Budget
-from sweeper.hold import Hold
-from sweeper.session import Session
-from sweeper.stop import Halt
+from sweeper.driver.budget import Budget
+from sweeper.driver.hold import Hold
+from sweeper.driver.session import Session
+from sweeper.driver.stop import Halt
+from sweeper.driver.tune import trial_dirname, trial_name
+from sweeper.driver.work import TRIAL, TrialId, Work
 from sweeper.sweep import load
-from sweeper.tune import trial_dirname, trial_name
-from sweeper.work import TRIAL, TrialId, Work
 from tracking.names import CONFIG_HASH, FINISHED, MLFLOW_PARENT_RUN_ID, OUTCOME, SWEEP, TUNE_CHECKPOINT
 
 SWEEP_NAME = "smoke"
@@ -113,7 +113,8 @@ def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
     for creator in (trial_name, trial_dirname):
         assert pickle.loads(cloudpickle.dumps(creator)) is creator
 
-    class Trial:  # what the creators read of Tune's trial: its config (sweeper.tune.param_space), its id
+    # What the creators read of Tune's trial: its config (sweeper.driver.tune.param_space), its id.
+    class Trial:
         config = {TRIAL: TrialId("pack-1", "smoke/x/2seeds").encode()}
         trial_id = "abc"
 

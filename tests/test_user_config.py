@@ -78,7 +78,7 @@ def test_a_user_directory_adds_sweeps_and_options_and_is_searched_first(user_dir
 def test_a_sweeps_trials_compose_with_the_user_directory(user_dir, tmp_path, monkeypatch):
     """The driver hands its trials the user directories as one override of absolute paths (a Ray worker has
     another working directory, and on a cluster not the driver's environment): each trial composes what the
-    driver planned, config_hash for config_hash, as sweeper.trial.run_trial checks."""
+    driver planned, config_hash for config_hash, as sweeper.driver.trial.run_trial checks."""
     monkeypatch.chdir(user_dir.parent)
     overrides = [f"hydra.searchpath=[{user_dir.name}]", "sweep=mine", "model=wide"]
     sweep = load(overrides)

@@ -68,7 +68,7 @@ CONFIGURATION = (
 EVALUATION_LINK = (
     "evaluation."  # + evaluation name, on a training run: the id of its run in <experiment>-evaluations
 )
-DRIVER = "sweep_driver"  # on a sweep's parent run: the driver running it (sweeper.lock), while it runs
+DRIVER = "sweep_driver"  # on a sweep's parent run: the driver running it (sweeper.driver.lock), while it runs
 # Tags of an evaluation run (analysis.checkpoint_eval): they describe evaluation runs, never training runs.
 EVAL_OF = "eval_of"  # the id of the training run evaluated
 EVALUATION = "evaluation"  # the evaluation's name

@@ -1,6 +1,6 @@
 """The MLflow tracking store: the one module that opens it, finds experiments and searches runs.
 
-Training (tracking.recorder), the sweep driver (sweeper.session), reruns and the analysis write and
+Training (tracking.recorder), the sweep driver (sweeper.driver.session), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
   connect        open a store: fail fast, naming the URI, when the store cannot be reached or used, or its
                  address has no form of config.address (a PostgreSQL server too: MLflow would retry it for

@@ -10,7 +10,7 @@ Ray workers started by a local ray.init inherit the driver's environment, so
 a sweep test sets the variables before Ray starts. Workers on a running
 cluster inherit their node's environment instead: a driver joining one
 forwards the variables set in its own (environment(), the job's runtime_env
-in sweeper.cluster.connect).
+in sweeper.driver.cluster.connect).
 
     LEANER_TEST_NAN_AT_STEP=7                  every run's loss is NaN at step 7 (it diverges)
     LEANER_TEST_NAN_AT_STEP=7@HASH[,HASH...]   only the runs with these config hashes
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 if (
     TYPE_CHECKING
-):  # no torch at import: a sweep's driver imports this module (sweeper.cluster) and trains nothing
+):  # no torch at import: a sweep's driver imports this module (sweeper.driver.cluster) and trains nothing
     import torch
 
 NAN_AT_STEP = "LEANER_TEST_NAN_AT_STEP"

@@ -1,8 +1,8 @@
 """What a training process takes of its machine, sampled at its reports: CPU, memory and, on CUDA, its GPU.
 
 MLflow's own monitor (mlflow.system_metrics) samples from a thread of the process that holds the run; a
-sweep's trials hold no run (the driver writes their runs, sweeper.writer), so each trial samples here at
-every report and its samples travel with the report's points, under MLflow's names (tracking.names), at the
+sweep's trials hold no run (the driver writes their runs, sweeper.driver.writer), so each trial samples here
+at every report and its samples travel with the report's points, under MLflow's names (tracking.names), at the
 training step. `python -m sweeper.train` samples at each evaluation the same way.
 
 GPU figures come from NVML through pynvml (the optional `gpu` extra: nvidia-ml-py). Without it, or

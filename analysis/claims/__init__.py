@@ -1,63 +1,17 @@
-"""`python -m analysis.claims [tracking.*] [experiments=[a,b]] [select.*] [eval.*]`: the paper's 18 claims
-(docs/science.md 7.1), on one experiment or on several judged as one (`experiments`: sweep=lite's d 4 runs
-and sweep=lite32's d 32 runs, each in its own experiment, give large_lr_worse both its halves).
+"""The paper's claims (docs/science.md section 7.1) judged on a store's runs: `python -m analysis.claims`,
+whose command is __main__.py (parse the command line, read the store, judge every claim, write the table).
 
-Each claim has a name, the paper's words and where they
-stand, its scope (the sub-grid and slice it is about) and its judge. A claim is
-judged only on its scope, so other runs in a store never change a verdict.
-Per configuration, the median across seeds of the final value, where a
-diverged seed counts as +inf (it beats nothing: neither Lloyd's nor a lower
-loss) and an unfinished one not at all; a configuration with fewer than 2
-seeds is left out. A judge returns a few parts ("every OH/BN configuration
-< 1", "every NA one >= 1") over the cases its scope holds: one failing case
-makes the claim FAIL, else a part without cases, or a case without a margin
-(no seed on both sides: not judged), makes it UNTESTED (never PASS on zero
-cases), else PASS; a PASS whose cases leave out configurations the paper grid
-holds in its scope reads PARTIAL, naming them (never PASS on part of its
-scope). Probes compare the models' median (over seeds) mean
-log objective with Lloyd's after the same T steps, on the models the figures
-draw (the report's probe figures).
+Its modules, each building on those before it:
 
-A case compares a model with its reference seed by seed: its margin is the
-median over seeds of the paired difference (model minus reference), the case
-holds when that margin has the claimed sign and by nothing else, so every
-verdict is the sign of the margin printed beside it; the seeds' IQR of the difference is printed too,
-and a case whose IQR straddles zero is marked *marginal*, which informs and
-never changes a verdict. The claims beyond the paper are the platform's own findings, judged
-by the same rules, reported under their own heading and never counted among
-the paper's claims: among them the family claims at lite scale (d 4, k 6,
-`sweep=lite`), the same statements beyond the paper's setting (d 32, k 10,
-where the paper's claims are judged, on `sweep=lite32`'s runs).
-
-Prints every claim beside the paper's words and writes claims.csv and claims.md into the report folder.
+- scopes: the words a claim uses for runs: the paper grid's axes and configurations (conf/sweep/, read
+  through config/), a scope (sub-grid and slice);
+- evidence: what the claims are judged on, gathered from what analysis.read read of a store (Evidence), and a
+  claim's view of it, limited to its scope (View);
+- cases: what a judge states: cases and parts, the verdict they give, the cases made from final values per
+  seed and from a probe's rows;
+- judges: one judge per claim, from a View to its parts;
+- records: one Record per claim (the paper's words, where they stand, its scope and judge: CLAIMS), and the
+  evaluations they read (reads);
+- verdicts: a claim's verdict on the evidence (judge): against the paper grid, and without diverged runs;
+- table: the judged claims (Claim) as the command prints them, claims.csv, claim_cases.csv and claims.md.
 """
-# This module is the command; the package, one idea a module, each building on those before it:
-# scopes (the axes and scopes a claim names), cases (cases, parts, verdicts), configurations (per seed and
-# per configuration), probes (models against Lloyd's iterations), grid (the paper grid's cases), coverage
-# (what of its scope a claim was judged on), evidence
-# (Evidence, a claim's View of it, Record, judge), judges, records (CLAIMS), from_context (the evidence read
-# from a store, `check`), table (claims.csv, claims.md).
-
-from __future__ import annotations
-
-from analysis.claims.from_context import check_together, reads
-from analysis.claims.table import totals, write_csv, write_markdown
-from analysis.cli import claims_dir, job_config, open_contexts, options_help
-from cli.entry import command
-
-
-@command("leaner-claims", show_config=job_config, options=options_help)
-def main(argv: list[str]) -> int:
-    contexts, own = open_contexts(argv, lambda own: reads)
-    claims, out_dir = check_together(contexts), claims_dir(own, contexts)
-    for claim in claims:
-        beyond = " [beyond the paper]" if claim.beyond else ""
-        print(
-            f"{claim.status:<8} {claim.name}{beyond}{claim.mark()}\n"
-            f'{"":9}paper:    "{claim.paper}" ({claim.source})\n'
-            f"{'':9}measured: {claim.numbers}"
-        )
-    write_markdown(claims, out_dir)
-    print(totals(claims))
-    print(write_csv(claims, out_dir).resolve())
-    return 0

@@ -1,4 +1,5 @@
-"""Cases, parts and verdicts: how a claim's comparisons decide it.
+"""What a judge states: cases, parts of cases, and the verdict they give; the cases made from final values per
+seed and from a probe's rows.
 
 A case compares a model with its reference seed by seed: its margin is the median over seeds of the paired
 difference (model minus reference), and the case holds when that margin has the claimed sign. A case holds
@@ -11,20 +12,30 @@ reaches LEVEL (docs/science.md section 7.2: at least 5 seeds, all agreeing); fir
 changes a verdict. A part is one condition of a claim over its cases; one failing case makes the claim FAIL,
 else a part without cases or a case not judged makes it UNTESTED (never PASS on zero cases), else PASS, which
 reads PARTIAL where the claim's cases leave out configurations its scope holds in the paper grid
-(analysis.claims.coverage): a claim judged on part of its scope never reads PASS.
+(analysis.claims.verdicts): a claim judged on part of its scope never reads PASS.
+
+From final values per seed (View.finals), a case compares a configuration's seeds with a fixed level
+(threshold_cases), with the configuration that differs from it in one key (pair_cases), or the rise of two
+embeddings' values with k (rise_cases). From a probe's rows (View.probe: per seed, the mean log objective
+after `step` iterations, on fresh tasks), it compares the models' median over seeds with Lloyd's after the
+same T steps (vs_lloyd), or with their own after one (vs_step1).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
 
-from analysis.claims.scopes import Config
+from analysis.claims.scopes import AXES, EMB, Config, K, config_of
+from analysis.context import varying
+from analysis.runs import config_keys
+from analysis.style import LLOYD, label, short
 from config.defaults import default
+from tracking.names import SEED
 
 PASS, PARTIAL, FAIL, UNTESTED = "PASS", "PARTIAL", "FAIL", "UNTESTED"
 PAPER_STEPS: int = default("train.steps")  # the paper's 10,000 training steps (conf/train/paper.yaml)
@@ -55,7 +66,7 @@ class Case:
     seeds: int = 0
     agree: int = 0
     untied: int = 0
-    # The training steps of its runs where fewer than the paper's (evidence.short_of_paper): said in its row.
+    # The training steps of its runs where fewer than the paper's (verdicts.short_of_paper): said in its row.
     short_steps: tuple[int, ...] = ()
 
     @property
@@ -254,3 +265,223 @@ def ge(a: float, b: float) -> bool:
 
 def le(a: float, b: float) -> bool:
     return a <= b
+
+
+# ---- cases from final values per seed and configuration ----
+
+
+def label_keys(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[str]:
+    """The config keys that tell the configurations apart (every axis for a single one), but `drop`."""
+    configs = frame[config_keys(frame.columns)].drop_duplicates()
+    keys = varying(configs) if len(configs) > 1 else [k for k in AXES if k in frame]
+    return [k for k in keys if k not in drop]
+
+
+def config_label(row: pd.Series, keys: list[str]) -> str:
+    """A configuration's name in a case: its values of `keys`, as a series is labelled (analysis.style)."""
+    return label({k: row[k] for k in keys}) or "all"
+
+
+def by_configuration(per_seed: pd.DataFrame, keys: list[str]) -> Iterator[tuple[pd.Series, pd.DataFrame]]:
+    """(configuration row, per-seed values indexed by seed) per configuration."""
+    for _, part in per_seed.groupby(config_keys(per_seed.columns), dropna=False, sort=False):
+        yield part.iloc[0], part.set_index(SEED)[keys]
+
+
+def threshold_cases(
+    per_seed: pd.DataFrame, holds: Callable[[float, float], bool], level: float = 1.0
+) -> list[Case]:
+    """Per configuration: holds(its median - level, 0); the margin is that median - level."""
+    keys = label_keys(per_seed)
+    return [
+        compare(config_label(row, keys), values["value"], level, holds, "{a}", (config_of(row),))
+        for row, values in by_configuration(per_seed, ["value"])
+    ]
+
+
+def pair_cases(
+    per_seed: pd.DataFrame, key: str, a: object, b: object, holds: Callable[[float, float], bool]
+) -> list[Case]:
+    """Configurations with key == a beside those with key == b that agree on every other config key."""
+    others = [k for k in config_keys(per_seed.columns) if k != key]
+    right = {
+        match: part.set_index(SEED)["value"]
+        for match, part in per_seed[per_seed[key] == b].groupby(others, dropna=False, sort=False)
+    }
+    keys = label_keys(per_seed[per_seed[key].isin((a, b))], drop=(key,))
+    words = f"{short(key, a)} {{a}} vs {short(key, b)} {{b}}"
+    return [
+        compare(
+            config_label(row, keys),
+            values["value"],
+            right[match],
+            holds,
+            words,
+            (config_of(row), config_of({**row, key: b})),
+        )
+        for row, values in by_configuration(per_seed[per_seed[key] == a], ["value"])
+        if (match := tuple(row[k] for k in others)) in right
+    ]
+
+
+@dataclass
+class Rise:
+    """Per group of configurations that differ only in embedding and k: each embedding's value at the
+    smallest and the largest k both embeddings have, as per-seed rises (seeds with both ends of both
+    embeddings: a round of more seeds may reach one k and not the other) and as the rise of the medians."""
+
+    label: str
+    ks: tuple[object, object]
+    per_seed: dict[str, pd.Series]
+    of_medians: dict[str, float]
+    configs: tuple[Config, ...]
+
+
+def rises(per_seed: pd.DataFrame, embeddings: tuple[str, ...]) -> list[Rise]:
+    """The Rise of `embeddings` with k in every group that has at least two k for all of them."""
+    others = [k for k in config_keys(per_seed.columns) if k not in (EMB, K)]
+    keys = [k for k in label_keys(per_seed) if k in others]
+    found = []
+    for _, part in per_seed.groupby(others, dropna=False):
+        by = {e: part[part[EMB] == e].pivot_table(index=SEED, columns=K, values="value") for e in embeddings}
+        ks = sorted(set.intersection(*(set(table.columns) for table in by.values())))
+        if len(ks) < 2:
+            continue
+        seeds = by[embeddings[0]].index
+        for table in by.values():
+            seeds = seeds.intersection(table.index)
+        ends = part[part[EMB].isin(embeddings) & part[K].isin((ks[0], ks[-1]))]
+        found.append(
+            Rise(
+                config_label(part.iloc[0], keys),
+                (ks[0], ks[-1]),
+                {e: (t.loc[seeds, ks[-1]] - t.loc[seeds, ks[0]]).dropna() for e, t in by.items()},
+                {e: float(t[ks[-1]].median() - t[ks[0]].median()) for e, t in by.items()},
+                tuple(dict.fromkeys(config_of(row) for _, row in ends.iterrows())),
+            )
+        )
+    return found
+
+
+def _rise_case(rise: Rise, words: str, diffs: pd.Series, claimed: Callable[[float, float], bool]) -> Case:
+    margin = float(np.median(diffs)) if len(diffs) else math.nan  # paired, as compare
+    counts = signs(diffs.to_numpy(dtype=float), margin)
+    return Case(rise.label, words, margin, claimed, iqr(diffs), rise.configs, len(diffs), *counts)
+
+
+def rise_cases(per_seed: pd.DataFrame, rising: str = "binary", steady: str = "onehot") -> list[Case]:
+    """`rising`'s value rises from the smallest to the largest k (both embeddings have) by more than
+    `steady`'s (and at all): margin = the median over seeds of rise - max(steady's rise, 0), as compare."""
+    cases = []
+    for rise in rises(per_seed, (rising, steady)):
+        diffs = (rise.per_seed[rising] - rise.per_seed[steady].clip(lower=0.0)).dropna()
+        words = (
+            f"k {rise.ks[0]}->{rise.ks[1]}: {short(EMB, rising)} {rise.of_medians[rising]:+.3f} "
+            f"vs {short(EMB, steady)} {rise.of_medians[steady]:+.3f}"
+        )
+        cases.append(_rise_case(rise, words, diffs, gt))
+    return cases
+
+
+def k_rise_cases(
+    per_seed: pd.DataFrame, embedding: str, claimed: Callable[[float, float], bool], beside: str = "onehot"
+) -> list[Case]:
+    """`embedding`'s own rise from the smallest to the largest k (those `beside` has too, so that two
+    embeddings' cases are read at the same ends): margin = the median over seeds of that rise, judged by
+    `claimed` (gt: it rises; le: it does not)."""
+    cases = []
+    for rise in rises(per_seed, tuple(dict.fromkeys((embedding, beside)))):
+        words = f"k {rise.ks[0]}->{rise.ks[1]}: {short(EMB, embedding)} {rise.of_medians[embedding]:+.3f}"
+        cases.append(_rise_case(rise, words, rise.per_seed[embedding], claimed))
+    return cases
+
+
+def rises_in_words(per_seed: pd.DataFrame, embeddings: tuple[str, ...]) -> str:
+    """'k 6->25: BN +0.120, OH +0.050' per group: rises printed beside a claim, not judged."""
+    return "; ".join(
+        f"{rise.label} k {rise.ks[0]}->{rise.ks[1]}: "
+        + ", ".join(f"{short(EMB, e)} {rise.of_medians[e]:+.3f}" for e in embeddings)
+        for rise in rises(per_seed, embeddings)
+    )
+
+
+# ---- cases from a probe's rows: models against Lloyd's iterations, or against their own t=1 ----
+
+
+def _at(rows: pd.DataFrame, step: int, method: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(Model values at `step` per panel, series and seed, of series with >= 2 seeds; Lloyd's per panel
+    and seed)."""
+    here = rows[rows["step"] == step]
+    lloyd = here[here["series"] == LLOYD].groupby(["panel", SEED])["value"].mean()
+    models = here[(here["series"] != LLOYD) & (here["method"] == method)]
+    models = models.groupby(["panel", "series", SEED])["value"].mean().reset_index()
+    seeds = models.groupby(["panel", "series"])[SEED].transform("nunique")
+    return models[seeds >= 2], lloyd
+
+
+def _configs(rows: pd.DataFrame, series: str) -> tuple:
+    """The configuration of a model series, as its rows name it; () where they do not."""
+    if "config" not in rows:
+        return ()
+    named = rows.loc[rows["series"] == series, "config"].dropna()
+    return (named.iloc[0],) if len(named) else ()
+
+
+def vs_lloyd(
+    rows: pd.DataFrame, T: int, holds: Callable[[float, float], bool], panels=None, method: str = "reembed"
+) -> list[Case]:
+    """Per panel and model series: holds(the model's median at T, Lloyd's median at T on the same tasks)."""
+    models, lloyd = _at(rows, T, method)
+    cases = []
+    for (panel, series), part in models.groupby(["panel", "series"], sort=False):
+        if (panels is not None and panel not in panels) or panel not in lloyd.index.get_level_values(0):
+            continue
+        words = "{a} vs Lloyd {b}"
+        values, config = part.set_index(SEED)["value"], _configs(rows, series)
+        cases.append(compare(f"{panel} {series}", values, lloyd[panel], holds, words, config))
+    return cases
+
+
+def vs_step1(
+    rows: pd.DataFrame, T: int, holds: Callable[[float, float], bool], panels=None, method: str = "reembed"
+) -> list[Case]:
+    """Per panel and model series: holds(its median at T, its median at t=1)."""
+    last, _ = _at(rows, T, method)
+    first = _at(rows, 1, method)[0].set_index(["panel", "series", SEED])["value"]
+    cases = []
+    for (panel, series), part in last.groupby(["panel", "series"], sort=False):
+        if (panels is not None and panel not in panels) or (panel, series) not in first.index.droplevel(SEED):
+            continue
+        words = "{b} at t=1 -> {a}"
+        values, config = part.set_index(SEED)["value"], _configs(rows, series)
+        cases.append(compare(f"{panel} {series}", values, first[(panel, series)], holds, words, config))
+    return cases
+
+
+def course(rows: pd.DataFrame, panel: str, series: str, T: int) -> str:
+    """Where a model's median leads or trails Lloyd's over t = 1..T, e.g. 'leads Lloyd at t=1-2, trails from
+    t=3 on': the paper says the models trail at scale 0.2 initially and overtake with more steps."""
+    here = rows[(rows["panel"] == panel) & rows["step"].between(1, T)]
+    model = here[(here["series"] == series) & (here["method"] == "reembed")].groupby("step")["value"].median()
+    lloyd = here[here["series"] == LLOYD].groupby("step")["value"].median()
+    lead = (model < lloyd.reindex(model.index)).to_dict()
+    spans: list[list] = []  # [leads?, first step, last step]
+    for step in sorted(lead):
+        if spans and spans[-1][0] == lead[step]:
+            spans[-1][2] = step
+        else:
+            spans.append([lead[step], step, step])
+    words = []
+    for i, (leads, first, last) in enumerate(spans):
+        verb = "leads" if leads else "trails"
+        at = (
+            f"from t={first} on"
+            if i == len(spans) - 1 and i
+            else f"at t={first}" + (f"-{last}" if last > first else "")
+        )
+        words.append(f"{verb} {at}")
+    return (
+        (", ".join(words).replace("leads", "leads Lloyd", 1).replace("trails", "trails Lloyd", 1))
+        if words
+        else ""
+    )

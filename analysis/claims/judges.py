@@ -11,19 +11,27 @@ from typing import Callable
 import pandas as pd
 
 from analysis.checkpoint_eval import SHIFTS
-from analysis.claims.cases import Case, Part, compare, ge, gt, le, lt
-from analysis.claims.configurations import (
+from analysis.claims.cases import (
+    Case,
+    Part,
     by_configuration,
+    compare,
     config_label,
+    course,
+    ge,
+    gt,
     k_rise_cases,
     label_keys,
+    le,
+    lt,
     pair_cases,
     rise_cases,
     rises_in_words,
     threshold_cases,
+    vs_lloyd,
+    vs_step1,
 )
 from analysis.claims.evidence import View
-from analysis.claims.probes import course, vs_lloyd, vs_step1
 from analysis.claims.scopes import (
     EMB,
     EMBEDDED,

@@ -1,5 +1,6 @@
 """The claims of docs/science.md section 7.1, one Record each: the paper's words, where they stand, the scope
-of runs a claim is judged on and its judge (analysis.claims.judges).
+of runs a claim is judged on and its judge (analysis.claims.judges); and `reads`, the evaluations their judges
+read, which the command reads from the store first (analysis.read).
 
 Records with `beyond=True` are the platform's own findings, judged by the same rules, reported under their own
 heading and never counted among the paper's claims: among them the family claims at lite scale (LITE_FAMILY,
@@ -9,10 +10,52 @@ judged, on `sweep=lite32`'s runs).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
 import analysis.claims.judges as judges
-from analysis.claims.evidence import Record
-from analysis.claims.grid import setting
-from analysis.claims.scopes import EMB, EMBEDDED, FAMILY, OTHER_FAMILIES, TAU, D, K, transfer_from, within
+from analysis.claims.cases import Part
+from analysis.claims.evidence import PANELS, View
+from analysis.claims.scopes import (
+    D32,
+    EMB,
+    EMBEDDED,
+    FAMILY,
+    OTHER_FAMILIES,
+    TAU,
+    D,
+    K,
+    Scope,
+    setting,
+    transfer_from,
+    within,
+)
+from analysis.context import Context, Want, evaluations_of, scope
+from analysis.eval_figures import PROBES
+from tracking.names import FINISHED, OUTCOME
+
+
+@dataclass(frozen=True)
+class Record:
+    """One claim: what the paper says, where, the runs it is about, and its judge (a View -> its parts)."""
+
+    name: str
+    paper: str
+    source: str
+    scope: Scope | None  # None: judged on a benchmark or on sampled tasks, not on runs
+    judge: Callable[[View], list[Part]]
+    beyond: bool = False
+    # Slice values its scope takes in the paper grid when they differ from its own: a `_lite` twin's scope is
+    # counted at the paper's d and k, where the grid holds the statement's configurations.
+    counted_at: dict = field(default_factory=dict)
+
+    def counted(self) -> Scope:
+        """Its scope as counted in the paper grid."""
+        subgrid, where = self.scope
+        return subgrid, {**where, **self.counted_at}
+
 
 # The family claims' setting: the d and k of the paper's family sub-grid (sweep=lite32 trains it there);
 # sweep=lite trains it at its own d and k, where the same statements are judged beyond the paper's setting
@@ -198,3 +241,16 @@ def at_lite_scale(record: Record) -> Record:
 CLAIMS = _RECORDS + tuple(at_lite_scale(r) for r in _RECORDS if r.name in FAMILY_CLAIMS)
 RECORDS = {record.name: record for record in CLAIMS}
 PAPER = {record.name: record.paper for record in CLAIMS if not record.beyond}  # the paper's 18, in order
+
+
+def reads(ctx: Context) -> list[Want]:
+    """The evaluations the claims read: each probe's of every finished model its figure draws (PROBES: a probe
+    claim's scope is a part of those), and with eval.d32_n the final values at that n of the finished d 32
+    runs in any claim's scope."""
+    probes = [want for name in PANELS for want in evaluations_of(name, scope(ctx.runs, *PROBES[name]))]
+    n = ctx.settings.d32_n
+    if n is None:
+        return probes
+    scoped = pd.concat([scope(ctx.runs, *record.scope) for record in CLAIMS if record.scope is not None])
+    d32 = scoped[(scoped[D] == D32) & (scoped[OUTCOME] == FINISHED)] if D in scoped else scoped[:0]
+    return probes + [("final", run_id, n) for run_id in dict.fromkeys(d32["run_id"])]

@@ -1,4 +1,5 @@
-"""What a claim is about: the config keys (axes) the claims name, and scopes, the runs a claim is judged on.
+"""What a claim is about, in the paper grid's own words (conf/sweep/paper.yaml, read through config/): the
+axes a claim names, its scope (the runs it is judged on) and the grids a sweep expands to.
 
 A scope is (sub-grid, slice): the runs tagged with that sub-grid of the paper grid whose config keys take the
 slice's values (analysis.context.scope). A probe claim's scope is the models its figure draws
@@ -8,21 +9,30 @@ slice's values (analysis.context.scope). A probe claim's scope is the models its
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from numbers import Number
 
-from analysis.eval_figures import PROBES
-from tasks.spec import FAMILIES
+import pandas as pd
+from omegaconf import DictConfig
 
+from analysis.eval_figures import PROBES
+from config.compose import compose
+from config.grid import Plan, expand
+from tasks.spec import FAMILIES
+from tracking.names import SUBGRIDS
+
+
+@cache
+def sweep(name: str) -> DictConfig:
+    """conf/sweep/<name>.yaml as conf/ writes it (no user config directory): read once."""
+    return compose([f"sweep={name}"], user_dirs=False).sweep
+
+
+# The config keys a claim names: the paper grid's axes (short name -> key), in its file's order.
+AXES = tuple(sweep("paper").axes.values())
 TAU, REG, EMB, D, K, FAMILY, LR = (
-    "loss.tau",
-    "loss.regularizer",
-    "model.embedding",
-    "task.d",
-    "task.k",
-    "task.family",
-    "optim.lr",
+    sweep("paper").axes[name] for name in ("tau", "regularizer", "embedding", "d", "k", "family", "lr")
 )
-AXES = (TAU, REG, EMB, D, K, FAMILY, LR)
 STEPS = "train.steps"  # not an axis: a case says where its runs trained fewer steps than the paper
 EMBEDDED = ("onehot", "binary")
 EXPERIMENT = "experiment"  # a run's experiment, beside its config keys: claims judged on several name theirs
@@ -56,3 +66,27 @@ def within(probe: str, **narrower: object) -> Scope:
 def transfer_from(family_setting: dict) -> Scope:
     """The non-cauchy-trained OH/BN models the family-transfer probe draws, at that d and k."""
     return within("family_transfer", **{EMB: EMBEDDED, FAMILY: OTHER_FAMILIES}, **family_setting)
+
+
+def setting(name: str, subgrid: str, keys: tuple[str, ...]) -> dict:
+    """The one value each config key of `keys` takes in a sub-grid of conf/sweep/<name>.yaml, as conf/ writes
+    it, e.g. the d and k of the paper's family sub-grid."""
+    configurations = expand(sweep(name)).configurations
+    values = {key: {c.overrides[key] for c in configurations if subgrid in c.subgrids} for key in keys}
+    several = {key: sorted(found) for key, found in values.items() if len(found) != 1}
+    if several:
+        raise ValueError(f"sweep {name!r}, sub-grid {subgrid!r}: not one value each: {several}")
+    return {key: found.pop() for key, found in values.items()}
+
+
+def configurations(plan: Plan) -> pd.DataFrame:
+    """A sweep's configurations (config.grid.expand), one row each: its config values and `subgrids` tag, as a
+    sweep tags its runs."""
+    return pd.DataFrame([{**c.overrides, SUBGRIDS: ",".join(c.subgrids)} for c in plan.configurations])
+
+
+@cache
+def paper_grid() -> pd.DataFrame:
+    """The paper grid's configurations (conf/sweep/paper.yaml, or the user's where a config directory holds
+    one), read only: a claim's cases there are counted on them."""
+    return configurations(expand(compose(["sweep=paper"]).sweep))

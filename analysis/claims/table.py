@@ -1,18 +1,57 @@
-"""The claims written down: claims.csv (one row per claim), claim_cases.csv (one row per case: its seeds and
-firmness) and claims.md (the paper's claims, then those beyond the paper under their own heading, then every
-case)."""
+"""The claims judged (Claim, one per Record) and written down: the command's lines, claims.csv (one row per
+claim), claim_cases.csv (one row per case: its seeds and firmness) and claims.md (the paper's claims, then
+those beyond the paper under their own heading, then every case)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.claims.cases import PAPER_STEPS, signed
-from analysis.claims.evidence import Claim
+from analysis.claims.cases import PAPER_STEPS, Case, signed
+from analysis.context import Context
 from tracking.names import CLAIM_COUNTS
+
+
+@dataclass
+class Claim:
+    """A claim judged (verdicts.judge): its verdict, what was measured beside the paper's words, and every
+    case it rests on."""
+
+    name: str
+    status: str  # PASS, PARTIAL, FAIL or UNTESTED
+    numbers: str  # what was measured, and what is missing
+    paper: str  # the paper's words (docs/science.md section 7.1)
+    source: str = ""  # where the words stand in the paper
+    marginal: int = 0  # judged cases over seeds whose sign is not settled (cases.LEVEL)
+    beyond: bool = False  # a finding beyond the paper: its own heading, not among the paper's claims
+    without_diverged: str = ""  # the verdict without the diverged runs, where that differs from `status`
+    seeds: str = ""  # the judged cases' seeds, "3" or "3-5"; "" where no case rests on seeds
+    cases: int = 0  # judged cases
+    firm: int = 0  # judged cases whose sign is settled
+    straddles: int = 0  # judged cases over seeds whose IQR of the paired difference straddles zero
+    rests_on_marginal: bool = False  # one marginal case turning would change the verdict (rests_on_marginal)
+    judged: tuple[tuple[str, Case], ...] = ()  # (part, case) for every case, judged or not, in part order
+
+    def mark(self) -> str:
+        """What is printed beside the verdict: how many seeds it rests on, how many of its cases are
+        marginal and how many have an IQR that straddles zero, whether the verdict rests on a marginal one
+        (OH had numerical issues in 3 of the paper's 10 trials at d 32, tau 0.1, k 25, so a verdict on 3
+        seeds can turn on which were drawn), and the verdict it rests on diverged runs for."""
+        marks = []
+        if self.seeds:
+            firmness = (
+                f"{self.marginal} of {self.cases} cases marginal" if self.marginal else "every case firm"
+            )
+            straddles = f", {self.straddles} whose IQR straddles zero" if self.straddles else ""
+            rests = ", the verdict rests on a marginal case" if self.rests_on_marginal else ""
+            marks.append(f"{self.seeds} seeds, {firmness}{straddles}{rests}")
+        if self.without_diverged:
+            marks.append(f"{self.without_diverged} without its diverged runs")
+        return f" ({', '.join(marks)})" if marks else ""
+
 
 COLUMNS = [
     "name",
@@ -73,6 +112,14 @@ def cases_table(claims: list[Claim]) -> pd.DataFrame:
                 + ["/".join(map(str, case.short_steps))]
             )
     return pd.DataFrame(rows, columns=CASE_COLUMNS)
+
+
+def claims_dir(contexts: list[Context], out: str) -> Path:
+    """Where the claims are written: the experiment's report folder, or for several experiments judged
+    together <out>/<a>+<b>/."""
+    if len(contexts) == 1:
+        return contexts[0].out_dir
+    return Path(out) / "+".join(c.experiment for c in contexts)
 
 
 def write_csv(claims: list[Claim], out_dir: Path) -> Path:
@@ -145,6 +192,17 @@ def case_lines(claims: list[Claim]) -> str:
             f"| {row.firmness} |"
         )
     return "\n".join(lines)
+
+
+def printed(claims: list[Claim]) -> str:
+    """The command's lines: each claim's verdict and name (Claim.mark beside them), the paper's words and what
+    was measured."""
+    return "\n".join(
+        f"{claim.status:<8} {claim.name}{' [beyond the paper]' if claim.beyond else ''}{claim.mark()}\n"
+        f'{"":9}paper:    "{claim.paper}" ({claim.source})\n'
+        f"{'':9}measured: {claim.numbers}"
+        for claim in claims
+    )
 
 
 def counts(claims: list[Claim]) -> str:

@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.checkpoint_eval import EvalSettings
-from analysis.claims.evidence import Claim
-from analysis.claims.from_context import check, reads
-from analysis.claims.table import write_csv, write_markdown
+from analysis.claims.records import reads
+from analysis.claims.table import Claim, write_csv, write_markdown
+from analysis.claims.verdicts import check
 from analysis.cli import expected_sizes, job_config, options_help, parse
 from analysis.read import read
 from analysis.runs import NoRuns, load_runs

@@ -9,8 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.claims.cases import signed
-from analysis.claims.evidence import Claim
-from analysis.claims.table import cases_table
+from analysis.claims.table import Claim, cases_table
 
 BEFORE, ROUNDS, FIRMNESS = "before.csv", "rounds.csv", "firmness.md"
 CASE = ["claim", "part", "case"]

@@ -3,7 +3,7 @@
 The round's sweep includes the base sweep (its axes, baseline, `fixed`), names each chosen configuration in
 the sub-grids the base sweep names it in, with every axis at its value, and the paper's first `target` seeds:
 its jobs are the base sweep's own (the same config_hash), so the sweep adopts the seeds a store holds and
-trains only the rest (sweeper.ledger: exactly once by config_hash).
+trains only the rest (sweeper.driver.ledger: exactly once by config_hash).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from config import grid
 from support.repo import REPO
-from sweeper import home
+from sweeper.driver import home
 from sweeper.sweep import load
 from tracking.names import CONFIG_HASH, OUTCOME, SWEEP, TUNE_CHECKPOINT
 

@@ -1,5 +1,5 @@
 """A graceful stop of the sweep driver: SIGINT (Ctrl-C), SIGTERM (a Kubernetes pod eviction, SLURM's end of
-an allocation) or its time budget spent (cluster.time_budget_s, sweeper.budget).
+an allocation) or its time budget spent (cluster.time_budget_s, sweeper.driver.budget).
 
 Halt is the sweep's Tune stopper. On the first signal, or once the budget is spent, it ends the Tune run:
 Tune stops the running trials without completing them, so their runs keep no
@@ -9,8 +9,8 @@ train.eval_every x cluster.report_every steps back). The driver then writes what
 resumes them: the same one. A second signal ends the driver at once, within END_NOW_S: the session marks the
 runs still open, the trials' and the parent, KILLED (what it had not yet written is lost; the next start
 replays it from the last recorded checkpoint), and a third ends it without waiting for that. Halt
-also ends the run when the sweep's session failed to write (sweeper.session). The driver makes it before
-Ray starts: a budget already spent then ends the sweep there (Halt.spent_before_start), nothing begun.
+also ends the run when the sweep's session failed to write (sweeper.driver.session). The driver makes it
+before Ray starts: a budget already spent then ends the sweep there (Halt.spent_before_start), nothing begun.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import psutil
 from ray.tune.stopper import Stopper
 
 from cli import exit_codes
-from sweeper.budget import Account, Budget
-from sweeper.driver_only import DriverOnly
+from sweeper.driver.budget import Account, Budget
+from sweeper.driver.driver_only import DriverOnly
 
 STOP_DRAIN_S = 60.0  # after a signal or the budget, how long the driver still writes what the trials reported
 END_NOW_S = 10.0  # after a second signal, how long the driver may take to mark its open runs KILLED
@@ -133,8 +133,8 @@ def stopped(
     sweep: str, argv: list[str], ended: int, interrupted: int, applied: bool, reason: str, account: str
 ) -> str:
     """After a stop (`reason`: by a signal, or at the budget): print what ended here, what was interrupted
-    (its runs KILLED when every write was applied), the sweep's account (sweeper.budget) and the command that
-    resumes it; returns that text."""
+    (its runs KILLED when every write was applied), the sweep's account (sweeper.driver.budget) and the
+    command that resumes it; returns that text."""
     command = shlex.join(argv)  # the command as typed (cli.entry.as_typed)
     late = "" if applied else f" (writes the store did not take within {STOP_DRAIN_S:g} s are replayed)"
     text = (

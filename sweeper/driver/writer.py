@@ -1,7 +1,7 @@
 """The sweep driver as the single MLflow writer of its jobs' runs.
 
-Trials report what they record through Ray Tune (sweeper.trial.Recorded);
-MlflowWriter, called by the sweep's session (sweeper.session) on its writing
+Trials report what they record through Ray Tune (sweeper.driver.trial.Recorded);
+MlflowWriter, called by the sweep's session (sweeper.driver.session) on its writing
 thread, writes it: one child run per job under one parent run per sweep (a
 Tune trial trains one job, or a pack of them), one log_batch per job and
 report: a report's points wait for the checkpoint they lead up to and go with its location in one request
@@ -9,7 +9,7 @@ report: a report's points wait for the checkpoint they lead up to and go with it
 hash on every request. So a SQLite store sees one writer and an HTTP server one client, whatever the
 concurrency.
 
-Exactly-once rests on two facts. The ledger (sweeper.ledger): a job whose run
+Exactly-once rests on two facts. The ledger (sweeper.driver.ledger): a job whose run
 carries an outcome is not scheduled again. And deterministic training: a
 resumed trial replays the steps after its checkpoint exactly, so the writer
 drops every point at or below the run's last stored step for that metric,
@@ -28,9 +28,9 @@ from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH, MAX_PARAMS_TAGS_PER_
 from pyarrow.fs import LocalFileSystem
 from ray import tune
 
-from sweeper import home
-from sweeper.trial import Artifact, Recorded, RunStart
-from sweeper.work import Member, Work
+from sweeper.driver import home
+from sweeper.driver.trial import Artifact, Recorded, RunStart
+from sweeper.driver.work import Member, Work
 from tracking import store
 from tracking.names import (
     CHECKPOINT_STEP,
@@ -90,7 +90,7 @@ def _delete(checkpoint: tune.Checkpoint) -> None:
 class MlflowWriter:
     """Writes every job's report into its child run; runs in the driver only, on the session's thread.
 
-    Keys: a Tune trial's key (sweeper.work.TrialId) names its members in the work;
+    Keys: a Tune trial's key (sweeper.driver.work.TrialId) names its members in the work;
     everything else is keyed by job (config_hash), as the ledger is.
     """
 
@@ -105,9 +105,9 @@ class MlflowWriter:
         uri: str,
         storage: str | None = None,
     ) -> None:
-        """unfinished: job -> the run without an outcome it continues (sweeper.ledger); uri: the store's,
-        whose home the checkpoints' locations are recorded relative to (sweeper.home); storage:
-        cluster.storage, whose URI's query (a custom endpoint) the checkpoints' locations keep."""
+        """unfinished: job -> the run without an outcome it continues (sweeper.driver.ledger); uri: the
+        store's, whose home the checkpoints' locations are recorded relative to (sweeper.driver.home);
+        storage: cluster.storage, whose URI's query (a custom endpoint) the checkpoints' locations keep."""
         self.client, self.uri, self.storage = client, uri, storage
         self.experiment, self.sweep, self.parent_id = experiment, sweep, parent_id
         self.trials, self.unfinished = work.trials, dict(unfinished)

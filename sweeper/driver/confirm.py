@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 
 from config.grid import Plan, Sweep
 from config.schema import ConfigError
-from sweeper import cost
-from sweeper.budget import duration
+from sweeper.driver import cost
+from sweeper.driver.budget import duration
 from sweeper.errors import NotConfirmed
 
 YES = "--yes"  # the sweep command's flag: as sweep.confirm=false
@@ -73,8 +73,8 @@ def size(cfg: DictConfig, plan: Plan) -> Size:
 
 
 def eta(cfg: DictConfig, plan: Plan) -> str:
-    """The sweep's estimated time before it launches, from the measured step times (sweeper.cost), or that
-    there is none yet."""
+    """The sweep's estimated time before it launches, from the measured step times (sweeper.driver.cost), or
+    that there is none yet."""
     priced = cost.estimate(cfg, plan)
     if priced is None:
         return (

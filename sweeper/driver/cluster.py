@@ -20,8 +20,8 @@ from training import faults
 
 
 def join(cluster: DictConfig, storage: str | None) -> str | None:
-    """Start or join Ray (cluster.address) and check the sweep's storage (sweeper.home.storage), which Tune
-    writes to; that storage."""
+    """Start or join Ray (cluster.address) and check the sweep's storage (sweeper.driver.home.storage), which
+    Tune writes to; that storage."""
     connect(cluster)
     check_shared(storage)
     return storage

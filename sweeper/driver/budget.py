@@ -2,14 +2,14 @@
 
 A sweep that needs longer than one allocation (a SLURM wall time, a spot node, a night) runs as the same
 command once per allocation, its budget a few minutes under the allocation's: when the budget is spent the
-driver stops the sweep as on Ctrl-C (sweeper.stop.Halt: each running trial keeps its last checkpoint) and
-exits with code 75; the next allocation's driver goes on from there. The budget counts from the driver
+driver stops the sweep as on Ctrl-C (sweeper.driver.stop.Halt: each running trial keeps its last checkpoint)
+and exits with code 75; the next allocation's driver goes on from there. The budget counts from the driver
 process's start, so Python's imports and Ray's start are inside it.
 
 The account counts model-steps: a model with an outcome counts all its train.steps (it will not train
 again), an interrupted one the step its recorded checkpoint resumes from (the steps after it are replayed).
-The session prints it as it goes and records its allocation's rate at its end (sweeper.session), by which the
-next allocation's outlook says whether the sweep should end within its budget (outlook).
+The session prints it as it goes and records its allocation's rate at its end (sweeper.driver.session), by
+which the next allocation's outlook says whether the sweep should end within its budget (outlook).
 """
 
 from __future__ import annotations

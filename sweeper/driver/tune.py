@@ -1,11 +1,12 @@
 """Ray Tune's wiring for a sweep: one Tuner over the work's trials, fitted once.
 
-The trainable (sweeper.trial.run_trial, or a stand-in) gets the whole work once (tune.with_parameters) and
-each trial's resources; the param space holds each trial's identity only (sweeper.work.TrialId); the
-scheduler is first in, first out (sweeper.fifo) unless sweep.scheduler=asha; the sweep's session is the
-Tune callback that records every trial, and its Halt the stopper (sweeper.session). Tune's name creators
-are the module functions below, pickled by reference (sweeper.driver_only). Quiet, Tune's console prints
-its status table and not a box per trial event (verbosity: the one place that patches Ray's internals).
+The trainable (sweeper.driver.trial.run_trial, or a stand-in) gets the whole work once (tune.with_parameters)
+and each trial's resources; the param space holds each trial's identity only (sweeper.driver.work.TrialId);
+the scheduler is first in, first out (sweeper.driver.fifo) unless sweep.scheduler=asha; the sweep's session is
+the Tune callback that records every trial, and its Halt the stopper (sweeper.driver.session). Tune's name
+creators are the module functions below, pickled by reference (sweeper.driver.driver_only). Quiet, Tune's
+console prints its status table and not a box per trial event (verbosity: the one place that patches Ray's
+internals).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from ray import tune
 
 from cli import console
 from config.grid import Plan, Sweep
-from sweeper.fifo import LiveFifo
-from sweeper.session import Session
-from sweeper.trial import STEP, run_trial
-from sweeper.work import TRIAL, TrialId, Work
+from sweeper.driver.fifo import LiveFifo
+from sweeper.driver.session import Session
+from sweeper.driver.trial import STEP, run_trial
+from sweeper.driver.work import TRIAL, TrialId, Work
 from tracking.names import VAL_REL_LLOYD
 
 QUIET_TABLE_S = 60  # Tune's status table at most once a minute (13 lines for the demo's 6 trials)
@@ -30,7 +31,7 @@ QUIET_TABLE_S = 60  # Tune's status table at most once a minute (13 lines for th
 def fit(
     sweep: Sweep, work: Work, storage: str | None, session: Session, trainable: Callable | None = None
 ) -> None:
-    """Run the work's trials with `trainable` (default sweeper.trial.run_trial) until each ended or the
+    """Run the work's trials with `trainable` (default sweeper.driver.trial.run_trial) until each ended or the
     session's stopper stops them; Tune tells the session how each one ended."""
     cfg, plan = sweep.cfg, sweep.plan
     c, asha = cfg.cluster, cfg.sweep.scheduler == "asha"
@@ -85,7 +86,7 @@ def param_space(work: Work) -> dict:
     """Tune's trials, one per trial of the work: each trial's config holds its identity (its key and name).
 
     Its name travels in its config, so Tune's trial_name_creator keeps nothing of the sweep
-    (sweeper.driver_only); the keys are the packs' (so a restart continues the same jobs).
+    (sweeper.driver.driver_only); the keys are the packs' (so a restart continues the same jobs).
     """
     return {TRIAL: tune.grid_search([trial.id.encode() for trial in work.trials.values()])}
 

@@ -3,10 +3,10 @@
 Tune pickles its callbacks, its stopper and its name creators into the
 experiment state (tuner.pkl, experiment_state-*.json: cloudpickled, rewritten
 as trials change) and deep-copies its experiment spec. The sweep never
-restores a Tune experiment from that state (a restart reads MLflow: sweeper.ledger),
+restores a Tune experiment from that state (a restart reads MLflow: sweeper.driver.ledger),
 so an object that lives in the driver (a live queue, a thread, a client, the
 jobs of the whole sweep) pickles as nothing and copies as itself. A Tune
-trial carries its identity in its config (sweeper.work.TrialId); the trial's
+trial carries its identity in its config (sweeper.driver.work.TrialId); the trial's
 name and folder creators are module functions, pickled by reference.
 """
 

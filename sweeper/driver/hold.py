@@ -2,14 +2,15 @@
 lock that keeps every other driver off it.
 
 A driver takes hold of the sweep (take_hold): it reads the store once (one search of the experiment) into the
-ledger (sweeper.ledger) and adopts the finished runs it skips. The hold hands the driver's later steps what
-they take from the ledger as last read, so that none of them goes back to the store or the ledger: the jobs
-left to run, where each unfinished one resumes (sweeper.home), the sweep's account (sweeper.budget), the
-outcomes its jobs ended with before, the rate of its last allocation, and where Tune writes. When anything is
-left to run, and once its Ray cluster has accepted the sweep (a refusal leaves no parent run behind), it
-locks the sweep's parent run against a second driver (Hold.locked, sweeper.lock). Between the read and the
-lock another driver could have run the sweep: the parent run then has another end time, or is not the one
-the read found nor the one this driver made, and the store is read again.
+ledger (sweeper.driver.ledger) and adopts the finished runs it skips. The hold hands the driver's later steps
+what they take from the ledger as last read, so that none of them goes back to the store or the ledger: the
+jobs left to run, where each unfinished one resumes (sweeper.driver.home), the sweep's account
+(sweeper.driver.budget), the outcomes its jobs ended with before, the rate of its last allocation, and where
+Tune writes. When anything is left to run, and once its Ray cluster has accepted the sweep (a refusal leaves
+no parent run behind), it locks the sweep's parent run against a second driver (Hold.locked,
+sweeper.driver.lock). Between the read and the lock another driver could have run the sweep: the parent run
+then has another end time, or is not the one the read found nor the one this driver made, and the store is
+read again.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from config.grid import Job, Sweep
-from sweeper import home
-from sweeper.budget import Account
-from sweeper.ledger import adopt, read
-from sweeper.lock import DriverLock
+from sweeper.driver import home
+from sweeper.driver.budget import Account
+from sweeper.driver.ledger import adopt, read
+from sweeper.driver.lock import DriverLock
 from tracking import parent_run, store, view
 from tracking.names import STEP_RATE, SWEEP
 
@@ -48,7 +49,7 @@ class Hold:
 
     def _read(self) -> None:
         """Read the store: the experiment (got, or created with its runs view), one search of its runs into
-        the ledger (sweeper.ledger); close the runs a driver left RUNNING with an outcome."""
+        the ledger (sweeper.driver.ledger); close the runs a driver left RUNNING with an outcome."""
         self.experiment_id = store.ensure_experiment(self.client, self.experiment)
         runs = store.search(self.client, [self.experiment_id])
         view.install(self.client, self.experiment_id, self.swept)
@@ -65,12 +66,13 @@ class Hold:
 
     @property
     def resume_from(self) -> dict[str, str]:
-        """Job -> the Tune checkpoint its unfinished run recorded, as a location here (sweeper.home)."""
+        """Job -> the Tune checkpoint its unfinished run recorded, as a location here
+        (sweeper.driver.home)."""
         return {key: home.resolved(where, self.uri) for key, where in self.ledger.resume_from.items()}
 
     @property
     def account(self) -> Account:
-        """The sweep's account (sweeper.budget): its models by state and its model-steps."""
+        """The sweep's account (sweeper.driver.budget): its models by state and its model-steps."""
         return Account.of(self.jobs, self.steps, self.ledger.done, self.ledger.resume_step)
 
     @property
@@ -92,8 +94,8 @@ class Hold:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """This driver alone on the sweep, its parent run found or made; else sweeper.lock.SweepLocked. A read
-        again that leaves nothing to run says so."""
+        """This driver alone on the sweep, its parent run found or made; else sweeper.errors.SweepLocked. A
+        read again that leaves nothing to run says so."""
         seen = self.ledger.parent
         parent_id, created = self._parent()
         lock = DriverLock(self.client, parent_id, self.name)

@@ -1,23 +1,23 @@
 """A sweep's session in MLflow: the parent run opened, every trial's report written, the parent run ended.
 
     with recording(hold, sweep, argv, work, halt) as session:  # the parent run open, the writing thread on
-        sweeper.tune.fit(sweep, work, storage, session)             # Tune's callback; halt its stopper
+        sweeper.driver.tune.fit(sweep, work, storage, session)             # Tune's callback; halt its stopper
     session.summary                                            # what the session did, and the exit code
 
-- Opens the sweep's parent run that the driver's hold found or made and locked (sweeper.hold): the plan,
-  the command line (tracking.parent_run), its counts kept current.
+- Opens the sweep's parent run that the driver's hold found or made and locked (sweeper.driver.hold): the
+  plan, the command line (tracking.parent_run), its counts kept current.
 - Is the Tune callback: each of Tune's events goes to one writing thread, always on, that applies them in
-  order through the MlflowWriter (sweeper.writer) with a client that waits out a server outage
-  (sweeper.outage), so the Tune loop never waits on the store and trials keep training. The queue holds
+  order through the MlflowWriter (sweeper.driver.writer) with a client that waits out a server outage
+  (sweeper.driver.outage), so the Tune loop never waits on the store and trials keep training. The queue holds
   at most BUFFER events (bounded memory); when it is full the Tune loop waits, which pauses the trials.
-  Tune keeps nothing of it (sweeper.driver_only).
-- Prints a progress line at a steady pace (progress), and is stopped by the driver's Halt (sweeper.stop) on
-  SIGINT/SIGTERM, its time budget spent, or a failed write. At its end it writes what is left (for at most
-  STOP_DRAIN_S after a stop), raises a write's error, records the rate of this allocation on the parent run
-  (rate_line: the next allocation's outlook, sweeper.budget.outlook), and finishes the parent run, or, after
-  a stop, marks the runs still training KILLED and prints the sweep's account (sweeper.stop.stopped). A
-  second signal ends it at once (end_now): the runs still open and the parent KILLED, the events not yet
-  written dropped (a resume replays them from the last recorded checkpoint).
+  Tune keeps nothing of it (sweeper.driver.driver_only).
+- Prints a progress line at a steady pace (progress), and is stopped by the driver's Halt
+  (sweeper.driver.stop) on SIGINT/SIGTERM, its time budget spent, or a failed write. At its end it writes what
+  is left (for at most STOP_DRAIN_S after a stop), raises a write's error, records the rate of this allocation
+  on the parent run (rate_line: the next allocation's outlook, sweeper.driver.budget.outlook), and finishes
+  the parent run, or, after a stop, marks the runs still training KILLED and prints the sweep's account
+  (sweeper.driver.stop.stopped). A second signal ends it at once (end_now): the runs still open and the parent
+  KILLED, the events not yet written dropped (a resume replays them from the last recorded checkpoint).
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from ray.tune.experiment import Trial
 
 from cli import exit_codes
 from config.grid import Sweep
-from sweeper.budget import Account, duration
-from sweeper.driver_only import DriverOnly
-from sweeper.hold import Hold
-from sweeper.outage import PatientClient
-from sweeper.stop import END_NOW_S, STOP_DRAIN_S, Halt, stopped
-from sweeper.trial import PAYLOAD
-from sweeper.work import TrialId, Work
-from sweeper.writer import MlflowWriter
+from sweeper.driver.budget import Account, duration
+from sweeper.driver.driver_only import DriverOnly
+from sweeper.driver.hold import Hold
+from sweeper.driver.outage import PatientClient
+from sweeper.driver.stop import END_NOW_S, STOP_DRAIN_S, Halt, stopped
+from sweeper.driver.trial import PAYLOAD
+from sweeper.driver.work import TrialId, Work
+from sweeper.driver.writer import MlflowWriter
 from tracking import parent_run
 from tracking.names import STEP_RATE
 
@@ -55,7 +55,8 @@ PROGRESS_S = {True: 15.0, False: 60.0}
 
 @dataclass(frozen=True)
 class Summary:
-    """What a sweep driver did: its last line, its exit code, the figures sweeper.scale_probe reads."""
+    """What a sweep driver did: its last line, its exit code, the figures the scale probe reads
+    (sweeper.scale.probe)."""
 
     sweep: str
     experiment: str  # the experiment's id
@@ -128,9 +129,9 @@ class Session(DriverOnly, tune.Callback):
     def __init__(
         self, hold: Hold, work: Work, halt: Halt, outage_s: float, storage: str | None = None
     ) -> None:
-        """halt: Tune's stopper, which a failed write sets too; the held ledger's account (sweeper.budget) is
-        where the stop's starts; storage: cluster.storage (the writer records checkpoints' URIs with its
-        query)."""
+        """halt: Tune's stopper, which a failed write sets too; the held ledger's account
+        (sweeper.driver.budget) is where the stop's starts; storage: cluster.storage (the writer records
+        checkpoints' URIs with its query)."""
         self.sweep, self.experiment, self.parent_id = hold.name, hold.experiment_id, hold.parent_id
         self.jobs, self.trials = len(hold.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
@@ -232,7 +233,7 @@ class Session(DriverOnly, tune.Callback):
         )
         account = self.account_now()
         line, rate = rate_line(account, self.account, time.monotonic() - self.started)
-        if rate is not None and applied:  # the next allocation's outlook (sweeper.budget.outlook)
+        if rate is not None and applied:  # the next allocation's outlook (sweeper.driver.budget.outlook)
             writer.client.log_metric(self.parent_id, STEP_RATE, rate)
         if not halt.stopped:
             writer.client.set_terminated(self.parent_id, "FINISHED" if self.summary.complete else "FAILED")
@@ -248,9 +249,9 @@ class Session(DriverOnly, tune.Callback):
                 writer.client.set_terminated(run_id, "KILLED")
 
     def end_now(self, argv: list[str]) -> None:
-        """At a second signal (sweeper.stop.Halt): no event applied after the one in hand, then the runs still
-        open and the parent marked KILLED through the store's own client, and the command that resumes the
-        sweep printed."""
+        """At a second signal (sweeper.driver.stop.Halt): no event applied after the one in hand, then the
+        runs still open and the parent marked KILLED through the store's own client, and the command that
+        resumes the sweep printed."""
         self.cut.set()
         self.applying.acquire(timeout=END_NOW_S / 2)  # the event in hand first: a run it opens is ended too
         runs = [*self.writer.interrupted(), self.parent_id]

@@ -10,7 +10,7 @@ refuses while it answers is a real error, raised at once. Retries are safe:
 MLflow stores a metric point once per (key, step, timestamp, value), tags and
 params are set to the same values, and a run whose creation reply was lost is
 found by its config_hash rather than created twice. The trials keep training
-meanwhile: the sweep's session (sweeper.session) writes on a thread of its own,
+meanwhile: the sweep's session (sweeper.driver.session) writes on a thread of its own,
 which is the one that waits.
 
 The driver logs one line when an outage starts and one when it ends.

@@ -7,7 +7,7 @@ without an outcome are continued in place, from the Tune checkpoint they
 recorded. The parent run is found by one rule (tracking.parent_run.is_parent).
 
 The driver reads the ledger, and adopts the finished runs it skips, through its hold on the sweep
-(sweeper.hold), which reads it again only when another driver ran the sweep since.
+(sweeper.driver.hold), which reads it again only when another driver ran the sweep since.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A trial trains one job (config.grid.Job: a configuration at a seed) or, with
 cluster.pack=seeds, the seeds of one configuration together
-(training.packed.train_pack); each job is a member (sweeper.work.Member) with its own MLflow run.
+(training.packed.train_pack); each job is a member (sweeper.driver.work.Member) with its own MLflow run.
 A trial never touches MLflow (a SQLite store must have one writer). Each
 member's recorder collects what training records (a Recorded), and one
 tune.report hands all of them to Tune together with the checkpoint they lead
@@ -34,7 +34,7 @@ from config.identity import config_hash
 from tracking.names import VAL_REL_LLOYD
 
 if TYPE_CHECKING:  # the driver imports this module too, and must not import torch
-    from sweeper.work import Work
+    from sweeper.driver.work import Work
     from training.system_metrics import SystemSampler
 
 PAYLOAD = "mlflow"  # result key the driver pops: job key -> its Recorded since the trial's last report

@@ -1,10 +1,11 @@
 """The sweep's timeline (drive): each step one call, in the order the driver takes them.
 
-The command line (sweeper.sweep) loads the sweep and hands it here; sweeper.scale_probe drives the same
-timeline with trials that train nothing. Each step hands the next what it made, and none goes back to an
-earlier one: the sweep as config/ made it (config.grid.Sweep), the hold on its store (sweeper.hold), the
-stopper that keeps its time budget (sweeper.stop.Halt), the storage of the Ray cluster it joined
-(sweeper.cluster), the work (sweeper.work) and the session that records it (sweeper.session).
+The command line (sweeper.sweep) loads the sweep and hands it here; the scale probe (sweeper.scale.probe)
+drives the same timeline with trials that train nothing. Each step hands the next what it made, and none goes
+back to an earlier one: the sweep as config/ made it (config.grid.Sweep), the hold on its store
+(sweeper.driver.hold), the stopper that keeps its time budget (sweeper.driver.stop.Halt), the storage of the
+Ray cluster it joined (sweeper.driver.cluster), the work (sweeper.driver.work) and the session that records
+it (sweeper.driver.session).
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from config.grid import Sweep
 from tracking import ui
 
 if TYPE_CHECKING:
-    from sweeper.session import Summary
+    from sweeper.driver.session import Summary
 
 
 def drive(sweep: Sweep, argv: list[str], trainable: Callable | None = None) -> Summary:
     """The sweep's timeline: read the ledger, plan what is left, and fit it with Ray Tune in a session that
     records it in MLflow, this driver alone on the sweep, until it ends or its time budget is spent. argv:
     the command as typed, program included (cli.entry.as_typed), which the parent run and a stop record.
-    trainable: a stand-in for sweeper.trial.run_trial (sweeper.scale_probe's, which measures the driver)."""
-    from sweeper import cluster, preflight, tune
-    from sweeper.budget import Budget, outlook
-    from sweeper.hold import take_hold
-    from sweeper.session import Summary, recording
-    from sweeper.stop import Halt
-    from sweeper.work import plan_work
+    trainable: a stand-in for sweeper.driver.trial.run_trial (the scale probe's noop_trial, which measures
+    the driver)."""
+    from sweeper import preflight
+    from sweeper.driver import cluster, tune
+    from sweeper.driver.budget import Budget, outlook
+    from sweeper.driver.hold import take_hold
+    from sweeper.driver.session import Summary, recording
+    from sweeper.driver.stop import Halt
+    from sweeper.driver.work import plan_work
 
     cfg, name = sweep.cfg, sweep.plan.name
     argv = [mask(word) for word in argv]  # recorded (the command tag, its note, the resume hint) and printed

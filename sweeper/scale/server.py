@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 AUTH_MODES = ("off", "basic", "cached")
-RECIPE_AUTH = Path(__file__).resolve().parent.parent / "docker" / "mlflow" / "basic_auth.ini"
+RECIPE_AUTH = Path(__file__).resolve().parents[2] / "docker" / "mlflow" / "basic_auth.ini"
 ADMIN = "admin"
 # One line of uvicorn's access log: "POST /api/2.0/mlflow/runs/log-batch HTTP/1.1" 200
 REQUEST = re.compile(r'"(?:GET|POST|PATCH|PUT|DELETE) (\S+?)(?:\?\S*)? HTTP/1\.1" \d{3}')

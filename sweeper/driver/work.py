@@ -1,7 +1,7 @@
 """The work a sweep driver hands Ray Tune: what is left of the sweep, packed into trials, as frozen data.
 
 The driver plans it once (plan_work), from the sweep as config/ made it (config.grid.Sweep: its jobs, their
-override words, the command line's) and its hold on the ledger (sweeper.hold: the jobs left, where each
+override words, the command line's) and its hold on the ledger (sweeper.driver.hold: the jobs left, where each
 resumes): each pending job becomes a Member (what its trial composes and trains, and what the driver's
 writer tags its run with), each Tune trial a Trial that trains one member or a pack of them (cluster.pack).
 The trials travel once to every worker (tune.with_parameters); Tune's param space carries only each trial's
@@ -18,7 +18,7 @@ from config.grid import Job, Sweep
 from config.schema import SHARED_KEYS
 
 if TYPE_CHECKING:
-    from sweeper.hold import Hold
+    from sweeper.driver.hold import Hold
 
 TRIAL = "trial"  # a Tune trial's config: {TRIAL: its TrialId, encoded}
 
@@ -40,7 +40,7 @@ class TrialId:
 
     @classmethod
     def decode(cls, config: dict) -> TrialId:
-        """The identity a Tune trial's config carries (sweeper.tune.param_space)."""
+        """The identity a Tune trial's config carries (sweeper.driver.tune.param_space)."""
         key, name = config[TRIAL].split(" ", 1)
         return cls(key, name)
 
