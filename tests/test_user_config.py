@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from support.configs import GAMMA_LR
 from support.repo import REPO
 
 from analysis.report import main as report_main
@@ -222,16 +223,6 @@ def test_report_and_claims_in_a_read_only_folder_say_so_in_one_line(read_only_fo
                 "file system); set out=DIR to a folder you can write"
             ],
         ), done.stderr[-2000:]
-
-
-GAMMA_LR = """# @package sweep
-defaults: [smoke, _self_]
-name: gamma-lr
-seeds: [1]
-axes: {gamma: model.gamma}
-subgrids:
-  - {name: mine, gamma: [0.5, 1.0], lr: [0.01, 0.03]}
-"""
 
 
 @pytest.mark.slow  # a real sweep of 4 tiny models on the worker's local Ray
