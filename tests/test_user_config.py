@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -14,10 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from support.configs import GAMMA_LR
+from support.configs import GAMMA_LR, PACED
+from support.once import assert_every_job_once_every_point_once
 from support.repo import REPO
+from support.sweeps import interrupted_runs, kill_group, wait_for
 
 from analysis.report import main as report_main
+from cli import exit_codes
 from cli.entry import CONFIG_DIR_ENV
 from config.compose import compose, group_options, sweep_names, user_config_dirs
 from config.identity import config_hash
@@ -295,3 +299,47 @@ def test_the_printed_resume_command_is_the_one_typed_and_resumes_a_users_sweep(t
         "tags.command LIKE 'leaner-sweep %'",
     )
     assert parent.data.tags["command"] == shlex.join(["leaner-sweep", *again[1:]])
+
+
+@pytest.mark.slow
+def test_a_users_sweep_stopped_by_ctrl_c_resumes_by_its_printed_command(tmp_path, sqlite_uri):
+    """leaner-sweep with --config-dir, Ctrl-C (SIGINT to its process group, as a terminal sends it) once a
+    trial has checkpointed: exit 130 and the resume hint is the command as typed; run as printed it ends the
+    sweep, every model with one run and every metric point once (paced steps: a test-only pause that changes
+    no number)."""
+    (tmp_path / "mine" / "sweep").mkdir(parents=True)
+    (tmp_path / "mine" / "sweep" / "gamma-lr.yaml").write_text(GAMMA_LR)
+    script = os.path.join(os.path.dirname(sys.executable), "leaner-sweep")
+    words = [
+        "sweep=gamma-lr",
+        "train.steps=400",
+        f"tracking.uri={sqlite_uri}",
+        f"cluster.storage={tmp_path}/ray",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != CONFIG_DIR_ENV}
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out:
+        driver = subprocess.Popen(
+            [script, "-cd", "mine", *words],
+            cwd=tmp_path,
+            env={**env, **PACED},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: interrupted_runs(sqlite_uri, "gamma-lr"), driver, 300, "a trial checkpointed")
+        os.killpg(driver.pid, signal.SIGINT)
+        code = driver.wait(timeout=120)
+    finally:
+        kill_group(driver)
+    out = log.read_text()
+    assert code == exit_codes.SIGINT_STOP, out[-3000:]
+    hint = out.split("Resume with the same command:\n  ")[1].splitlines()[0]
+    assert shlex.split(hint) == ["leaner-sweep", "--config-dir", str(tmp_path / "mine"), *words]
+    done = subprocess.run([script, *shlex.split(hint)[1:]], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    jobs = load([f"hydra.searchpath=[{tmp_path / 'mine'}]", *words]).jobs
+    assert_every_job_once_every_point_once(
+        sqlite_uri, "leaner-clustering", jobs, ["train.steps=400"], "gamma-lr"
+    )
