@@ -90,8 +90,11 @@ def missing_password(uri: str) -> str | None:
 
 
 def _environment_secrets() -> list[str]:
-    """The values of the environment's credentials, longest first (one may hold another)."""
-    values = {v for k, v in os.environ.items() if _is_secret(k) and len(v) >= _SHORTEST}
+    """The values of the environment's credentials, longest first (one may hold another). Read name by name
+    from a snapshot of the names: another thread (MLflow's telemetry) may remove a variable meanwhile, which
+    os.environ.items() meets as a KeyError."""
+    values = {os.environ.get(k, "") for k in list(os.environ) if _is_secret(k)}
+    values = {v for v in values if len(v) >= _SHORTEST}
     return sorted(values, key=len, reverse=True)
 
 

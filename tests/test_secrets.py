@@ -11,11 +11,14 @@ the session Ray cluster's folder (its logs, its sessions), and in all that was p
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shlex
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -54,6 +57,29 @@ def test_mask_hides_a_uris_password_a_querys_secret_and_the_environments_credent
     )
     assert unmasked(f"postgresql://ann:{MASK}@db/mlflow") == "postgresql://ann@db/mlflow"
     assert unmasked("postgresql://ann:pw@db/mlflow") == "postgresql://ann:pw@db/mlflow"
+
+
+def test_masking_reads_an_environment_another_thread_changes(monkeypatch):
+    """MLflow's telemetry thread sets and removes a variable while the driver masks what it records (a sweep
+    once ended with exit 1 on a KeyError): for two seconds a thread sets and removes one while mask runs, and
+    the environment's credential is still masked (the old `os.environ.items()` failed within 500 calls)."""
+    monkeypatch.setenv("LEANER_TEST_DB_PASSWORD", "s3cret-value")
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            os.environ["LEANER_TEST_CHURN"] = "1"
+            os.environ.pop("LEANER_TEST_CHURN", None)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            assert mask("note=s3cret-value") == f"note={MASK}"
+    finally:
+        stop.set()
+        thread.join()
 
 
 def test_the_configuration_trials_tags_and_cfg_job_hold_the_password_masked():
