@@ -25,6 +25,7 @@ from analysis.claims.cases import UNTESTED
 from analysis.claims.evidence import evidence_of
 from analysis.claims.records import CLAIMS, RECORDS, reads
 from analysis.claims.scopes import D
+from analysis.claims.settings import at_setting
 from analysis.claims.verdicts import judge
 from analysis.context import Context
 from analysis.read import read
@@ -182,6 +183,30 @@ def test_one_claims_command_judges_several_experiments_in_one_table(
     assert "d 32 (sweep=lite32): final train_loss at lr 0.1 and 1.0 > at 0.01: " in lr["numbers"]
     assert re.search(r"at 0.01: \d/2 cases of 24 in the paper grid", lr["numbers"])  # lr 0.1 and 1.0, d 32
     assert re.search(r"d 4: final train_loss at lr 1.0 > at 0.01: \d/1 cases of 12", lr["numbers"])
+
+
+def test_several_experiments_judge_each_configuration_at_the_setting_nearest_the_papers(
+    two_sweeps: str, tmp_path: Path
+) -> None:
+    """A third experiment trains lite's d 4 lr pair again at n 32, nearer the paper's 512 than lite's 16:
+    judged as one, large_lr_worse reads that pair from it alone (its numbers name its n, not lite's), and at
+    lite scale from lite alone; the d 32 half, which only lite32 trains, is read in both."""
+    store = tmp_path / "mlflow.db"
+    shutil.copyfile(two_sweeps.removeprefix("sqlite:///"), store)
+    uri = f"sqlite:///{store}"
+    for rate in (0.01, 1.0):
+        trained(uri, "plus", tmp_path, "lr", "loss.tau=0.1", "train.steps=2", "task.d=4", "task.k=6",
+                "task.n=32", f"optim.lr={rate}")  # fmt: skip
+    settings = replace(SETTINGS, d32_n=None)
+    contexts = [context(uri, e, tmp_path / e, settings) for e in ("lite", "lite32", "plus")]
+    found = evidence_of(contexts)
+    nearest = judge(RECORDS["large_lr_worse"], at_setting(found)).numbers
+    farthest = judge(RECORDS["large_lr_worse"], at_setting(found, nearest=False)).numbers
+    assert "lite32: d 32, k 10, n 16" in nearest and "lite32: d 32, k 10, n 16" in farthest
+    assert "plus: d 4, k 6, n 32" in nearest and "lite: d 4" not in nearest, nearest
+    assert "lite: d 4, k 6, n 16" in farthest and "plus:" not in farthest, farthest
+    pooled = judge(RECORDS["large_lr_worse"], found).numbers  # unchosen, both d 4 settings are read
+    assert "lite: d 4, k 6, n 16" in pooled and "plus: d 4, k 6, n 32" in pooled
 
 
 def test_several_experiments_are_checked_before_any_work(two_sweeps: str, tmp_path: Path, capsys) -> None:

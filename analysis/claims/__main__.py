@@ -38,7 +38,8 @@ import sys
 
 from analysis.claims.evidence import evidence_of
 from analysis.claims.records import CLAIMS, reads
-from analysis.claims.table import claims_dir, printed, totals, write_csv, write_markdown
+from analysis.claims.settings import at_setting
+from analysis.claims.table import beside, claims_dir, printed, totals, write_csv, write_markdown
 from analysis.claims.verdicts import judge
 from analysis.cli import job_config, open_contexts, options_help
 from cli.entry import command
@@ -48,7 +49,10 @@ from cli.entry import command
 def main(argv: list[str]) -> int:
     contexts, own = open_contexts(argv, lambda own: reads)
     found = evidence_of(contexts)
-    claims = [judge(record, found) for record in CLAIMS]
+    nearest, farthest = at_setting(found), at_setting(found, nearest=False)
+    claims = [judge(record, nearest) for record in CLAIMS]
+    if len(contexts) > 1:  # several experiments: beside each verdict, the one at lite scale where it differs
+        claims = beside(claims, [judge(record, farthest) for record in CLAIMS])
     out_dir = claims_dir(contexts, own["out"])
     print(printed(claims))
     write_markdown(claims, out_dir)

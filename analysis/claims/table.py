@@ -5,7 +5,7 @@ those beyond the paper under their own heading, then every case)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +34,9 @@ class Claim:
     straddles: int = 0  # judged cases over seeds whose IQR of the paired difference straddles zero
     rests_on_marginal: bool = False  # one marginal case turning would change the verdict (rests_on_marginal)
     judged: tuple[tuple[str, Case], ...] = ()  # (part, case) for every case, judged or not, in part order
+    # Several experiments judged as one: the verdict at lite scale (each configuration at the setting farthest
+    # from the paper's, settings.beside) where that differs from `status`.
+    at_lite_scale: str = ""
 
     def mark(self) -> str:
         """What is printed beside the verdict: how many seeds it rests on, how many of its cases are
@@ -50,6 +53,8 @@ class Claim:
             marks.append(f"{self.seeds} seeds, {firmness}{straddles}{rests}")
         if self.without_diverged:
             marks.append(f"{self.without_diverged} without its diverged runs")
+        if self.at_lite_scale:
+            marks.append(f"{self.at_lite_scale} at lite scale")
         return f" ({', '.join(marks)})" if marks else ""
 
 
@@ -114,6 +119,15 @@ def cases_table(claims: list[Claim]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CASE_COLUMNS)
 
 
+def beside(claims: list[Claim], at_lite_scale: list[Claim]) -> list[Claim]:
+    """The claims, each with its verdict at lite scale (the same claim judged at the settings farthest from
+    the paper's, settings.at_setting) where that differs from its own."""
+    return [
+        replace(claim, at_lite_scale=lite.status if lite.status != claim.status else "")
+        for claim, lite in zip(claims, at_lite_scale)
+    ]
+
+
 def claims_dir(contexts: list[Context], out: str) -> Path:
     """Where the claims are written: the experiment's report folder, or for several experiments judged
     together <out>/<a>+<b>/."""
@@ -169,7 +183,23 @@ def markdown(claims: list[Claim], level: int = 2) -> str:
             f"\n{heading} Beyond the paper\n\nJudged by the same rules, not counted among the paper's claims."
             f"\n\n{table(beyond)}\n"
         )
+    text += changed_with_setting(claims, heading)
     return text + f"\n{heading} Every case: seeds, IQR and firmness\n\n{case_lines(claims)}\n"
+
+
+def changed_with_setting(claims: list[Claim], heading: str) -> str:
+    """Several experiments judged as one: the claims whose verdict at lite scale differs, both verdicts."""
+    changed = [c for c in claims if c.at_lite_scale]
+    if not changed:
+        return ""
+    rows = "".join(f"| `{c.name}` | {c.at_lite_scale} | {c.status} |\n" for c in changed)
+    return (
+        f"\n{heading} Verdicts that changed with the setting\n\nEach configuration is judged at the "
+        "setting closest to the paper's that has runs (the paper's n, then its steps; docs/science.md "
+        "section 7.3); at lite scale, where each is judged at the farthest, these claims read otherwise. "
+        "Their numbers above say what each was judged on.\n\n"
+        f"| claim | at lite scale | at the closest setting |\n|---|---|---|\n{rows}"
+    )
 
 
 def case_lines(claims: list[Claim]) -> str:
