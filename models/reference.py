@@ -22,8 +22,7 @@ from models.embedding import center_codes
 from models.losses import regularized_weights
 from models.transformer import ClusteringLayer, ClusteringTransformer
 from tasks.families import family
-from tasks.init import choose_centers
-from tasks.sampler import TaskSpec, to_unit_cube
+from tasks.sampler import TaskSpec, choose_centers, to_unit_cube
 
 
 class BaselineAttention(nn.Module):

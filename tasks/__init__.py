@@ -1,2 +1,2 @@
 """Distributions of clustering tasks (docs/science.md section 1): tasks.spec says what one is,
-tasks.sampler draws its tasks, tasks.init their initial centers."""
+tasks.families holds one record per family, tasks.sampler draws its tasks and their initial centers."""

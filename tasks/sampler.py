@@ -1,23 +1,39 @@
-"""Batched sampling of clustering tasks (docs/science.md section 1).
+"""Batched sampling of clustering tasks (docs/science.md section 1): every draw a task is made of.
 
-A task is n points X (n x d) drawn from a mixture of k components and k
-initial centers C0 (k x d) chosen among those points. Everything here is
-vectorised over the batch and driven by an explicit torch.Generator, so a
-seed fixes the whole stream of tasks; draw_each draws for several models at
-once, each from its own generator, with their tasks in one batch
-(tasks.streams).
+A task is n points X (n x d) drawn from a mixture of k components and k initial centers C0 (k x d) chosen
+among those points. Everything here is vectorised over the batch and driven by an explicit
+torch.Generator, so a seed fixes the whole stream of tasks.
+
+Several models draw at once (draw_each), each from its own generator, call by call with the shapes it uses
+alone, so its tasks never depend on the models drawn beside it (packed equals solo, and a run drawn again
+draws what it drew). Each draw lands in the model's rows of one tensor of all models' tasks (fill_each:
+model i's rows after model i - 1's), so what is computed from the draws (the families' noise, the mixture,
+the unit-cube map, the initial centers) runs once over every model's tasks, not once per model.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from tasks.families import family as family_record
-from tasks.init import choose_centers_each
-from tasks.spec import TaskSpec, is_int
-from tasks.streams import fill_each
+from tasks.spec import INITS, TaskSpec, is_int
+
+
+def fill_each(
+    out: torch.Tensor,
+    generators: Sequence[torch.Generator],
+    fill: Callable[[torch.Tensor, torch.Generator], object],
+) -> torch.Tensor:
+    """out, with fill(rows, g) run on each model's rows of out and its generator g, in the models' order.
+
+    The rows of a model are a contiguous block of out, as a fresh tensor of their shape is: fill draws
+    what torch.rand and its kin (which fill a fresh tensor in place the same way) would have drawn.
+    """
+    for rows, generator in zip(out.split(out.shape[0] // len(generators)), generators, strict=True):
+        fill(rows, generator)
+    return out
 
 
 def _uniform(rows: torch.Tensor, generator: torch.Generator) -> None:
@@ -33,7 +49,7 @@ def standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generat
 def _standard_noise(
     family: str, shape: tuple[int, ...], generators: Sequence[torch.Generator]
 ) -> torch.Tensor:
-    """standard_noise of each generator, stacked along dim 0 (tasks.streams).
+    """standard_noise of each generator, stacked along dim 0 (fill_each).
 
     In-place ops: this runs on P * B * n * d values every chunk of training steps.
     """
@@ -61,7 +77,7 @@ def sample_points(
 def _mixture(
     spec: TaskSpec, batch: int, generators: Sequence[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """sample_points of each generator without the check, stacked along dim 0 (tasks.streams): drawn on
+    """sample_points of each generator without the check, stacked along dim 0 (fill_each): drawn on
     the generators' device, where a CUDA generator keeps sampling off the host (a training step on a GPU
     would otherwise wait on it)."""
     if not is_int(batch) or batch < 1:
@@ -128,6 +144,84 @@ def to_unit_cube(X: torch.Tensor) -> torch.Tensor:
     return shifted.div_(torch.where(top > 0, top, torch.ones_like(top)))
 
 
+def _gather_points(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """X (B, n, d), idx (B, m) -> (B, m, d)."""
+    return X.gather(1, idx.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
+
+
+def _sq_dist_to(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Squared distances (B, n) of every point to the point idx (B, 1) of its task.
+
+    From differences, not the dot-product expansion: a chosen point is at
+    distance exactly 0 from itself, and gonzalez compares distances exactly.
+    """
+    return (X - _gather_points(X, idx)).square_().sum(-1)
+
+
+def _draw_one(weights: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """One index (B, 1) per row with probability proportional to its weight: torch.multinomial(weights, 1)'s
+    own method (the largest weight / Exp(1) draw), so the same draws from the same stream, without its
+    checks of the weights, which read them back to the host (a wait per center on a GPU). Non-finite
+    weights (of a non-finite task, whose code draw_tasks reports with the step's read-backs) still give
+    an index in range."""
+    race = fill_each(torch.empty_like(weights), generators, lambda rows, g: rows.exponential_(generator=g))
+    return torch.div(weights, race, out=race).argmax(dim=-1, keepdim=True)
+
+
+def center_indices_each(
+    X: torch.Tensor, k: int, init: str, generators: Sequence[torch.Generator]
+) -> torch.Tensor:
+    """Indices (P * B, k) of the initial centers among the n points of each task of X (P * B, n, d): the
+    B tasks of model i, rows i * B on, from generators[i] (on the device of every generator).
+
+    k distinct points, chosen three ways: `random` picks them uniformly; `kmeans++` (D^2 sampling) and
+    `gonzalez` (farthest-first) start from one uniformly chosen point. The loop runs over the k centers
+    only, never over tasks, points or models.
+    """
+    R, n, _ = X.shape
+    device = generators[0].device
+    if init == "random":
+        keys = fill_each(torch.empty((R, n), device=device), generators, _uniform)
+        return keys.argsort(dim=-1)[:, :k].to(X.device)
+    if init not in INITS:
+        raise ValueError(f"task.init={init!r} is not allowed: choose one of {', '.join(INITS)}")
+    first = torch.empty((R, 1), dtype=torch.int64, device=device)
+    first = fill_each(first, generators, lambda rows, g: rows.random_(0, n, generator=g)).to(X.device)
+    chosen = [first]
+    taken = torch.zeros((R, n), dtype=torch.bool, device=X.device).scatter_(1, first, True)
+    nearest = _sq_dist_to(X, first)  # to the nearest chosen center so far
+    for _ in range(1, k):
+        if init == "gonzalez":
+            nxt = nearest.masked_fill(taken, -1.0).argmax(dim=-1, keepdim=True)
+        else:  # kmeans++: D^2 weights; uniform over untaken points if all are zero (duplicates)
+            weights = nearest.masked_fill(taken, 0.0)
+            degenerate = weights.sum(-1, keepdim=True) <= 0
+            weights = torch.where(degenerate, (~taken).to(weights.dtype), weights)
+            # On the generators' device (the task streams'); double keeps tiny weights.
+            nxt = _draw_one(weights.to(device, torch.float64), generators).to(X.device)
+        chosen.append(nxt)
+        taken.scatter_(1, nxt, True)
+        nearest = torch.minimum(nearest, _sq_dist_to(X, nxt))
+    return torch.cat(chosen, dim=1)
+
+
+def choose_center_indices(X: torch.Tensor, k: int, init: str, generator: torch.Generator) -> torch.Tensor:
+    """Indices (B, k) of the initial centers among the n points of each task."""
+    return center_indices_each(X, k, init, [generator])
+
+
+def choose_centers_each(
+    X: torch.Tensor, k: int, init: str, generators: Sequence[torch.Generator]
+) -> torch.Tensor:
+    """Initial centers (P * B, k, d): k distinct data points of each task, as center_indices_each."""
+    return _gather_points(X, center_indices_each(X, k, init, generators))
+
+
+def choose_centers(X: torch.Tensor, k: int, init: str, generator: torch.Generator) -> torch.Tensor:
+    """Initial centers (B, k, d): k distinct data points of each task."""
+    return choose_centers_each(X, k, init, [generator])
+
+
 def sample_tasks(spec: TaskSpec, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of tasks: points X (B, n, d) in [0, 1] and initial centers C0 (B, k, d).
 
@@ -159,7 +253,7 @@ def draw_each(
     X (steps, P, batch, n, d), C0 (steps, P, batch, k, d) and codes (P,), model i's being
     draw_tasks(specs[i], steps * batch, generators[i])'s.
 
-    The work on the draws runs once for all models of a spec (tasks.streams) rather than once per model;
+    The work on the draws runs once for all models of a spec (fill_each) rather than once per model;
     with max_values, once per as many of them as hold at most max_values task coordinates (at least one).
     """
     groups: dict[TaskSpec, list[int]] = {}

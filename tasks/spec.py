@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tasks.families import FAMILY_RECORDS
 
-INITS = ("random", "kmeans++", "gonzalez")  # how tasks.init chooses the k initial centers
+INITS = ("random", "kmeans++", "gonzalez")  # how tasks.sampler chooses the k initial centers
 FAMILIES = tuple(FAMILY_RECORDS)  # the task families, one record each (tasks.families)
 
 

@@ -1,4 +1,4 @@
-"""Several models' tasks drawn as one batch (tasks.streams, tasks.sampler.draw_each; issue 42).
+"""Several models' tasks drawn as one batch (tasks.sampler: fill_each, draw_each; issue 42).
 
 A pack draws each model's tasks from that model's own generator, so its numbers must be, bit for bit,
 those the model draws alone (packed equals solo; a run drawn again draws what it recorded); what is

@@ -19,9 +19,10 @@ from torch import distributions as D
 
 from models.lloyd import lloyd_step
 from tasks.families import FAMILY_RECORDS, Family
-from tasks.init import choose_center_indices, choose_centers
 from tasks.sampler import (
     TaskSpec,
+    choose_center_indices,
+    choose_centers,
     sample_points,
     sample_tasks,
     standard_noise,
