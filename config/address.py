@@ -5,11 +5,15 @@ refuse in a 40-line traceback, and SQLAlchemy meets `sqlite://mlflow.db` (two sl
 with one of its own. The configuration (config.validate) and the store (tracking.store.probe, for an address
 given in Python, as the notebook API takes one) check the form here first. No MLflow import: every command's
 configuration is checked before anything heavy loads.
+
+`parse` reads an address once into an `Address`: its form's problem and what the store's probe
+(tracking.reach) and client need of it, so that nothing after it splits the address again.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from dataclasses import dataclass
 
 SQLITE = "sqlite:///"
 ENV = "MLFLOW_TRACKING_URI"  # MLflow's own variable, the default of tracking.uri (conf/tracking)
@@ -21,6 +25,34 @@ FORMS = (
 # port each listens on unless the address names one.
 DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 SERVERS = ("http", "https")
+
+
+@dataclass(frozen=True)
+class Address:
+    """A store's address read once (parse): `uri` as the store's client opens it, and its facts."""
+
+    uri: str
+    problem: str | None  # what is wrong with its form (problem); None when it has one of FORMS
+    sqlite_file: str | None  # an SQLite store's file, as the address spells it
+    database: bool  # an SQL server's database (is_database)
+    database_host: tuple[str, int] | None  # (host, port) to reach it at; None: a local socket, or no server
+    server: str | None  # an MLflow server's address without its USER:PASSWORD@ (urllib takes none)
+    login: tuple[str, str]  # the USER and PASSWORD the address itself gives, unquoted ("" where none)
+
+
+def parse(uri: str) -> Address:
+    """The facts of `uri` (already unmasked: cli.credentials), each read here once."""
+    parts = urllib.parse.urlsplit(uri)
+    server = uri.startswith(tuple(f"{s}://" for s in SERVERS))
+    return Address(
+        uri=uri,
+        problem=problem(uri),
+        sqlite_file=uri.removeprefix(SQLITE) if uri.startswith(SQLITE) else None,
+        database=is_database(uri),
+        database_host=_database_host(parts),
+        server=parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if server else None,
+        login=(urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")),
+    )
 
 
 def problem(uri: str) -> str | None:
@@ -61,10 +93,9 @@ def _sqlite_of(path: str) -> str:
     return SQLITE + (path if path.endswith((".db", ".sqlite", ".sqlite3")) else "mlflow.db")
 
 
-def database_host(uri: str) -> tuple[str, int] | None:
+def _database_host(parts: urllib.parse.SplitResult) -> tuple[str, int] | None:
     """(host, port) of an SQL server's address (postgresql://...), None for any other store or one that
     names no host (a local socket)."""
-    parts = urllib.parse.urlsplit(uri)
     port = DATABASE_PORTS.get(parts.scheme.split("+")[0])
     if port is None or not parts.hostname:
         return None

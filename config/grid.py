@@ -190,10 +190,35 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
     """The sub-grids, their union and the seeds of a sweep definition (structure checked).
 
     Keys in `command_line` (set by the user's overrides) keep the user's value over the sweep's `fixed` one;
-    a key the grid sets in every trial (an axis, a baseline value, the seed) is an error there.
+    a key the grid sets in every trial (an axis, a baseline value, the seed) is an error there. The grid is
+    read whole before its random search (config.search) is declared over it and draws at each of its points.
     """
     spec = _plain(sweep) or {}
     name = spec.get("name") or "?"
+    _refuse_unknown(name, spec)
+    axes = spec.get("axes") or {}
+    baseline = _baseline(name, spec, axes)
+    _refuse_overwritten(name, spec, axes, command_line)
+    fixed = fixed_values(spec, command_line)
+    seeds = _seeds(name, spec.get("seeds"))
+    subgrids, points = _grid(name, spec, axes, baseline, fixed)
+    search_spec = spec.get("search") or {}
+    space_keys = {axis: _axis_keys(name, axes, axis) for axis in search_spec.get("space") or {}}
+    held = _held(name, spec, axes, fixed, command_line)
+    search = declared(name, search_spec, space_keys, held)
+    union: dict[tuple, tuple[dict[str, Any], list[str]]] = {}
+    for label, point in points:
+        for overrides in search.draws(point) if search else [point]:
+            key = tuple(sorted(overrides.items()))  # 1 and 1.0 are one value, as in the config
+            names = union.setdefault(key, (overrides, []))[1]
+            if label not in names:
+                names.append(label)
+    configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
+    return Plan(name, subgrids, configurations, seeds, search)
+
+
+def _refuse_unknown(name: str, spec: dict) -> None:
+    """A key a sweep does not have, or a scheduler there is none of."""
     unknown = sorted(set(spec) - set(SWEEP_KEYS))
     if unknown:
         _fail(name, f"key {unknown[0]!r}", f"unknown key; allowed keys: {', '.join(SWEEP_KEYS)}")
@@ -203,46 +228,47 @@ def expand(sweep: DictConfig, command_line: frozenset[str] = frozenset()) -> Pla
             "sweep.scheduler",
             f"{spec['scheduler']!r} is not allowed: choose one of {', '.join(SCHEDULERS)}",
         )
-    axes = spec.get("axes") or {}
+
+
+def _baseline(name: str, spec: dict, axes: dict[str, str]) -> dict[str, Any]:
+    """The baseline's values by config key: every axis of a sub-grid but its own is held there."""
     baseline = {}
     for axis, value in (spec.get("baseline") or {}).items():
         (key,) = _axis_keys(name, axes, axis)
         baseline[key] = value
-    _refuse_overwritten(name, spec, axes, command_line)
-    fixed = fixed_values(spec, command_line)
-    seeds = _seeds(name, spec.get("seeds"))
-    search = _search(name, spec, axes, fixed, command_line)
-    subgrids, union = [], {}
+    return baseline
+
+
+def _grid(
+    name: str, spec: dict, axes: dict[str, str], baseline: dict[str, Any], fixed: dict[str, Any]
+) -> tuple[tuple[Subgrid, ...], list[tuple[str, dict[str, Any]]]]:
+    """The sub-grids and every point of each, (sub-grid name, config key -> value), at the baseline and the
+    fixed values; a grid without a point is refused."""
+    subgrids, points = [], []
     for sub in spec.get("subgrids") or []:
-        grid, points = _points(name, sub, axes)
+        grid, own = _points(name, sub, axes)
         subgrids.append(grid)
-        for point in points:
-            grid_point = {**baseline, **point, **fixed}
-            for overrides in search.draws(grid_point) if search else [grid_point]:
-                key = tuple(sorted(overrides.items()))  # 1 and 1.0 are one value, as in the config
-                names = union.setdefault(key, (overrides, []))[1]
-                if grid.name not in names:
-                    names.append(grid.name)
-    if not union:
+        points += [(grid.name, {**baseline, **point, **fixed}) for point in own]
+    if not points:
         _fail(
             name,
             "sweep.subgrids",
             "the grid is empty: name at least one sub-grid with at least one value per axis",
         )
-    configurations = tuple(Configuration(o, tuple(n)) for o, n in union.values())
-    return Plan(name, tuple(subgrids), configurations, seeds, search)
+    return tuple(subgrids), points
 
 
-def _search(
+def _held(
     name: str, spec: dict, axes: dict[str, str], fixed: dict[str, Any], command_line: frozenset[str]
-) -> Search | None:
-    """The sweep's random search (config.search), its drawn axes set by nothing else in every trial."""
+) -> dict[str, str]:
+    """Config key -> what else sets it in every trial (the command line, sweep.fixed, a sub-grid): an axis the
+    random search draws may be none of them."""
     held = dict.fromkeys(command_line, "the command line")
     held.update(dict.fromkeys(fixed, "sweep.fixed"))
     for sub in spec.get("subgrids") or []:
         for axis in (a for a in sub if a != "name"):
             held.update(dict.fromkeys(_axis_keys(name, axes, axis), f"sub-grid {sub.get('name')!r}"))
-    return declared(name, spec.get("search") or {}, lambda axis: _axis_keys(name, axes, axis), held)
+    return held
 
 
 def override_key(override: str) -> str:
@@ -388,6 +414,7 @@ def prepare(cfg: DictConfig, plan: Plan, words: list[str]) -> Sweep:
 def load(overrides: list[str]) -> Sweep:
     """A sweep's command line (python -m sweeper.sweep, sweeper.preflight) composed, expanded and validated,
     every job identified: every error here comes before Ray starts."""
-    cfg = compose_sweep(overrides)
-    plan = expand(cfg.sweep, command_line_keys(overrides))
-    return prepare(cfg, plan, trial_words(overrides))
+    keys = command_line_keys(overrides)
+    cfg, words = compose_sweep(overrides), trial_words(overrides)  # config.compose's two readings, at once
+    plan = expand(cfg.sweep, keys)
+    return prepare(cfg, plan, words)

@@ -15,7 +15,7 @@ import json
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from config.schema import ConfigError
 
@@ -78,12 +78,13 @@ class Search:
 
 
 def declared(
-    sweep: str, spec: Mapping[str, Any], key_of: Callable[[str], list[str]], held: Mapping[str, str]
+    sweep: str, spec: Mapping[str, Any], keys_of: Mapping[str, list[str]], held: Mapping[str, str]
 ) -> Search | None:
     """The sweep's search (sweep.search as a plain dict), None without one; raises ConfigError in one line.
 
-    key_of: an axis's config keys (config.grid, which refuses an undeclared axis); held: config key -> what
-    else sets it in every trial (a sub-grid, sweep.fixed, the command line), which a drawn axis may not be.
+    keys_of: each axis of the space -> its config keys (config.grid, which refused an undeclared axis);
+    held: config key -> what else sets it in every trial (a sub-grid, sweep.fixed, the command line), which a
+    drawn axis may not be.
     """
     samples, space = spec.get("samples") or 0, spec.get("space") or {}
     if not samples and not space:
@@ -97,7 +98,7 @@ def declared(
     axes = []
     for axis, value in space.items():
         where = f"sweep.search.space.{axis}"
-        keys = key_of(axis)
+        keys = keys_of[axis]
         if len(keys) != 1:
             raise ConfigError(f"sweep {sweep!r}, {where}: a zipped axis is not drawn; draw one key per axis")
         if keys[0] in held:

@@ -34,6 +34,7 @@ from support.sweeps import children, when
 
 from analysis import report
 from analysis.runs import histories, load_runs
+from config import address
 from config.compose import compose
 from sweeper.sweep import main as sweep_main
 from tracking import metric_points, sqlite_guard, store
@@ -51,6 +52,28 @@ from tracking.names import (
 from training.loop import train
 
 KEYS = [VAL_REL_LLOYD, TRAIN_LOSS]
+
+
+def test_an_address_is_read_once_into_what_the_probe_and_the_client_need(tmp_path: Path) -> None:
+    """config.address.parse: a server's address without its login (which it gives unquoted), an SQL
+    server's host at its scheme's port unless the address names one (none through a local socket), an
+    SQLite store's file, a form it cannot have; store.probe hands on the address the client opens."""
+    server = address.parse("https://ann:p%40ss@mlflow.example:8443/base/")
+    assert (server.server, server.login, server.database, server.sqlite_file, server.problem) == (
+        "https://mlflow.example:8443/base/",
+        ("ann", "p@ss"),
+        False,
+        None,
+        None,
+    )
+    assert address.parse("postgresql+psycopg://ann@db/mlflow").database_host == ("db", 5432)
+    assert address.parse("mysql://ann@db:3307/mlflow").database_host == ("db", 3307)
+    through_socket = address.parse("postgresql://ann@/mlflow?host=/tmp")
+    assert through_socket.database and through_socket.database_host is None and through_socket.server is None
+    assert address.parse("sqlite:///runs/mlflow.db").sqlite_file == "runs/mlflow.db"
+    assert address.parse("sqlite://mlflow.db").problem.startswith("takes three slashes")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert store.probe(uri) == uri
 
 
 def test_experiment_is_created_once_tagged_and_beside_the_store(sqlite_uri: str) -> None:

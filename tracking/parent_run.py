@@ -61,9 +61,9 @@ def find_parent(client: MlflowClient, experiment_id: str, sweep: str) -> str | N
 
 
 def open_parent(client: MlflowClient, parent_id: str, sweep: Sweep, argv: list[str], ended: Counter) -> None:
-    """Mark the sweep's parent run running and record on it the plan, the command line and the trial counts
-    (`ended`: outcome -> the jobs that ended with it before, log_counts)."""
-    plan, jobs = sweep.plan, sweep.jobs
+    """Mark the sweep's parent run running and record on it the command line, the trial counts (`ended`:
+    outcome -> the jobs that ended with it before, log_counts) and then the plan's files (_log_plan)."""
+    plan = sweep.plan
     client.update_run(parent_id, status="RUNNING")
     command = shlex.join(argv)  # the command as typed (cli.entry.as_typed)
     sizes = (len(plan.configurations), len(plan.seeds), plan.job_count)
@@ -74,16 +74,22 @@ def open_parent(client: MlflowClient, parent_id: str, sweep: Sweep, argv: list[s
         **source_tags(),
     }
     client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    log_counts(client, parent_id, ended, len(sweep.jobs))
+    _log_plan(client, parent_id, sweep)
+
+
+def _log_plan(client: MlflowClient, parent_id: str, sweep: Sweep) -> None:
+    """The plan's files on the parent run: its table, every trial, and the sweep's own configuration, masked
+    (its `fixed` may hold any key)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(masked(sweep.cfg.sweep)))  # `fixed`: any key
-        (folder / PLAN_ARTIFACT).write_text(plan.table() + "\n" + plan.summary() + "\n")
+        (folder / SWEEP_ARTIFACT).write_text(OmegaConf.to_yaml(masked(sweep.cfg.sweep)))
+        (folder / PLAN_ARTIFACT).write_text(sweep.plan.table() + "\n" + sweep.plan.summary() + "\n")
         with open(folder / PLAN_TRIALS_ARTIFACT, "w", newline="") as out:
             rows = csv.writer(out)
             rows.writerow(["run_name", "seed", SUBGRIDS, CONFIG_HASH])
-            rows.writerows([j.name, j.seed, ",".join(j.configuration.subgrids), j.key] for j in jobs)
+            rows.writerows([j.name, j.seed, ",".join(j.configuration.subgrids), j.key] for j in sweep.jobs)
         client.log_artifacts(parent_id, tmp)
-    log_counts(client, parent_id, ended, len(jobs))
 
 
 def describe(plan: Plan, command: str) -> str:

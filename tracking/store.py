@@ -2,10 +2,11 @@
 
 Training (tracking.recorder), the sweep driver (sweeper.driver.session), reruns and the analysis write and
 read runs through MlflowClient; what they share about the store is written here once:
-  connect        open a store: fail fast, naming the URI, when the store cannot be reached or used, or its
-                 address has no form of config.address (a PostgreSQL server too: MLflow would retry it for
-                 minutes); else a client. A SQLite file passes tracking.sqlite_guard first (a store another
-                 process is creating is waited for; the analysis and reruns create none)
+  connect        open a store, a corridor: its masked password dropped once (cli.credentials), its address
+                 read once (config.address), then fail fast, naming the URI, when the store cannot be reached
+                 or used (tracking.reach: a PostgreSQL server too, which MLflow would retry for minutes);
+                 else a client. A SQLite file passes tracking.sqlite_guard first (a store another process is
+                 creating is waited for; the analysis and reruns create none)
   ensure_experiment  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows
                  runs); find_experiment only finds one. Its runs view is tracking.view.install's step
   search         every page of a run search
@@ -19,12 +20,7 @@ bar per long step themselves.
 
 from __future__ import annotations
 
-import base64
 import os
-import socket
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from mlflow.entities import Run, ViewType
@@ -37,115 +33,22 @@ from mlflow.tracking import MlflowClient
 
 from cli.credentials import mask, unmasked
 from config import address
-from tracking import moved
-from tracking.errors import TrackingError
+from tracking import moved, reach
+from tracking.errors import TrackingError  # noqa: F401 - raised beneath; importable from here (docs/notebook.md)
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 from tracking.sqlite_guard import SqliteGuard
 
 PROBE_TIMEOUT_S = 5.0
-LOGIN_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
 PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 
 
-def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+def probe(uri: str, timeout: float = PROBE_TIMEOUT_S) -> str:
     """Fail within `timeout` seconds, naming the URI, if the tracking store cannot be reached (or has no
-    form it could have: config.address). A masked password is the environment's (cli.credentials)."""
+    form it could have: config.address; tracking.reach); else the address its client opens: a masked
+    password is the environment's, dropped here once (cli.credentials)."""
     uri, shown = unmasked(uri), mask(uri)
-    why = address.problem(uri)
-    if why:
-        raise TrackingError(f"tracking store {shown}: the address {why}")
-    if address.is_database(uri):
-        _probe_database(uri, shown, timeout)
-        return
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        if not folder.is_dir():
-            raise TrackingError(f"tracking store {uri}: folder {folder} does not exist")
-        return
-    if not uri.startswith(("http://", "https://")):
-        return
-    uri, authorization, refused = _login(uri)
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as reply:
-            reply.read()
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise TrackingError(
-            f"MLflow tracking server {shown} is unreachable ({reason}); start it "
-            f"(mlflow server --host HOST --port PORT) or set tracking.uri"
-        ) from None
-    _probe_access(uri, shown, authorization, refused, timeout)
-
-
-def _login(uri: str) -> tuple[str, str | None, str]:
-    """A server's address without its USER:PASSWORD@ (urllib takes none), the Authorization header MLflow's
-    client sends, and what a refusal of it says: MLFLOW_TRACKING_USERNAME and
-    _PASSWORD when both are set, else the address's own login, else MLFLOW_TRACKING_TOKEN as a bearer token
-    (mlflow.utils.rest_utils: basic auth before a token)."""
-    parts = urllib.parse.urlsplit(uri)
-    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-    env = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    given = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
-    login = next((pair for pair in (env, given) if all(pair)), None)
-    if login:
-        basic = "Basic " + base64.b64encode(":".join(login).encode()).decode()
-        return bare, basic, f"to the login given: set {LOGIN_VARIABLES}"
-    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
-    if token:
-        return (
-            bare,
-            f"Bearer {token}",
-            f"to the token in MLFLOW_TRACKING_TOKEN: set the right one, or {LOGIN_VARIABLES}",
-        )
-    return bare, None, f"without credentials: set {LOGIN_VARIABLES} (or MLFLOW_TRACKING_TOKEN)"
-
-
-def _probe_database(uri: str, shown: str, timeout: float) -> None:
-    """An SQL server's address: its host answers within `timeout` (a local socket answers or refuses at
-    once), its driver is installed and it lets this user in; once each (MLflow would retry an engine it
-    cannot create for minutes)."""
-    import sqlalchemy
-
-    if address.database_host(uri):
-        try:
-            socket.create_connection(address.database_host(uri), timeout=timeout).close()
-        except OSError as err:
-            raise TrackingError(
-                f"database {shown} is unreachable ({err.strerror or err}): start it, or set tracking.uri"
-            ) from None
-    try:
-        engine = sqlalchemy.create_engine(uri)
-    except ImportError as err:
-        raise TrackingError(
-            f"tracking store {shown}: its driver {err.name} is not installed: install it (postgresql://: "
-            f"pip install 'psycopg[binary]')"
-        ) from None
-    try:
-        with engine.connect():
-            pass
-    except sqlalchemy.exc.SQLAlchemyError as err:
-        reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
-        raise TrackingError(f"database {shown} refused the connection ({reason}): set tracking.uri") from None
-    finally:
-        engine.dispose()
-
-
-def _probe_access(uri: str, shown: str, authorization: str | None, refused: str, timeout: float) -> None:
-    """/health needs no login; a server with auth (MLflow's basic auth, a proxy taking tokens) refuses the
-    API itself, so ask it once with the credentials MLflow's client would send."""
-    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
-    if authorization:
-        request.add_header("Authorization", authorization)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            reply.read()
-    except urllib.error.HTTPError as err:
-        if err.code in (401, 403):
-            raise TrackingError(
-                f"MLflow tracking server {shown} refused access ({err.code}) {refused}"
-            ) from None
-    except (urllib.error.URLError, OSError):
-        pass  # reachable a moment ago: let MLflow's own client report anything else
+    reach.check(address.parse(uri), shown, timeout)
+    return uri
 
 
 def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
@@ -157,13 +60,12 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
     becomes a new store only for a command that writes and may create one (train, sweep); the others (the
     analysis, and rerun with create=False: its run cannot be in a new store) refuse it and write nothing.
     """
-    probe(uri)
-    uri = unmasked(uri)
+    uri = probe(uri)
     os.environ.setdefault(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, "false")  # read at every transfer
     # MLflow's own "View run ... at: URI" lines spell the address with its login, and not the runs view:
     # the commands print their addresses themselves (tracking.ui).
     os.environ.setdefault(MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.name, "true")
-    if uri.startswith("sqlite:///"):
+    if uri.startswith(address.SQLITE):
         return SqliteGuard(uri).open(write, create)
     return MlflowClient(tracking_uri=uri)
 
