@@ -26,8 +26,8 @@ worse than planned:
             first checkpoint of the quickest trial at the measured step times (cluster.step_seconds): every
             allocation would stop with nothing saved; else the time the rest needs, at the sweep's last
             allocation's rate (sweeper.driver.budget.outlook) or at the step times
-            (sweeper.driver.cost.estimate)
-  cost      the cost preview (sweeper.driver.cost.preview)
+            (the plan's estimate, sweeper.driver.cost)
+  cost      the cost preview (sweeper.driver.cost)
 
 Exit 0 without a FAIL, 10 (PreflightFailed) with one, 2 for a configuration the sweep refuses. A sweep on a
 cluster (cluster.address set) runs the same checks (before_trials) once it joined the cluster and before it
@@ -73,15 +73,23 @@ class Row:
 @command("leaner-preflight", show_config=composed_config, options=config_groups)
 def main(argv: list[str]) -> int:
     sweep = load(argv)  # as the sweep's command line is: every refusal of it too (exit 2)
-    cluster.check(sweep.cfg)
-    rows = survey(sweep, Budget.since_start(sweep.cfg.cluster.time_budget_s))
+    cfg = sweep.cfg
+    cluster.check(cfg)
+    plan_cost = cost.reckon(cfg, sweep.plan)  # a step-times file the sweep refuses is refused here too
+    rows, hold, nodes = _reach(sweep)
+    storage = home.storage(cfg.cluster, cfg.tracking.uri)
+    rows += survey(sweep, hold, nodes, storage, Budget.since_start(cfg.cluster.time_budget_s), plan_cost)
     print(table(sweep, rows), flush=True)
     return PreflightFailed.exit_code if faults(rows) else 0
 
 
-def before_trials(sweep: Sweep, hold: Hold, budget: Budget) -> None:
-    """The sweep driver's preflight on a cluster it joined: the table printed; PreflightFailed on a FAIL."""
-    rows = survey(sweep, budget, hold, JOIN_WAIT_S)
+def before_trials(
+    sweep: Sweep, hold: Hold, storage: str | None, budget: Budget, plan_cost: cost.Cost
+) -> None:
+    """The sweep driver's preflight on the cluster it joined, with what the driver holds by then (the store
+    read, Tune's storage, the budget, the plan's cost): the table printed; PreflightFailed on a FAIL."""
+    nodes = alive_nodes(sweep.cfg.cluster, JOIN_WAIT_S)
+    rows = [_store_answers(hold), *survey(sweep, hold, nodes, storage, budget, plan_cost)]
     print(table(sweep, rows), flush=True)
     found = faults(rows)
     if found:
@@ -92,25 +100,47 @@ def before_trials(sweep: Sweep, hold: Hold, budget: Budget) -> None:
         )
 
 
-def survey(sweep: Sweep, budget: Budget, hold: Hold | None = None, wait_s: float = 0.0) -> list[Row]:
-    """Every check's rows (the module docstring), on the Ray cluster of cluster.address (joined here unless
-    the caller joined it), waiting up to `wait_s` for a node that fits a trial."""
+def survey(
+    sweep: Sweep,
+    hold: Hold | None,
+    nodes: list[dict] | None,
+    storage: str | None,
+    budget: Budget,
+    plan_cost: cost.Cost,
+) -> list[Row]:
+    """The rows of every check (the module docstring) after the store's and the cluster's own: on the Ray
+    cluster's live `nodes` (None: it refused), with the `hold` on the store (None: it refused), Ray Tune's
+    `storage` and the plan's cost (sweeper.driver.cost)."""
     cfg = sweep.cfg
-    rows, hold = _tracking(sweep, hold)
-    try:
-        cluster.connect(cfg.cluster)
-    except ClusterError as err:  # no node to ask: the cluster's row is the fault
-        rows.append(Row("cluster", "", one_line(err), FAIL))
-        nodes = []
-    else:
-        nodes = alive_nodes(cfg.cluster, wait_s)
-        storage = home.storage(cfg.cluster, cfg.tracking.uri)
+    rows = []
+    if nodes is not None:
         rows += _nodes(cfg.cluster, nodes) + _cuda(cfg, nodes) + _storage(storage, nodes)
     rows += _locks(cfg.tracking.uri, hold is not None)
     account = hold.account if hold else Account.of(list(sweep.jobs), cfg.train.steps, (), {})
-    rows += _budget(sweep, budget, account, hold.rate if hold else None, nodes)
-    rows += [Row("cost", "", line.removeprefix("cost: ")) for line in cost.preview(cfg, sweep.plan)]
-    return rows
+    rows += _budget(cfg, budget, plan_cost.priced, account, hold.rate if hold else None, nodes or [])
+    return rows + [Row("cost", "", line.removeprefix("cost: ")) for line in plan_cost.lines]
+
+
+def _reach(sweep: Sweep) -> tuple[list[Row], Hold | None, list[dict] | None]:
+    """The command's own reach of the store and of the Ray cluster of cluster.address, as the driver's (the
+    driver's preflight comes once it holds both): the tracking row and, where Ray refused, the cluster's;
+    the hold on the store and the live nodes, each None where it refused."""
+    cfg = sweep.cfg
+    try:
+        hold = Hold(sweep)  # the store as the driver opens it: its probe sends the credentials
+    except TrackingError as err:
+        rows, hold = [Row("tracking", "", one_line(err), FAIL)], None
+    else:
+        rows = [_store_answers(hold)]
+    try:
+        cluster.connect(cfg.cluster)
+    except ClusterError as err:  # no node to ask: the cluster's row is the fault
+        return [*rows, Row("cluster", "", one_line(err), FAIL)], hold, None
+    return rows, hold, alive_nodes(cfg.cluster, 0.0)
+
+
+def _store_answers(hold: Hold) -> Row:
+    return Row("tracking", "", f"the store answers: {hold.held}")
 
 
 def alive_nodes(c: DictConfig, wait_s: float) -> list[dict]:
@@ -139,16 +169,6 @@ def table(sweep: Sweep, rows: list[Row]) -> str:
     named = f": {', '.join(sorted({r.check for r in found}))}" if found else ""
     lines.append(f"preflight: {len(found)} faults{named}")
     return mask("\n".join(lines))  # a storage URI's secret, a password an error quotes
-
-
-def _tracking(sweep: Sweep, hold: Hold | None) -> tuple[list[Row], Hold | None]:
-    """The store as the driver opens it (its probe sends MLFLOW_TRACKING_USERNAME and _PASSWORD)."""
-    if hold is None:
-        try:
-            hold = Hold(sweep)
-        except TrackingError as err:
-            return [Row("tracking", "", one_line(err), FAIL)], None
-    return [Row("tracking", "", f"the store answers: {hold.held}")], hold
 
 
 def _pinned(function, node: dict, **resources):
@@ -317,11 +337,15 @@ def _locks(uri: str, opened: bool) -> list[Row]:
 
 
 def _budget(
-    sweep: Sweep, budget: Budget, account: Account, rate: float | None, nodes: list[dict]
+    cfg: DictConfig,
+    budget: Budget,
+    priced: cost.Estimate | None,
+    account: Account,
+    rate: float | None,
+    nodes: list[dict],
 ) -> list[Row]:
     """The budget's row: FAIL when no trial can reach its first checkpoint within what is left of it."""
-    cfg, left = sweep.cfg, account.total - account.done
-    priced = cost.estimate(cfg, sweep.plan)
+    left = account.total - account.done
     need, how = _need(priced, account, rate, nodes, cfg.cluster)
     if budget.seconds is None:
         text = "no time budget (cluster.time_budget_s)"

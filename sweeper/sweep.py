@@ -45,9 +45,10 @@ def main(argv: list[str]) -> int:
     console.outlive_readers()  # a stop in progress outlives a reader that left (`| tee`, Ctrl-C to both)
     sweep = load([word for word in argv if word != confirm.YES])
     cfg, plan = sweep.cfg, sweep.plan
-    confirm.thresholds(cfg.sweep)  # a bad one refused by the dry run too
+    limits = confirm.thresholds(cfg.sweep)  # a bad one refused by the dry run too
     print(plan.table())
-    print(*cost.preview(cfg, plan), confirm.eta(cfg, plan), sep="\n")
+    plan_cost = cost.reckon(cfg, plan)  # once: the preview, the ETA, the guard, a cluster's preflight
+    print(*plan_cost.lines, confirm.eta(cfg, plan_cost.priced), sep="\n")
     if cfg.cluster.pack == "seeds":
         print(
             f"cluster.pack=seeds: {len(plan.configurations)} Ray Tune trials, each training the "
@@ -56,8 +57,9 @@ def main(argv: list[str]) -> int:
     print(plan.summary(), flush=True)  # the plan's last line (docs/science.md section 8)
     if cfg.sweep.dry_run:
         return 0
-    confirm.check(sweep, confirm.YES in argv)  # before the store or Ray: refused, nothing is left behind
-    return drive(sweep, as_typed(argv, "sweeper.sweep")).exit_code
+    # Before the store or Ray: refused, nothing is left behind.
+    confirm.check(sweep, limits, plan_cost.priced, confirm.YES in argv)
+    return drive(sweep, as_typed(argv, "sweeper.sweep"), plan_cost).exit_code
 
 
 if __name__ == "__main__":

@@ -181,12 +181,15 @@ def test_gpus_without_cuda_and_trials_no_node_fits_are_named(nodes, tmp_path, sq
 def test_the_sweep_on_a_cluster_runs_the_preflight_before_any_trial(
     nodes, tmp_path, sqlite_uri, step_times, capfd
 ):
-    """A fault the preflight finds (here the budget) ends the sweep with exit 10: no trial, no parent run."""
+    """A fault the preflight finds (here the budget) ends the sweep with exit 10: no trial, no parent run.
+    On a cluster the budget is said once, in the preflight's table."""
     argv = on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path}/ray")
     code = sweep_main([*argv, f"cluster.step_seconds={step_times}", "cluster.time_budget_s=400"])
     out, err = capfd.readouterr()
     assert code == exit_codes.PREFLIGHT, out[-3000:] + err[-3000:]
     assert "preflight: 1 faults: budget" in out and "the preflight found 1 faults (budget)" in err
+    budget = [line.split()[:2] for line in out.splitlines() if "cluster.time_budget_s" in line]
+    assert budget == [["FAIL", "budget"]], out[-3000:]
     client = MlflowClient(tracking_uri=sqlite_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     assert client.search_runs(experiments) == []

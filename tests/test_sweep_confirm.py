@@ -27,7 +27,8 @@ from support.repo import REPO, subprocess_env
 from support.sweeps import children, interrupted_runs, kill_group, left_behind, start_sweep, wait_for
 
 from cli import exit_codes
-from sweeper.driver import confirm
+from config.grid import Sweep
+from sweeper.driver import confirm, cost
 from sweeper.errors import NotConfirmed
 from sweeper.sweep import load, main
 from tracking.names import COMMAND
@@ -38,6 +39,12 @@ REFUSED = (
     "error: sweep smoke is above what launches unasked (6 trials > sweep.confirm_trials=5) and there is no "
     "terminal to ask: launch it with --yes or sweep.confirm=false"
 )
+
+
+def guard(sweep: Sweep) -> None:
+    """The guard as the sweep command calls it, unconfirmed: with its thresholds and its plan's estimate."""
+    priced = cost.reckon(sweep.cfg, sweep.plan).priced
+    confirm.check(sweep, confirm.thresholds(sweep.cfg.sweep), priced, yes=False)
 
 
 def step_seconds(folder: Path, seconds_per_step: float) -> Path:
@@ -103,7 +110,7 @@ def test_the_makefiles_sweeps_and_the_unattended_recipes_pass_the_guard():
     assert len(lines) == len(targets), dry.stdout
     for line in lines:
         words = shlex.split(line)
-        confirm.check(load(words[words.index("sweeper.sweep") + 1 :]), yes=False)
+        guard(load(words[words.index("sweeper.sweep") + 1 :]))
     docker = REPO / "docker"  # each recipe wherever docker/ keeps it
     (rayjob,) = [p.read_text() for p in docker.rglob("*.yaml") if "\nkind: RayJob\n" in p.read_text()]
     (submit,) = [p.read_text() for p in docker.rglob("ray-cluster.yaml")]
@@ -116,9 +123,9 @@ def test_the_makefiles_sweeps_and_the_unattended_recipes_pass_the_guard():
     for words in (entry.split(), job.split(), [*default.split(), script.group(1)]):
         sweep = load(words)
         assert sweep.plan.job_count > sweep.cfg.sweep.confirm_trials  # the paper's 3,000: it would ask
-        confirm.check(sweep, yes=False)
+        guard(sweep)
         with pytest.raises(NotConfirmed):  # the same sweep without the opt-out is refused
-            confirm.check(load([w for w in words if w != "sweep.confirm=false"]), yes=False)
+            guard(load([w for w in words if w != "sweep.confirm=false"]))
 
 
 @pytest.mark.slow  # four interpreters importing Hydra, the config tree and Ray's resource count

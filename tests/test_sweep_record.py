@@ -1,6 +1,7 @@
 """The sweep's hold on its ledger (sweeper.driver.hold.Hold) and its session (sweeper.driver.session.Session)
 on a real SQLite store: a sweep's start reads the store once, whatever it finds there; the lock reads it again
-only when another driver ran the sweep since; and Tune keeps nothing of the sweep's objects."""
+only when another driver ran the sweep since; Tune keeps nothing of the sweep's objects; and a second signal
+ends the session at once."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def test_the_lock_reads_again_when_another_driver_ran_the_sweep_since_the_read(s
 
 def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
     hold, _ = open_hold(sqlite_uri)
-    session = Session(hold, Work({}, ()), Halt(Budget.since_start(60)), 5)
+    session = Session(hold, Work({}, ()), Halt(Budget.since_start(60)), ["leaner-sweep"], 5)
     halt = session.halt
     for obj in (session, halt):
         assert len(cloudpickle.dumps(obj)) < 500  # not the jobs, the ledger, a client or a queue
@@ -119,3 +120,19 @@ def test_tune_keeps_nothing_of_the_sweeps_objects(sqlite_uri):
         trial_id = "abc"
 
     assert (trial_name(Trial), trial_dirname(Trial)) == ("smoke/x/2seeds", "pack-1-abc")
+
+
+def test_a_second_signal_kills_the_parent_and_the_writing_thread_drops_the_rest(sqlite_uri, capsys):
+    """Session.end_now, as a second signal calls it: the parent run KILLED, the command that resumes the sweep
+    printed, and the writing thread, which end_now does not hold up, drops the events left and ends."""
+    hold, client = open_hold(sqlite_uri)
+    with hold.locked():
+        argv = ["leaner-sweep", "sweep=smoke"]
+        session = Session(hold, Work({}, ()), Halt(Budget.since_start(60)), argv, 5)
+        session.start()
+        session.end_now()
+        applied = []
+        session.events.put(lambda: applied.append("an event after the second signal"))
+        assert session.close(timeout=10) and applied == []
+        assert client.get_run(hold.parent_id).info.status == "KILLED"
+    assert "Resume with the same command:\n  leaner-sweep sweep=smoke" in capsys.readouterr().out

@@ -1,10 +1,12 @@
 """The guard before a large sweep: above sweep.confirm_trials trials or sweep.confirm_hours device-hours, the
 sweep asks before it launches.
 
-The command line (sweeper.sweep) has printed the plan, the cost preview and the ETA (eta) by then. On a
-terminal it asks y/N; without one (a script, sbatch, a KubeRay job) it refuses in one line naming `--yes`
-and `sweep.confirm=false`. Either way a sweep not confirmed ends with NotConfirmed (exit 11) before Ray
-starts or the store is written. The recipes that run unattended pass `--yes`.
+The command line (sweeper.sweep) has printed the plan, the cost preview and the ETA (eta) by then, and hands
+the guard what it reckoned once: the thresholds (thresholds, checked before the plan is printed) and the
+plan's estimate (sweeper.driver.cost). On a terminal it asks y/N; without one (a script, sbatch, a KubeRay
+job) it refuses in one line naming `--yes` and `sweep.confirm=false`. Either way a sweep not confirmed ends
+with NotConfirmed (exit 11) before Ray starts or the store is written. The recipes that run unattended pass
+`--yes`.
 
 A sweep its store already holds at this size (its parent run's plan.trials, recorded when a driver first
 launched it) was confirmed then: resuming it does not ask again. That one look at the store reads it only,
@@ -21,12 +23,13 @@ from omegaconf import DictConfig
 
 from config.grid import Plan, Sweep
 from config.schema import ConfigError
-from sweeper.driver import cost
 from sweeper.driver.budget import duration
+from sweeper.driver.cost import Estimate
 from sweeper.errors import NotConfirmed
 
 YES = "--yes"  # the sweep command's flag: as sweep.confirm=false
 OPT_OUT = f"{YES} or sweep.confirm=false"
+Limits = tuple[int | None, float | None]  # sweep.confirm_trials and sweep.confirm_hours, checked (thresholds)
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,16 @@ class Size:
     hours: float | None  # the cost preview's GPU- or core-hours; None without step times
     unit: str = "device-hours"
 
-    def over(self, sweep: DictConfig) -> list[str]:
-        """The thresholds this size is above, as the line that names them says it."""
-        trials, hours = thresholds(sweep)
+    @classmethod
+    def of(cls, plan: Plan, priced: Estimate | None) -> Size:
+        """The plan's trials and the hours of its estimate (sweeper.driver.cost), if it has one."""
+        if priced is None:
+            return cls(plan.job_count, None)
+        return cls(plan.job_count, priced.hours, priced.unit)
+
+    def over(self, limits: Limits) -> list[str]:
+        """The thresholds (thresholds) this size is above, as the line that names them says it."""
+        trials, hours = limits
         above = []
         if trials is not None and self.trials > trials:
             above.append(f"{self.trials:,} trials > sweep.confirm_trials={trials}")
@@ -49,7 +59,7 @@ class Size:
         return above
 
 
-def thresholds(sweep: DictConfig) -> tuple[int | None, float | None]:
+def thresholds(sweep: DictConfig) -> Limits:
     """sweep.confirm_trials and sweep.confirm_hours, checked: a ConfigError names a bad one."""
     trials, hours = sweep.confirm_trials, sweep.confirm_hours
     if trials is not None and trials < 0:
@@ -65,17 +75,9 @@ def thresholds(sweep: DictConfig) -> tuple[int | None, float | None]:
     return trials, hours
 
 
-def size(cfg: DictConfig, plan: Plan) -> Size:
-    priced = cost.estimate(cfg, plan)
-    if priced is None:
-        return Size(plan.job_count, None)
-    return Size(plan.job_count, priced.hours, priced.unit)
-
-
-def eta(cfg: DictConfig, plan: Plan) -> str:
-    """The sweep's estimated time before it launches, from the measured step times (sweeper.driver.cost), or
-    that there is none yet."""
-    priced = cost.estimate(cfg, plan)
+def eta(cfg: DictConfig, priced: Estimate | None) -> str:
+    """The sweep's estimated time before it launches, from the plan's estimate at the measured step times
+    (sweeper.driver.cost), or that there is none yet."""
     if priced is None:
         return (
             "eta: no estimate before launch: no step times (cluster.step_seconds=FILE); the progress line "
@@ -97,11 +99,12 @@ def eta(cfg: DictConfig, plan: Plan) -> str:
     )
 
 
-def check(sweep: Sweep, yes: bool) -> None:
+def check(sweep: Sweep, limits: Limits, priced: Estimate | None, yes: bool) -> None:
     """Return when the sweep may launch: confirmed, not asked for, or a resume of one confirmed before;
-    else NotConfirmed (nothing started, nothing recorded)."""
+    else NotConfirmed (nothing started, nothing recorded). limits: the thresholds (thresholds); priced: the
+    plan's estimate (sweeper.driver.cost)."""
     cfg, plan = sweep.cfg, sweep.plan
-    above = size(cfg, plan).over(cfg.sweep)
+    above = Size.of(plan, priced).over(limits)
     if yes or not cfg.sweep.confirm or not above:
         return
     if _launched_before(cfg, plan):

@@ -6,6 +6,10 @@ times measured on a CPU), their cost.
 The hours are those of one model at a time on the measured device (a pack of one, as the benchmark times
 it): an upper bound where packs and shared GPUs train faster (docs/cluster.md "The arithmetic", `python -m
 bench pack`). Models whose shape the file has no time for are counted apart, not guessed.
+
+The command line (sweeper.sweep) reckons it once (reckon) and hands the Cost on: the preview it prints, the
+ETA and the guard's size (sweeper.driver.confirm), and on a cluster the preflight's budget and cost rows
+(sweeper.preflight).
 """
 
 from __future__ import annotations
@@ -44,6 +48,20 @@ class Estimate:
         return "GPU-hours" if self.gpu else "core-hours"
 
 
+@dataclass(frozen=True)
+class Cost:
+    """The plan's cost as reckoned once before the sweep starts: the preview's lines and their estimate."""
+
+    lines: tuple[str, ...]  # the preview (preview)
+    priced: Estimate | None  # None without step times (cluster.step_seconds)
+
+
+def reckon(cfg: DictConfig, plan: Plan) -> Cost:
+    """The plan's cost: its model-steps at the step times of cluster.step_seconds, and the preview's lines."""
+    priced = estimate(cfg, plan)
+    return Cost(tuple(preview(cfg, plan, priced)), priced)
+
+
 def estimate(cfg: DictConfig, plan: Plan) -> Estimate | None:
     """The plan's model-steps at the step times of cluster.step_seconds; None when it is not set."""
     if cfg.cluster.step_seconds is None:
@@ -62,11 +80,11 @@ def estimate(cfg: DictConfig, plan: Plan) -> Estimate | None:
     return Estimate(measured, seconds, unpriced, reports)
 
 
-def preview(cfg: DictConfig, plan: Plan) -> list[str]:
+def preview(cfg: DictConfig, plan: Plan, priced: Estimate | None) -> list[str]:
     """The preview's lines: the model-steps, then their hours and cost where step times are given."""
     total = sum(_value(cfg, c, "train.steps") * len(plan.seeds) for c in plan.configurations)
     lines = [f"cost: {plan.job_count:,} models, {total:,} model-steps"]
-    c, priced = cfg.cluster, estimate(cfg, plan)
+    c = cfg.cluster
     if priced is None:
         how = f"`python -m bench step_seconds sweep={plan.name} --out FILE` on a node of the cluster's kind"
         return [*lines, f"cost: no step times to price them (cluster.step_seconds=FILE: {how})"]

@@ -127,12 +127,20 @@ class Session(DriverOnly, tune.Callback):
     """A sweep's session in MLflow (see the module docstring): Tune's callback, writing through one thread."""
 
     def __init__(
-        self, hold: Hold, work: Work, halt: Halt, outage_s: float, storage: str | None = None
+        self,
+        hold: Hold,
+        work: Work,
+        halt: Halt,
+        argv: list[str],
+        outage_s: float,
+        storage: str | None = None,
     ) -> None:
         """halt: Tune's stopper, which a failed write sets too; the held ledger's account
-        (sweeper.driver.budget) is where the stop's starts; storage: cluster.storage (the writer records
-        checkpoints' URIs with its query)."""
+        (sweeper.driver.budget) is where the stop's starts; argv: the command as typed, which a stop prints
+        as the one that resumes the sweep; storage: cluster.storage (the writer records checkpoints' URIs
+        with its query)."""
         self.sweep, self.experiment, self.parent_id = hold.name, hold.experiment_id, hold.parent_id
+        self.argv = argv
         self.jobs, self.trials = len(hold.jobs), len(work.trials)
         self.events: queue.Queue = queue.Queue(maxsize=BUFFER)
         self.error: Exception | None = None
@@ -211,7 +219,7 @@ class Session(DriverOnly, tune.Callback):
         self.thread.join(timeout)
         return not self.thread.is_alive() and self.error is None
 
-    def end(self, applied: bool, argv: list[str]) -> None:
+    def end(self, applied: bool) -> None:
         """After the events were applied (`applied`: all of them): the parent run finished, or after a stop
         (a signal, the budget) the runs still training and the parent KILLED, without an outcome, the
         allocation's rate on the parent and the sweep's account printed; the summary."""
@@ -241,20 +249,24 @@ class Session(DriverOnly, tune.Callback):
         interrupted = writer.interrupted()
         summary = f"{account.models()}; {account.steps_line()}, {line}"
         text = stopped(
-            self.sweep, argv, len(writer.outcomes), len(interrupted), applied, halt.reason, summary
+            self.sweep, self.argv, len(writer.outcomes), len(interrupted), applied, halt.reason, summary
         )
         if applied:  # the hint on the run page too: the driver's output may have no reader left
             parent_run.note_stop(writer.client, self.parent_id, f"{time.strftime('%Y-%m-%d %H:%M')}: {text}")
             for run_id in [*interrupted, self.parent_id]:
                 writer.client.set_terminated(run_id, "KILLED")
 
-    def end_now(self, argv: list[str]) -> None:
+    def end_now(self) -> None:
         """At a second signal (sweeper.driver.stop.Halt): no event applied after the one in hand, then the
         runs still open and the parent marked KILLED through the store's own client, and the command that
         resumes the sweep printed."""
-        self.cut.set()
-        self.applying.acquire(timeout=END_NOW_S / 2)  # the event in hand first: a run it opens is ended too
-        runs = [*self.writer.interrupted(), self.parent_id]
+        self.cut.set()  # every event after the one in hand is dropped (_try)
+        waited = self.applying.acquire(timeout=END_NOW_S / 2)  # the one in hand: a run it opens is ended too
+        try:
+            runs = [*self.writer.interrupted(), self.parent_id]
+        finally:
+            if waited:  # else the event in hand still runs, and keeps the lock it took
+                self.applying.release()
         marked = 0
         for run_id in runs:
             try:
@@ -265,7 +277,7 @@ class Session(DriverOnly, tune.Callback):
         print(
             f"sweep {self.sweep} ended by a second signal: {marked} of its {len(runs)} open runs (the "
             "parent's included) marked KILLED; trials resume from their last recorded checkpoint.\nResume "
-            f"with the same command:\n  {shlex.join(argv)}",
+            f"with the same command:\n  {shlex.join(self.argv)}",
             flush=True,
         )
 
@@ -306,10 +318,10 @@ def recording(hold: Hold, sweep: Sweep, argv: list[str], work: Work, halt: Halt)
     """A session on the held sweep for `work`: the parent run opened, the writing thread on, SIGINT and
     SIGTERM caught while Tune runs, stopped by `halt`; at the end the session's summary (Session.end)."""
     cfg = sweep.cfg
-    session = Session(hold, work, halt, cfg.tracking.outage_s, cfg.cluster.storage)
+    session = Session(hold, work, halt, argv, cfg.tracking.outage_s, cfg.cluster.storage)
     parent_run.open_parent(hold.client, hold.parent_id, sweep, argv, session.earlier)
-    session.start()
-    with session.halt.on_signals(lambda: session.end_now(argv)):  # a second signal during end() too
+    with halt.on_signals(session.end_now):  # from the session's start on; a second signal during end() too
+        session.start()
         yield session
-        applied = session.close(STOP_DRAIN_S if session.halt.stopped else None)
-        session.end(applied, argv)
+        applied = session.close(STOP_DRAIN_S if halt.stopped else None)
+        session.end(applied)

@@ -124,15 +124,17 @@ def timed_drive(sweep: Sweep, trainable: Callable, server: Server) -> Drive:
     """Drive `sweep` with `trainable` on a local Ray, as `python -m sweeper.sweep` would; what it cost."""
     import ray
 
+    from sweeper.driver import cost
     from sweeper.driver.timeline import drive
 
+    plan_cost = cost.reckon(sweep.cfg, sweep.plan)  # as the command reckons it, before the sweep and untimed
     ray.init(address="local", dashboard_host=sweep.cfg.cluster.dashboard_host, include_dashboard=False)
     me = psutil.Process()
     rss = PeakRss()
     rss.start()
     requests = server.requests()
     start_rss, start_cpu, start = me.memory_info().rss, me.cpu_times(), time.perf_counter()
-    summary = drive(sweep, ["python", "-m", "sweeper.sweep"], trainable=trainable)
+    summary = drive(sweep, ["python", "-m", "sweeper.sweep"], plan_cost, trainable=trainable)
     wall, end_cpu = time.perf_counter() - start, me.cpu_times()
     requests = [after - before for after, before in zip(server.requests(), requests)]
     rss.stop.set()
