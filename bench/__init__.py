@@ -1,10 +1,11 @@
 """Benchmarks and probes: `python -m bench COMMAND [options] [hydra overrides]`.
 
-bench/__main__.py is the command (it lists them): it parses the line into Settings, runs the one benchmark
-named and writes what that returns. One module per benchmark, none importing another; bench/common.py holds
-what they share. Nothing in sweeper/, models/ or tasks/ imports from here, and nothing here imports or
-names a module of sweeper/: the sweep driver at scale is measured by a command of its own package
-(docs/cluster.md).
+bench/__main__.py is the command (it lists them): it hands the rest of the line to the main of the benchmark
+named. One module per benchmark, none importing another, each also a command of its own
+(`python -m bench.pack ...`) that parses its line into plain settings, measures and writes what that returns;
+bench/line.py holds what their command lines share, bench/common.py the measuring they share. Nothing in
+sweeper/, models/ or tasks/ imports from here, and nothing here imports or names a module of sweeper/: the
+sweep driver at scale is measured by a command of its own package (docs/cluster.md).
 """
 
 import runpy

@@ -28,7 +28,6 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
-from cli.exit_codes import TABLE
 from config.run import RunSpec
 from models.embedding import embedding_dim
 from training.fused import Pack
@@ -127,36 +126,31 @@ def matmul_flop_rate(device: torch.device, dtype: torch.dtype = torch.float32) -
     return measure
 
 
-def attention_flops(n_q: int, n_k: int, d_emb: int, qkv_mult: int) -> int:
-    """Matmul FLOPs of one distance-attention module's forward pass, one task."""
-    w = qkv_mult * d_emb
-    projections = 2 * d_emb * w * (n_q + 2 * n_k) + (2 * n_q * w * d_emb if qkv_mult > 1 else 0)
-    scores = 2 * n_q * n_k * (w + 1)  # augmented vectors: one more coordinate
-    return projections + scores + 2 * n_q * n_k * w
-
-
-def forward_flops(n: int, d: int, k: int, embedding: str, qkv_mult: int = 1) -> int:
-    """Matmul FLOPs of the model's forward pass plus the loss's distances, one task."""
-    e = embedding_dim(d, k, embedding)
-    layer = (
-        attention_flops(n, k, e, qkv_mult)
-        + attention_flops(n, n, e, qkv_mult)
-        + attention_flops(k, n, e, qkv_mult)
-        + attention_flops(k, k, e, qkv_mult)
-    )
-    return layer + 2 * n * k * d
+def alternate_with_matmul(
+    variants: dict[str, Variant], repeats: int, device: torch.device
+) -> tuple[dict[str, list[float]], float]:
+    """alternate, with the reference matmul as one more variant: each variant's seconds per call, and the
+    machine's dense FLOP rate measured among them (the median over rounds, FLOP/s)."""
+    times = alternate({**variants, "matmul": matmul_flop_rate(device)}, repeats, device)
+    rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times.pop("matmul"))
+    return times, rate
 
 
 def step_flops(cfg: DictConfig) -> int:
-    """Analytic FLOPs of one training step: forward plus backward (twice the forward), matmuls only."""
-    t = cfg.task
-    return 3 * cfg.train.batch * forward_flops(t.n, t.d, t.k, cfg.model.embedding, cfg.model.qkv_mult)
+    """Analytic FLOPs of one training step: forward plus backward (twice the forward), matmuls only.
 
-
-def configure(threads: int | None) -> None:
-    """Threads: all cores by default (PyTorch's choice); fewer when sharing the machine."""
-    if threads:
-        torch.set_num_threads(threads)
+    The forward of one task: the layer's four distance-attention modules (points to centers, points to
+    points, centers to points, centers to centers: n_q queries on n_k keys), then the loss's distances.
+    """
+    t, qkv_mult = cfg.task, cfg.model.qkv_mult
+    e = embedding_dim(t.d, t.k, cfg.model.embedding)
+    w = qkv_mult * e
+    forward = 2 * t.n * t.k * t.d
+    for n_q, n_k in ((t.n, t.k), (t.n, t.n), (t.k, t.n), (t.k, t.k)):
+        projections = 2 * e * w * (n_q + 2 * n_k) + (2 * n_q * w * e if qkv_mult > 1 else 0)
+        scores = 2 * n_q * n_k * (w + 1)  # augmented vectors: one more coordinate
+        forward += projections + scores + 2 * n_q * n_k * w
+    return 3 * cfg.train.batch * forward
 
 
 def figures(times: list[float], flops: int, models: int, peak: int | None, matmul_rate: float) -> dict:
@@ -170,15 +164,6 @@ def figures(times: list[float], flops: int, models: int, peak: int | None, matmu
         "flop_rate": models * flops / seconds,
         "flop_fraction": models * flops / seconds / matmul_rate,
     }
-
-
-def exit_codes_help() -> str:
-    """The exit codes for --help (cli/exit_codes.py's table); bench itself ends with 0, 1 or 2."""
-    rows = [f"  {row.code:<4} {row.meaning}" for row in TABLE]
-    return (
-        "exit codes (cli/exit_codes.py; bench: 0, 1 when a check of gpu or scale failed, 2):\n"
-        + "\n".join(rows)
-    )
 
 
 def memory_measure(device: torch.device) -> str:
@@ -209,10 +194,3 @@ def pack_step(cfgs: list[DictConfig], device: torch.device) -> Callable[[], obje
     The one place that knows training's step entry point (training.fused.Pack): adapt it when it changes.
     """
     return Pack([Trainer(RunSpec.of(cfg), device) for cfg in cfgs]).step  # freed with the returned step
-
-
-def seeded(cfg: DictConfig, seed: int) -> DictConfig:
-    """A copy of cfg with another seed: the models of a pack."""
-    out = cfg.copy()
-    out.seed = seed
-    return out

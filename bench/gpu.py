@@ -24,7 +24,6 @@ Exit code 0 when every equality check passed, 1 otherwise: the figures are writt
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -34,12 +33,14 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
-from bench.common import exit_codes_help, free, log
+from bench.common import free, log
 from bench.host_reads import pack_reads
+from bench.line import exit_codes_help, print_json
 from bench.pack import OP_PACKS, PACKS, SIZES, Plan, bench_pack
 from bench.sweep import bench_sweep
-from cli.entry import ArgumentParser
+from cli.entry import ArgumentParser, command
 from config.compose import compose
+from config.help import composed_config
 from config.run import RunSpec
 from models.exact import ExactLloydTransformer
 from models.lloyd import lloyd_step
@@ -225,7 +226,7 @@ def measure_steps(device: torch.device, tiny: bool) -> list[dict]:
         cfg = compose(
             [f"model.embedding={embedding}", f"train.device={device}"] + (["train.batch=4"] if tiny else [])
         )
-        for size in bench_pack(cfg, plan)["sizes"]:
+        for size in bench_pack(cfg, plan, device)["sizes"]:
             (measured,) = size.pop("threads")
             rows.append({"embedding": embedding, **size, **measured})
     return rows
@@ -242,7 +243,7 @@ def measure_compile(device: torch.device, tiny: bool) -> dict:
         # dropout is tests/test_packed.py's test_compiled_training_equals_eager).
         toy = ["train.batch=4", "model.dropout=0.0"] if tiny else []
         cfg = compose([f"train.device={device}", f"train.compile={setting}"] + toy)
-        (size_row,) = bench_pack(cfg, plan)["sizes"]
+        (size_row,) = bench_pack(cfg, plan, device)["sizes"]
         # Its solo entry times a pack of one, compiled as configured.
         out[name] = size_row["threads"][0]["solo"]["seconds_per_step"]
     out["speedup"] = out["off"] / out[mode]
@@ -355,16 +356,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+@command("leaner-bench", show_config=composed_config, own_options=True)
+def main(argv: list[str]) -> int:
+    args = parse(argv)
     report = run_checks(args.tiny)
-    text = json.dumps(report, indent=2)
-    print(text)
+    print_json(report, args.out)
     print(table(report))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
     passed = (
         all(report[key].get("ok") for key in EQUALITY_CHECKS) and report["memory_cap"].get("ok") is not False
     )
     return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

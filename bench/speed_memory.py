@@ -6,12 +6,19 @@ One task of n = max(task.n, 1024) points (k up to 1024 needs n >= k); `--quick` 
 from __future__ import annotations
 
 import statistics
+import sys
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from bench.common import alternate, log, memory_measure, peak_memory_bytes
+from bench.line import out_option, parser, print_json, timing_options
+from cli.entry import command
+from config.compose import compose
+from config.help import composed_config
 from models.embedding import embedding_dim
 from models.losses import smoothed_objective
 from models.transformer import ClusteringTransformer
@@ -21,10 +28,43 @@ from training.device import pick_device
 SPEED_MEMORY_D = (4, 16, 64)
 SPEED_MEMORY_K = (8, 64, 256, 1024)
 SPEED_MEMORY_BATCH = 1  # one task: onehot at k = 1024 is ~100 GFLOP per forward + backward
+ABOUT = "binary against onehot: forward/backward time and peak memory over d and k"
 
 
-def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool) -> dict:
-    """Forward and backward time and peak memory, binary against onehot, over d and k (paper figure 1)."""
+@dataclass(frozen=True)
+class Settings:
+    """`python -m bench speed_memory`'s line, parsed."""
+
+    cfg: DictConfig  # the overrides, composed
+    repeats: int  # measured rounds per variant
+    threads: int | None  # torch threads; None: PyTorch's
+    quick: bool  # without k = 1024
+    out: Path | None  # the JSON, also to this file
+
+
+@command("leaner-bench", show_config=composed_config, own_options=True)
+def main(argv: list[str]) -> int:
+    settings = parse(argv)
+    result = bench_speed_memory(settings.cfg, settings.repeats, settings.quick, settings.threads)
+    print_json(result, settings.out)
+    return 0
+
+
+def parse(argv: list[str]) -> Settings:
+    """The options, and the config overrides composed."""
+    options = parser("speed_memory", ABOUT)
+    timing_options(options)
+    options.add_argument("--quick", action="store_true", help="drops k = 1024")
+    out_option(options)
+    args = options.parse_intermixed_args(argv)
+    return Settings(compose(args.overrides), args.repeats, args.threads, args.quick, args.out)
+
+
+def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool, threads: int | None = None) -> dict:
+    """Forward and backward time and peak memory, binary against onehot, over d and k (paper figure 1), on
+    `threads` torch threads (None: PyTorch's)."""
+    if threads:
+        torch.set_num_threads(threads)
     device = pick_device(cfg.train.device)
     ks = SPEED_MEMORY_K[:-1] if quick else SPEED_MEMORY_K
     n = max(cfg.task.n, max(ks))  # a task needs n >= k
@@ -95,3 +135,7 @@ def _grows_with_k(rows: list[dict], ks: tuple[int, ...]) -> dict:
         by_d = {d: [r[key] for r in rows if r["d"] == d] for d in SPEED_MEMORY_D}
         out[what] = {str(d): ratios[-1] > ratios[0] for d, ratios in by_d.items()}
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

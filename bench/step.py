@@ -3,32 +3,66 @@ straightforward one (models.reference), alternately, in one run."""
 
 from __future__ import annotations
 
-import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from bench.common import (
-    MATMUL_SIZE,
-    alternate,
+    alternate_with_matmul,
     describe,
     figures,
     log,
-    matmul_flop_rate,
     memory_measure,
     paired_ratio,
     peak_memory_bytes,
     step_flops,
 )
+from bench.line import out_option, parser, print_json, timing_options
+from cli.entry import command
+from config.compose import compose
+from config.help import composed_config
 from config.run import RunSpec
 from models.reference import ReferenceTransformer, reference_step
 from training.device import pick_device
 from training.fused import Pack
 from training.trainer import Trainer, task_spec
 
+ABOUT = "the real training step against the straightforward one, alternately (bench/step.py)"
 
-def bench_step(cfg: DictConfig, repeats: int) -> dict:
-    """The real training step against the straightforward one, alternately."""
+
+@dataclass(frozen=True)
+class Settings:
+    """`python -m bench step`'s line, parsed."""
+
+    cfg: DictConfig  # the overrides, composed
+    repeats: int  # measured rounds per variant
+    threads: int | None  # torch threads; None: PyTorch's
+    out: Path | None  # the JSON, also to this file
+
+
+@command("leaner-bench", show_config=composed_config, own_options=True)
+def main(argv: list[str]) -> int:
+    settings = parse(argv)
+    result = bench_step(settings.cfg, settings.repeats, settings.threads)
+    print_json(result, settings.out)
+    return 0
+
+
+def parse(argv: list[str]) -> Settings:
+    """The options, and the config overrides composed."""
+    options = parser("step", ABOUT)
+    timing_options(options)
+    out_option(options)
+    args = options.parse_intermixed_args(argv)
+    return Settings(compose(args.overrides), args.repeats, args.threads, args.out)
+
+
+def bench_step(cfg: DictConfig, repeats: int, threads: int | None = None) -> dict:
+    """The real training step against the straightforward one, alternately, on `threads` torch threads
+    (None: PyTorch's)."""
     device = pick_device(cfg.train.device)
     trainer = Trainer(RunSpec.of(cfg), device)
     base = ReferenceTransformer.like(trainer.model).train()
@@ -40,10 +74,10 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
     def reference() -> None:
         reference_step(base, base_opt, spec, cfg.train.batch, generator, loss.tau, loss.regularizer, device)
 
-    matmul = matmul_flop_rate(device)
+    if threads:
+        torch.set_num_threads(threads)
     log(f"step: {describe(cfg)} on {device}, {torch.get_num_threads()} threads, {repeats} rounds")
-    times = alternate({"fused": step, "reference": reference, "matmul": matmul}, repeats, device)
-    rate = statistics.median(2 * MATMUL_SIZE**3 / t for t in times["matmul"])
+    times, rate = alternate_with_matmul({"fused": step, "reference": reference}, repeats, device)
     flops = step_flops(cfg)
     out = {
         "command": "step",
@@ -59,3 +93,7 @@ def bench_step(cfg: DictConfig, repeats: int) -> dict:
     out["reference"] = figures(times["reference"], flops, 1, peak_memory_bytes(reference, device), rate)
     out["speedup"] = paired_ratio(times["reference"], times["fused"])
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

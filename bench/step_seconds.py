@@ -11,46 +11,58 @@ configuration's train.threads (or --threads). The report reads the JSON this wri
 from __future__ import annotations
 
 import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from bench.common import alternate, log, pack_step
+from bench.line import out_option, parser, print_json, timing_options
+from cli.entry import command
 from config.compose import compose
 from config.grid import expand
+from config.help import composed_config
 from config.schema import ConfigError
 from training.device import pick_device
 
 SHAPE_KEYS = ("task.n", "task.d", "task.k", "model.embedding", "model.qkv_mult", "train.batch")
 EMBEDDINGS = ("onehot", "binary")  # the two the figure compares
 SUBGRID = "compute"
+ABOUT = "seconds per training step of a sweep's onehot/binary shapes (bench/step_seconds.py)"
 
 
-def shapes(overrides: list[str]) -> list[list[str]]:
-    """The override lists of one configuration per training shape of the sweep's onehot/binary models."""
-    base = [o for o in overrides if not o.startswith("sweep=")]
-    sweep = compose(overrides).sweep
-    if sweep is None:
-        raise ConfigError("bench step_seconds: choose the sweep whose models to time, e.g. sweep=lite")
-    plan = expand(sweep)
-    chosen = [c for c in plan.configurations if SUBGRID in c.subgrids] or list(plan.configurations)
-    out: dict[tuple, list[str]] = {}
-    for configuration in chosen:
-        cfg = compose(base + configuration.override_strings())
-        if cfg.model.embedding in EMBEDDINGS:
-            shape = tuple(_value(cfg, key) for key in SHAPE_KEYS)
-            out.setdefault(shape, base + configuration.override_strings())
-    return list(out.values())
+@dataclass(frozen=True)
+class Settings:
+    """`python -m bench step_seconds`'s line, parsed."""
+
+    overrides: list[str]  # the sweep's configurations are composed with them
+    repeats: int  # measured rounds per shape
+    threads: int | None  # torch threads; None: the configuration's train.threads
+    out: Path | None  # the JSON, also to this file
 
 
-def _value(cfg: DictConfig, key: str) -> object:
-    group, name = key.split(".")
-    return cfg[group][name]
+@command("leaner-bench", show_config=composed_config, own_options=True)
+def main(argv: list[str]) -> int:
+    settings = parse(argv)
+    result = bench_step_seconds(settings.overrides, settings.repeats, settings.threads)
+    print_json(result, settings.out)
+    return 0
+
+
+def parse(argv: list[str]) -> Settings:
+    """The options, and the config overrides each configuration of the sweep is composed with."""
+    options = parser("step_seconds", ABOUT)
+    timing_options(options)
+    out_option(options)
+    args = options.parse_intermixed_args(argv)
+    return Settings(args.overrides, args.repeats, args.threads, args.out)
 
 
 def bench_step_seconds(overrides: list[str], repeats: int, threads: int | None) -> dict:
     """Median seconds per training step of each shape (after one warm-up step), timed alternately."""
-    configs = [compose(o) for o in shapes(overrides)]
+    sweep, configs = shapes(overrides)
     device = pick_device(configs[0].train.device)
     torch.set_num_threads(threads or configs[0].train.threads)
     steps = {}
@@ -68,9 +80,35 @@ def bench_step_seconds(overrides: list[str], repeats: int, threads: int | None) 
     ]
     return {
         "command": "step_seconds",
-        "sweep": compose(overrides).sweep.name,
+        "sweep": sweep,
         "device": str(device),
         "threads": torch.get_num_threads(),
         "rounds": repeats,
         "rows": rows,
     }
+
+
+def shapes(overrides: list[str]) -> tuple[str, list[DictConfig]]:
+    """The sweep's name, and one configuration (composed with the overrides but sweep=) per training shape of
+    its onehot/binary models."""
+    base = [o for o in overrides if not o.startswith("sweep=")]
+    sweep = compose(overrides).sweep
+    if sweep is None:
+        raise ConfigError("bench step_seconds: choose the sweep whose models to time, e.g. sweep=lite")
+    plan = expand(sweep)
+    chosen = [c for c in plan.configurations if SUBGRID in c.subgrids] or list(plan.configurations)
+    out: dict[tuple, DictConfig] = {}
+    for configuration in chosen:
+        cfg = compose(base + configuration.override_strings())
+        if cfg.model.embedding in EMBEDDINGS:
+            out.setdefault(tuple(_value(cfg, key) for key in SHAPE_KEYS), cfg)
+    return sweep.name, list(out.values())
+
+
+def _value(cfg: DictConfig, key: str) -> object:
+    group, name = key.split(".")
+    return cfg[group][name]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

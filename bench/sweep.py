@@ -6,14 +6,20 @@
 from __future__ import annotations
 
 import statistics
+import sys
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from bench.common import alternate, log, pack_step, seeded, timed
+from bench.common import alternate, log, pack_step, timed
+from bench.line import out_option, parser, print_json, timing_options
+from cli.entry import command
 from config.compose import compose
 from config.grid import expand
+from config.help import composed_config
 from models.transformer import ClusteringTransformer
 from training.device import pick_device
 from training.trainer import Validation
@@ -24,18 +30,46 @@ GRID_SHAPE_KEYS = (
     "task.k",
     "model.embedding",
 )  # what a step's cost depends on within the paper grid
+ABOUT = "projected wall time of the paper grid from measured solo and pack steps (bench/sweep.py)"
 
 
-def evaluation_seconds(cfg: DictConfig, device: torch.device) -> float:
-    """Seconds of one evaluation of one model on its validation set (every train.eval_every steps)."""
-    m = cfg.model
-    model = ClusteringTransformer(cfg.task.d, cfg.task.k, m.embedding, m.gamma, m.dropout, m.qkv_mult)
-    model, validation = model.to(device), Validation(cfg, device)
-    return timed(lambda: validation(model), device)
+@dataclass(frozen=True)
+class Settings:
+    """`python -m bench sweep`'s line, parsed."""
+
+    overrides: list[str]  # the paper grid's configurations are composed with them
+    repeats: int  # measured rounds per variant
+    threads: int | None  # torch threads; None: PyTorch's
+    pack: int  # --sweep-pack: seeds per timed pack (0, 1: solo only)
+    out: Path | None  # the JSON, also to this file
 
 
-def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
-    """Projected wall time of the paper grid (3000 models x 10000 steps) on this machine, one job at a time.
+@command("leaner-bench", show_config=composed_config, own_options=True)
+def main(argv: list[str]) -> int:
+    settings = parse(argv)
+    result = bench_sweep(settings.overrides, settings.repeats, settings.pack, settings.threads)
+    print_json(result, settings.out)
+    return 0
+
+
+def parse(argv: list[str]) -> Settings:
+    """The options, and the config overrides the grid's configurations are composed with."""
+    options = parser("sweep", ABOUT)
+    timing_options(options)
+    options.add_argument(
+        "--sweep-pack",
+        type=int,
+        default=10,
+        help="also time packs of this many seeds per shape (0, 1: solo only)",
+    )
+    out_option(options)
+    args = options.parse_intermixed_args(argv)
+    return Settings(args.overrides, args.repeats, args.threads, args.sweep_pack, args.out)
+
+
+def bench_sweep(overrides: list[str], repeats: int, pack: int, threads: int | None = None) -> dict:
+    """Projected wall time of the paper grid (3000 models x 10000 steps) on this machine, one job at a time,
+    on `threads` torch threads (None: PyTorch's).
 
     The step cost within the grid depends on (d, k, embedding); each such shape is
     measured once (solo step, and the per-model time in a pack of `pack` seeds), plus
@@ -48,32 +82,30 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
         tuple(c.overrides.get(key, OmegaConf.select(base, key)) for key in GRID_SHAPE_KEYS)
         for c in plan.configurations
     )
+    cfgs = {
+        shape: compose(overrides + [f"{key}={value}" for key, value in zip(GRID_SHAPE_KEYS, shape)])
+        for shape in sorted(shapes)
+    }
     device = pick_device(base.train.device)
-    rows, solo_total, packed_total = [], 0.0, 0.0
-    for i, (shape, count) in enumerate(sorted(shapes.items())):
-        cfg = compose(overrides + [f"{key}={value}" for key, value in zip(GRID_SHAPE_KEYS, shape)])
+    if threads:
+        torch.set_num_threads(threads)
+    rows = []
+    for i, (shape, cfg) in enumerate(cfgs.items()):
         d, k, embedding = shape
-        log(f"sweep: shape {i + 1}/{len(shapes)} d={d} k={k} {embedding} ({count} configurations)")
-        variants = {"solo": pack_step([cfg], device)}
-        if pack > 1:  # the pack's own step (pack_step), so the projection follows training.packed
-            variants["packed"] = pack_step([seeded(cfg, cfg.seed + j) for j in range(pack)], device)
-        times = alternate(variants, repeats, device)
-        evaluation = evaluation_seconds(cfg, device) / cfg.train.eval_every  # amortised per step
-        per_model = statistics.median(times["solo"]) + evaluation
-        per_model_packed = statistics.median(times["packed"]) / pack + evaluation if pack > 1 else per_model
-        jobs = count * len(plan.seeds)
-        solo_total += jobs * GRID_STEPS * per_model
-        packed_total += jobs * GRID_STEPS * per_model_packed
+        log(f"sweep: shape {i + 1}/{len(shapes)} d={d} k={k} {embedding} ({shapes[shape]} configurations)")
+        per_model, per_model_packed = step_seconds(cfg, pack, repeats, device)
         rows.append(
             {
                 "d": d,
                 "k": k,
                 "embedding": embedding,
-                "configurations": count,
+                "configurations": shapes[shape],
                 "seconds_per_step_solo": per_model,
                 "seconds_per_model_step_packed": per_model_packed,
             }
         )
+    model_steps = [row["configurations"] * len(plan.seeds) * GRID_STEPS for row in rows]
+    packed = hours(model_steps, rows, "seconds_per_model_step_packed") if pack > 1 else None
     return {
         "command": "sweep",
         "device": str(device),
@@ -82,8 +114,40 @@ def bench_sweep(overrides: list[str], repeats: int, pack: int) -> dict:
         "configurations": len(plan.configurations),
         "seeds": len(plan.seeds),
         "steps": GRID_STEPS,
-        "projected_hours_solo": solo_total / 3600,
-        "projected_hours_packed": packed_total / 3600 if pack > 1 else None,
+        "projected_hours_solo": hours(model_steps, rows, "seconds_per_step_solo"),
+        "projected_hours_packed": packed,
         "note": "one job at a time on this machine; per-step times include the amortised evaluation",
         "shapes": rows,
     }
+
+
+def step_seconds(cfg: DictConfig, pack: int, repeats: int, device: torch.device) -> tuple[float, float]:
+    """Seconds per model-step of one shape, solo and in a pack of `pack` seeds (solo's when pack < 2), each
+    with its evaluation (one model on its validation set, timed after the steps) amortised over
+    train.eval_every steps."""
+    models = {"solo": [cfg]}
+    if pack > 1:  # the pack's own step (pack_step), so the projection follows training.packed
+        models["packed"] = [seeded(cfg, cfg.seed + j) for j in range(pack)]
+    times = alternate({name: pack_step(cfgs, device) for name, cfgs in models.items()}, repeats, device)
+    m = cfg.model
+    model = ClusteringTransformer(cfg.task.d, cfg.task.k, m.embedding, m.gamma, m.dropout, m.qkv_mult)
+    model, validation = model.to(device), Validation(cfg, device)
+    evaluation = timed(lambda: validation(model), device) / cfg.train.eval_every
+    per_model = statistics.median(times["solo"]) + evaluation
+    return per_model, statistics.median(times["packed"]) / pack + evaluation if pack > 1 else per_model
+
+
+def seeded(cfg: DictConfig, seed: int) -> DictConfig:
+    """A copy of cfg with another seed: the models of a pack."""
+    out = cfg.copy()
+    out.seed = seed
+    return out
+
+
+def hours(model_steps: list[int], rows: list[dict], key: str) -> float:
+    """The grid's hours: each shape's model-steps at its seconds per model-step."""
+    return sum(steps * row[key] for steps, row in zip(model_steps, rows)) / 3600
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,8 +17,8 @@ import torch
 from support.configs import SHORT as TINY
 from support.repo import REPO
 
-from bench import speed_memory
-from bench.__main__ import COMMANDS, main, parse
+from bench import gpu, pack, speed_memory, step, step_seconds, sweep
+from bench.__main__ import COMMANDS, main
 from bench.common import timed
 from bench.pack import OP_PACKS, PACKS, QUICK, SIZES, THREADS, op_calls, pack_models
 from bench.step_seconds import SHAPE_KEYS, bench_step_seconds
@@ -153,12 +153,12 @@ def test_bench_pack_prints_every_figure_as_json_and_a_table(
 
 def test_bench_pack_of_both_regularizers_gives_each_model_its_own(capsys: pytest.CaptureFixture) -> None:
     """--regularizers l2,l2,ne: a pack's models take them in turn (make reproduce's 12: 9 l2, 3 ne)."""
-    settings = parse(["pack", *TINY, "--regularizers", "l2,l2,ne"])
+    settings = pack.parse([*TINY, "--regularizers", "l2,l2,ne"])
     cfg = settings.cfg
     models = pack_models(cfg, settings.plan, 4)
     assert [m.loss.regularizer for m in models] == ["l2", "l2", "ne", "l2"]
     assert [m.seed for m in models] == [cfg.seed + i for i in range(4)]
-    unchanged = pack_models(cfg, parse(["pack", *TINY]).plan, 2)
+    unchanged = pack_models(cfg, pack.parse(TINY).plan, 2)
     assert [m.loss.regularizer for m in unchanged] == [cfg.loss.regularizer] * 2  # the configured one for all
 
     run = ["--packs", "2", "--op-packs", "", "--threads", "1", "--repeats", "1"]
@@ -182,10 +182,10 @@ def test_op_calls_counts_each_aten_call_of_a_step() -> None:
 
 
 def test_pack_plan_quick_fills_what_the_options_leave(capsys: pytest.CaptureFixture) -> None:
-    plan = parse(["pack", "--quick", "--packs", "2,5"]).plan
+    plan = pack.parse(["--quick", "--packs", "2,5"]).plan
     assert plan.packs == (2, 5) and plan.sizes == {"laptop": SIZES["laptop"]}
     assert (plan.threads, plan.op_packs, plan.repeats) == (QUICK["threads"], QUICK["op_packs"], 3)
-    full = parse(["pack"]).plan
+    full = pack.parse([]).plan
     assert (full.sizes, full.packs, full.threads, full.op_packs) == (SIZES, PACKS, THREADS, OP_PACKS)
 
 
@@ -230,6 +230,25 @@ def test_help_lists_the_options_and_exit_codes(command: str | None, capsys: pyte
     assert all(option in text for option in own), (own, text)
     if command in ("step", "pack"):
         assert "--sweep-pack" not in text  # its own options, not every command's
+
+
+@pytest.mark.parametrize("module", [step, pack, sweep, step_seconds, speed_memory, gpu])
+def test_each_benchmark_is_a_command_of_its_own(module: object, capsys: pytest.CaptureFixture) -> None:
+    """`python -m bench NAME ...` is `python -m bench.NAME ...`: bench/__main__.py hands the rest of the line
+    to the benchmark's own main, which answers alike (its --help, an unknown option)."""
+    name = module.__name__.removeprefix("bench.")
+    for words in (["--help"], ["--bogus"]):
+        code = main([name, *words])
+        via_bench = capsys.readouterr()
+        assert module.main(words) == code == (0 if words == ["--help"] else 2)
+        assert capsys.readouterr() == via_bench
+
+
+@pytest.mark.slow
+def test_a_benchmark_runs_as_python_m_bench_dot_its_name() -> None:
+    out = bench("sweep=smoke", "train.device=cpu", "--repeats", "1", module="bench.step_seconds")
+    assert (out["command"], out["sweep"], out["threads"]) == ("step_seconds", "smoke", 1)
+    assert [r["config"]["model.embedding"] for r in out["rows"]] == ["onehot", "binary"]
 
 
 def test_the_old_path_bench_cli_works_for_one_release_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -105,16 +105,19 @@ def test_readme_commands_use_options_the_code_accepts(capsys):
         assert rc == 0, f"python -m sweeper.sweep {shlex.join(args)}: {capsys.readouterr().err}"
     from analysis import cli
     from bench import __main__ as bench_command
-    from bench import gpu
+    from bench import gpu, pack, speed_memory, step, step_seconds, sweep
     from sweeper import scale_probe
 
     for args in python_module_commands("analysis.report") + python_module_commands("analysis.claims"):
         cli.parse(args)
-    for args in [a for a in python_module_commands("bench") if a]:  # a bare mention names the module
-        if args[0] == "gpu":
-            gpu.parse(args[1:])
-            continue
-        bench_command.parse(args)  # the options, and the overrides composed
+    benchmarks = {"gpu": gpu, "pack": pack, "speed_memory": speed_memory, "step": step}
+    benchmarks |= {"step_seconds": step_seconds, "sweep": sweep}
+    lines = [a for a in python_module_commands("bench") if a]  # a bare mention names the module
+    lines += [[name, *a] for name in benchmarks for a in python_module_commands(f"bench.{name}")]
+    for args in lines:
+        settings = benchmarks[bench_command.parse(args)].parse(args[1:])  # the options, overrides composed
+        if hasattr(settings, "overrides"):  # step_seconds and sweep compose them with their grid's, later
+            compose(settings.overrides)
     probes = [a for a in python_module_commands("sweeper.scale_probe") if a]
     assert probes, "docs/cluster.md shows the driver's scale probe"
     for args in probes:

@@ -107,17 +107,13 @@ class Pack:
         t = cfg.train
         self.batch, self.log_every, self.eval_every, self.steps = t.batch, t.log_every, t.eval_every, t.steps
         self.chunk = chunk_steps(t.eval_every, t.batch, cfg.task.n, cfg.task.d, device.type)
-        self.stacked = StackedTransformer([tr.model for tr in trainers])
         if t.compile not in _COMPILED:
             _COMPILED[t.compile] = compiled(stacked_forward, t.compile)
-        self.stacked.forward_fn = _COMPILED[t.compile]
-        self.adam = PackedAdam(self.stacked.flat, [tr.lr for tr in trainers])
-        for row, tr in enumerate(trainers):
-            self.adam.load(row, tr.adam)
 
         def column(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
 
+        # What each model keeps alone, a row per model, then the weights and Adam state the pack steps as one.
         self.tau = column([tr.cfg.loss.tau for tr in trainers], torch.float32).view(-1, 1, 1, 1)
         self.starts = [tr.progress.step for tr in trainers]  # each model's step is its start + self.taken
         self.offsets = sorted(set(self.starts))  # one, but after resuming from different checkpoints
@@ -131,6 +127,11 @@ class Pack:
         self.pending: list[torch.Tensor] = []  # each step's (P,) losses since the last read-back
         self.tasks: list[torch.Tensor] = []  # the chunk's X (chunk, P, B, n, d) and C0 (chunk, P, B, k, d)
         self.validation = None if validations is None else self._stack_validation(validations)
+        self.stacked = StackedTransformer([tr.model for tr in trainers])
+        self.stacked.forward_fn = _COMPILED[t.compile]
+        self.adam = PackedAdam(self.stacked.flat, [tr.lr for tr in trainers])
+        for row, tr in enumerate(trainers):
+            self.adam.load(row, tr.adam)
 
     def __len__(self) -> int:
         return len(self.trainers)
