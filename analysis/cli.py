@@ -8,17 +8,8 @@ key and the allowed ones.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-from typing import Callable
-
-import pandas as pd
 from omegaconf import OmegaConf
 
-from analysis.checkpoint_eval import EvalSettings
-from analysis.context import Context
-from analysis.read import Wants, read
-from analysis.runs import NoRuns, selected_runs
 from config.compose import compose
 from config.grid import expand
 from config.schema import ConfigError
@@ -80,22 +71,11 @@ def job_config(argv: list[str]) -> str:
     return OmegaConf.to_yaml(OmegaConf.to_container(compose(argv, config_name=ANALYSIS), resolve=True))
 
 
-def open_context(argv: list[str], figures: list[str], wants: Callable[[dict], Wants]) -> tuple[Context, dict]:
-    """The report's: one experiment's Context (it draws one experiment's figures), as open_contexts; a list
-    of `experiments` is refused before any work."""
-    contexts, own = open_contexts(argv, wants, figures, several=False)
-    return contexts[0], own
-
-
-def open_contexts(
-    argv: list[str], wants: Callable[[dict], Wants], figures: list[str] = (), several: bool = True
-) -> tuple[list[Context], dict]:
-    """Parse, then read a Context per experiment of tracking.uri in one pass (analysis.read): `experiments`
-    (the claims judged on several at once), else tracking.experiment; its runs, their histories and the
-    evaluations wants(settings) names, cached in its own report folder. Bad input raises ConfigError, an
-    experiment without runs NoRuns."""
+def settings_of(argv: list[str], figures: list[str] = (), several: bool = True) -> tuple[dict, object]:
+    """The command line of the report (`figures`: those it may draw, of one experiment) or of the claims
+    (`several`: `experiments` judged as one), parsed; ConfigError, before any work, for a figure it does not
+    know or a list of experiments where the report draws one."""
     own, tracking = parse(argv)
-    settings = EvalSettings.of(own["eval"])
     unknown = [name for name in own["figures"] or [] if name not in figures]
     if unknown:
         raise ConfigError(
@@ -108,50 +88,4 @@ def open_contexts(
             "figures (tracking.experiment=NAME); `python -m analysis.claims experiments=[a,b]` judges "
             "several in one table"
         )
-    found = {e: _runs(tracking.uri, e, own["select"]) for e in own["experiments"] or [tracking.experiment]}
-    extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
-    extra["expected"] = expected_sizes()
-    for e in found:  # once every experiment has runs: a missing one leaves no folder behind
-        writable(Path(own["out"]) / e, own["out"])
-    contexts = [
-        read(tracking.uri, e, runs, settings, Path(own["out"]) / e, wants(own), **extra)
-        for e, runs in found.items()
-    ]
-    return contexts, own
-
-
-def writable(folder: Path, out: str) -> None:
-    """Make the report folder, or refuse before any work when it cannot be written (a read-only mount, a
-    colleague's folder): ConfigError naming `out`."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as err:
-        raise ConfigError(
-            f"out={out!r} is not allowed: {folder} cannot be written ({err.strerror}); "
-            "set out=DIR to a folder you can write"
-        ) from None
-
-
-def _runs(uri: str, experiment: str, select: dict) -> pd.DataFrame:
-    """The experiment's training runs (select.*); NoRuns, saying how to fill it, when it has none."""
-    try:
-        runs = selected_runs(uri, experiment, select["sweep"], select["subgrid"])
-    except NoRuns as err:
-        advice = "" if err.choices else f". {_how_to_fill(uri, experiment)}"
-        raise NoRuns(f"nothing to analyse: {err}{advice}") from None
-    if runs.empty:  # a selection that matched nothing was answered above, naming what the store holds
-        raise NoRuns(
-            f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs. "
-            f"Every figure needs training runs with checkpoints and metrics (train_loss, "
-            f"val_rel_lloyd ...). {_how_to_fill(uri, experiment)}"
-        )
-    return runs
-
-
-def _how_to_fill(uri: str, experiment: str) -> str:
-    where = f"tracking.uri={uri} tracking.experiment={experiment}"
-    return (
-        f"Fill it with `python -m sweeper.sweep sweep=demo {where}` (or sweep=paper for the full grid), "
-        f"or point the report at another store with tracking.uri=... tracking.experiment=..."
-    )
+    return own, tracking

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
 
 from analysis.aggregate import divergence_counts, divergence_note, seed_band
 from analysis.checkpoint_eval import LLOYD_METHOD, EvalSettings
 from analysis.plot import CURVE_COLUMNS, MissingInput
-from analysis.runs import config_keys
 from analysis.style import LLOYD, color, label, linestyle, order
 from config.defaults import default
+from config.schema import OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
 from tracking.names import DIVERGED, FINISHED, SEED, SUBGRIDS
 
 # The trained models a probe uses when the store holds several: for each key that varies among the runs, in
@@ -117,6 +118,12 @@ def scope(runs: pd.DataFrame, subgrid: str, where: dict) -> pd.DataFrame:
             else runs[:0]
         )
     return runs
+
+
+def config_keys(columns: Iterable[str]) -> list[str]:
+    """The dotted keys that determine a run's numbers (the seed excluded): task.*, model.*, ..."""
+    operational = {f"train.{key}" for key in (*OPERATIONAL_TRAIN_KEYS, *RETIRED_TRAIN_KEYS)}
+    return sorted(c for c in columns if c.split(".")[0] in RUN_GROUPS and "." in c and c not in operational)
 
 
 def varying(runs: pd.DataFrame) -> list[str]:

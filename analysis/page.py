@@ -1,4 +1,5 @@
-"""The report as one self-contained HTML page: figures inline (base64 PNG), tables, nothing fetched.
+"""The report's index in its two renderings of one list of blocks: index.md (`to_markdown`) and index.html,
+one self-contained page (`page`): figures inline (base64 PNG), tables, nothing fetched.
 
 MLflow's artifact viewer shows an HTML artifact in a sandboxed frame from a blob address, where no relative
 path resolves; its Markdown viewer shows only images with absolute addresses. So the page carries
@@ -17,6 +18,8 @@ import pandas as pd
 
 from tracking.names import CLAIM_COUNTS  # the verdicts, each a colour
 
+Block = tuple[str, object]  # (kind, content): the index's pieces, written as Markdown and as HTML
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; }
 img { max-width: 100%; }
@@ -28,6 +31,39 @@ pre { padding: 0.5em; overflow-x: auto; }
 td.PASS { background: #e3f4e1; } td.PARTIAL { background: #e6eef8; } td.FAIL { background: #fbe3e1; }
 td.UNTESTED { background: #f4f0dc; }
 """
+
+
+def markdown(table: pd.DataFrame, digits: int = 4) -> str:
+    """A DataFrame as a GitHub Markdown table."""
+
+    def cell(v: object) -> str:
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+    head = "| " + " | ".join(map(str, table.columns)) + " |"
+    rule = "|" + "---|" * len(table.columns)
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    """index.md: images by relative path (GitHub and local viewers show them; MLflow's Markdown viewer
+    shows only absolute image addresses, so index.html carries the same page with its figures inline)."""
+    heads = {"h1": "#", "h2": "##", "h3": "###"}
+    out = []
+    for kind, content in blocks:
+        if kind in heads:
+            out.append(f"{heads[kind]} {content}")
+        elif kind == "img":
+            out.append(f"![{Path(content).stem}]({content})")
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in content))
+        elif kind == "table":
+            out.append(markdown(content))
+        elif kind == "pre":
+            out.append(f"```\n{content.rstrip()}\n```")
+        else:
+            out.append(str(content))
+    return "\n\n".join(out) + "\n"
 
 
 def inline(text: str) -> str:
@@ -60,8 +96,8 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
-def page(blocks: list[tuple[str, object]], folder: Path, title: str) -> str:
-    """The blocks of analysis.report (h1, h2, h3, p, img, ul, table, pre) as an HTML document; images are
+def page(blocks: list[Block], folder: Path, title: str) -> str:
+    """The index's blocks (h1, h2, h3, p, img, ul, table, pre) as an HTML document; images are
     read from `folder`. Each h2 is an anchor (`anchor`), as the index's contents link them."""
     parts = []
     for kind, content in blocks:

@@ -9,13 +9,14 @@ store has one, else MLflow's public API), one point per run, key and step.
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterable
 
 import pandas as pd
 from mlflow import MlflowClient
 
 from cli import exit_codes
-from config.schema import ADDED_TRAIN_KEYS, OPERATIONAL_TRAIN_KEYS, RETIRED_TRAIN_KEYS, RUN_GROUPS
+from config.schema import ADDED_TRAIN_KEYS
 from tracking import metric_points, store
 from tracking.names import (
     CONFIG_HASH,
@@ -46,9 +47,20 @@ class NoRuns(LookupError, exit_codes.CommandError):
 
 
 def config_keys(columns: Iterable[str]) -> list[str]:
-    """The dotted keys that determine a run's numbers (the seed excluded): task.*, model.*, ..."""
-    operational = {f"train.{key}" for key in (*OPERATIONAL_TRAIN_KEYS, *RETIRED_TRAIN_KEYS)}
-    return sorted(c for c in columns if c.split(".")[0] in RUN_GROUPS and "." in c and c not in operational)
+    """Deprecated: analysis.context.config_keys, beside the other helpers of a frame of runs."""
+    warnings.warn(
+        "analysis.runs.config_keys is analysis.context.config_keys now; this name goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _config_keys(columns)
+
+
+def _config_keys(columns: Iterable[str]) -> list[str]:
+    # Imported here: analysis.context brings plotting and torch, which reading runs does not need.
+    from analysis.context import config_keys
+
+    return config_keys(columns)
 
 
 def typed(text: str | None) -> object:
@@ -109,7 +121,7 @@ def load_runs(
     for key, wanted in (where or {}).items():
         if key not in runs:
             raise KeyError(
-                f"config key {key!r} is not a param of these runs; they have: {', '.join(config_keys(runs))}"
+                f"config key {key!r} is not a param of these runs; they have: {', '.join(_config_keys(runs))}"
             )
         allowed = wanted if isinstance(wanted, (list, tuple, set)) else [wanted]
         runs = runs[runs[key].isin(allowed)]

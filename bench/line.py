@@ -19,10 +19,7 @@ from cli.exit_codes import TABLE
 def exit_codes_help() -> str:
     """The exit codes for --help (cli/exit_codes.py's table); bench itself ends with 0, 1 or 2."""
     rows = [f"  {row.code:<4} {row.meaning}" for row in TABLE]
-    return (
-        "exit codes (cli/exit_codes.py; bench: 0, 1 when a check of gpu or scale failed, 2):\n"
-        + "\n".join(rows)
-    )
+    return "exit codes (cli/exit_codes.py; bench: 0, 1 when the gpu check failed, 2):\n" + "\n".join(rows)
 
 
 def parser(name: str, about: str) -> ArgumentParser:

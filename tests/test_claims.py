@@ -54,8 +54,8 @@ from analysis.claims.table import Claim, claims_table, markdown, totals, write_c
 from analysis.claims.verdicts import flat_history, grid_runs, judge
 from analysis.context import eval_curves, scope
 from analysis.eval_figures import PROBES
+from analysis.index import claims_section
 from analysis.page import table_html
-from analysis.report import claims_section
 from analysis.style import LLOYD
 from config.grid import expand
 from tasks.spec import FAMILIES
@@ -707,7 +707,7 @@ def test_every_verdict_says_how_many_seeds_its_cases_rest_on(tmp_path) -> None:
     mark = "5 seeds, 1 of 24 cases marginal, the verdict rests on a marginal case"
     assert f"| PASS ({mark}) | `clusters_d32` |" in markdown([claim])
     assert pd.read_csv(write_csv([claim], tmp_path))["seeds"].tolist() == [5]
-    ((_, table),) = [block for block in claims_section([claim], tmp_path) if block[0] == "table"]
+    ((_, table),) = [block for block in claims_section(claims_table([claim])) if block[0] == "table"]
     assert table["seeds"].tolist() == ["5"]  # the report's table
     steady = judged("clusters_d32", holding("clusters_d32", seeds=(1, 2, 3, 4, 5)))
     assert "| PASS (5 seeds, every case firm) |" in markdown([steady])

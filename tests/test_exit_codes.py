@@ -30,8 +30,8 @@ FIRST_CALL = {
     "leaner-train": ("sweeper.train", "compose_one"),
     "leaner-sweep": ("sweeper.sweep", "load"),
     "leaner-rerun": ("sweeper.rerun", "rerun"),
-    "leaner-report": ("analysis.report", "open_context"),
-    "leaner-claims": ("analysis.claims.__main__", "open_contexts"),
+    "leaner-report": ("analysis.report", "settings_of"),
+    "leaner-claims": ("analysis.claims.__main__", "settings_of"),
     "leaner-seeds": ("analysis.seeds", "settings_of"),
     "leaner-bench": ("bench.__main__", "parse"),
 }

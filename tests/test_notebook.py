@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
-from analysis import notebook
+from analysis import context, notebook
+from analysis import runs as loaders
 from analysis.runs import NoRuns
 from tracking.names import CONFIG_HASH, SUBGRIDS, SWEEP, VAL_REL_LLOYD
 from tracking.store import TrackingError
@@ -70,3 +71,11 @@ def test_a_sweep_the_store_lacks_raises_naming_those_it_holds(sqlite_uri: str, t
     assert list(notebook.runs(sqlite_uri, sweep="smoke").run_id) == [
         client.search_runs([experiment])[0].info.run_id
     ]
+
+
+def test_config_keys_keeps_its_old_name_for_a_release() -> None:
+    """docs/notebook.md named analysis.runs.config_keys; it lives beside the frames' other helpers now."""
+    columns = ["run_id", "seed", "task.d", "model.embedding", "train.device", "train.steps", "tracking.uri"]
+    with pytest.warns(DeprecationWarning, match="analysis.context.config_keys"):
+        old = loaders.config_keys(columns)
+    assert old == context.config_keys(columns) == ["model.embedding", "task.d", "train.steps"]

@@ -13,8 +13,7 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.page import page  # noqa: E402
-from analysis.report import to_markdown  # noqa: E402
+from analysis.page import page, to_markdown  # noqa: E402
 
 
 class Collect(HTMLParser):

@@ -41,13 +41,15 @@ from analysis.claims.records import CLAIMS, reads
 from analysis.claims.settings import at_setting
 from analysis.claims.table import beside, claims_dir, printed, totals, write_csv, write_markdown
 from analysis.claims.verdicts import judge
-from analysis.cli import job_config, open_contexts, options_help
+from analysis.cli import job_config, options_help, settings_of
+from analysis.read import read_store
 from cli.entry import command
 
 
 @command("leaner-claims", show_config=job_config, options=options_help)
 def main(argv: list[str]) -> int:
-    contexts, own = open_contexts(argv, lambda own: reads)
+    own, tracking = settings_of(argv)
+    contexts = read_store(own, tracking, lambda own: reads)
     found = evidence_of(contexts)
     nearest, farthest = at_setting(found), at_setting(found, nearest=False)
     claims = [judge(record, nearest) for record in CLAIMS]

@@ -31,8 +31,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.claims.scopes import AXES, EMB, Config, K, config_of
-from analysis.context import varying
-from analysis.runs import config_keys
+from analysis.context import config_keys, varying
 from analysis.style import LLOYD, label, short
 from config.defaults import default
 from tracking.names import SEED

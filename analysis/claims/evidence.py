@@ -27,6 +27,7 @@ from analysis.checkpoint_eval import FINAL_METRICS, LLOYD_METHOD
 from analysis.claims.scopes import D32, EMB, EXPERIMENT, D, K, Scope, config_of, paper_grid
 from analysis.context import (
     Context,
+    config_keys,
     count_once,
     evaluation_rows,
     scope,
@@ -35,7 +36,6 @@ from analysis.context import (
 )
 from analysis.eval_figures import dissimilarity
 from analysis.plot import Figure, MissingInput
-from analysis.runs import config_keys
 from analysis.style import AXIS_NAMES, LLOYD
 from tracking.names import DIVERGED, FINISHED, OUTCOME, SEED, VAL_REL_LLOYD
 
