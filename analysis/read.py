@@ -25,20 +25,29 @@ Wants = Callable[[Context], Iterable[Want]]  # the evaluations a command will as
 
 
 def read_store(own: dict, tracking: object, wants: Callable[[dict], Wants]) -> list[Context]:
-    """A Context per experiment of tracking.uri, read in one pass: `experiments` (the claims judged on several
-    at once), else tracking.experiment; its runs (select.*), their histories and the evaluations
-    wants(settings) names, cached in its own report folder. An experiment without runs raises NoRuns, a
-    report folder that cannot be written ConfigError, both before any is read."""
+    """A Context per experiment, read in one pass: `experiments` (the claims judged on several at once, each
+    of tracking.uri or, written NAME@URI, of its own store), else tracking.experiment; its runs (select.*),
+    their histories and the evaluations wants(settings) names, cached in its own report folder. An
+    experiment without runs raises NoRuns, a report folder that cannot be written ConfigError, both before
+    any is read."""
     settings = EvalSettings.of(own["eval"])
-    found = {e: _runs(tracking.uri, e, own["select"]) for e in own["experiments"] or [tracking.experiment]}
+    stores = dict(where(e, tracking.uri) for e in own["experiments"] or [tracking.experiment])
+    found = {e: _runs(uri, e, own["select"]) for e, uri in stores.items()}
     extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
     extra["expected"] = expected_sizes()
     for e in found:  # once every experiment has runs: a missing one leaves no folder behind
         writable(Path(own["out"]) / e, own["out"])
     return [
-        read(tracking.uri, e, runs, settings, Path(own["out"]) / e, wants(own), **extra)
+        read(stores[e], e, runs, settings, Path(own["out"]) / e, wants(own), **extra)
         for e, runs in found.items()
     ]
+
+
+def where(entry: str, uri: str) -> tuple[str, str]:
+    """An entry of `experiments` as (experiment, its store): NAME is in tracking.uri, NAME@URI in that store
+    (an experiment trained into a store of its own, such as an extension's run in allocations)."""
+    name, at, own_uri = entry.partition("@")
+    return name, own_uri if at else uri
 
 
 def _runs(uri: str, experiment: str, select: dict) -> pd.DataFrame:

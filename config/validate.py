@@ -202,12 +202,13 @@ def validate_analysis(cfg: DictConfig) -> None:
     """The report's and the claims' ranges (conf/analysis.yaml); figure names are checked by the report."""
     _tracking(cfg)
     if cfg.experiments is not None:
-        names = list(cfg.experiments)
+        entries = list(cfg.experiments)
+        names = [str(entry).partition("@")[0] for entry in entries]  # NAME@URI: NAME of another store
         _require(
             bool(names) and all(names) and len(set(names)) == len(names),
             "experiments",
-            names,
-            "null or a list of distinct experiment names, [a,b,...]",
+            entries,
+            "null or a list of distinct experiment names, [a,b,...] (NAME@URI: of another store)",
         )
     e = cfg.eval
     for key in ("batches", "batch", "steps", "dissimilarity_tasks", "threads", "max_elements"):

@@ -186,25 +186,27 @@ def test_one_claims_command_judges_several_experiments_in_one_table(
 
 
 def test_several_experiments_judge_each_configuration_at_the_setting_nearest_the_papers(
-    two_sweeps: str, tmp_path: Path
+    two_sweeps: str, sqlite_uri: str, tmp_path: Path
 ) -> None:
-    """A third experiment trains lite's d 4 lr pair again at n 32, nearer the paper's 512 than lite's 16:
-    judged as one, large_lr_worse reads that pair from it alone (its numbers name its n, not lite's), and at
-    lite scale from lite alone; the d 32 half, which only lite32 trains, is read in both."""
-    store = tmp_path / "mlflow.db"
-    shutil.copyfile(two_sweeps.removeprefix("sqlite:///"), store)
-    uri = f"sqlite:///{store}"
+    """A third experiment, in a store of its own (NAME@URI), trains lite's d 4 lr pair again at n 32, nearer
+    the paper's 512 than lite's 16: judged as one, large_lr_worse reads that pair from it alone (its numbers
+    name its n, not lite's), and at lite scale from lite alone; the d 32 half, which only lite32 trains, is
+    read in both."""
     for rate in (0.01, 1.0):
-        trained(uri, "plus", tmp_path, "lr", "loss.tau=0.1", "train.steps=2", "task.d=4", "task.k=6",
+        trained(sqlite_uri, "plus", tmp_path, "lr", "loss.tau=0.1", "train.steps=2", "task.d=4", "task.k=6",
                 "task.n=32", f"optim.lr={rate}")  # fmt: skip
+    words = [f"tracking.uri={two_sweeps}", f"out={tmp_path}", "speed_json=null", *QUICK_EVAL]
+    assert claims.main([*words, "eval.d32_n=null", f"experiments=[lite,lite32,plus@{sqlite_uri}]"]) == 0
+    nearest = claims_of(tmp_path / "lite+lite32+plus").loc["large_lr_worse", "numbers"]
+    assert "lite32: d 32, k 10, n 16" in nearest and "plus: d 4, k 6, n 32" in nearest, nearest
+    assert "lite: d 4" not in nearest, nearest
+
     settings = replace(SETTINGS, d32_n=None)
-    contexts = [context(uri, e, tmp_path / e, settings) for e in ("lite", "lite32", "plus")]
-    found = evidence_of(contexts)
-    nearest = judge(RECORDS["large_lr_worse"], at_setting(found)).numbers
+    stores = {"lite": two_sweeps, "lite32": two_sweeps, "plus": sqlite_uri}
+    found = evidence_of([context(uri, e, tmp_path / e, settings) for e, uri in stores.items()])
     farthest = judge(RECORDS["large_lr_worse"], at_setting(found, nearest=False)).numbers
-    assert "lite32: d 32, k 10, n 16" in nearest and "lite32: d 32, k 10, n 16" in farthest
-    assert "plus: d 4, k 6, n 32" in nearest and "lite: d 4" not in nearest, nearest
-    assert "lite: d 4, k 6, n 16" in farthest and "plus:" not in farthest, farthest
+    assert "lite32: d 32, k 10, n 16" in farthest and "lite: d 4, k 6, n 16" in farthest, farthest
+    assert "plus:" not in farthest, farthest
     pooled = judge(RECORDS["large_lr_worse"], found).numbers  # unchosen, both d 4 settings are read
     assert "lite: d 4, k 6, n 16" in pooled and "plus: d 4, k 6, n 32" in pooled
 
