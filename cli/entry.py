@@ -76,6 +76,9 @@ class ArgumentParser(argparse.ArgumentParser):
         raise Answered(f"error: {message} (`{self.prog} --help` shows the usage)", exit_codes.CONFIG)
 
 
+_running: list[str] = []  # the commands running in this process, outermost first
+
+
 def command(
     script: str,
     *,
@@ -105,8 +108,10 @@ def command(
 
         def answer(argv: list[str] | None) -> int:
             words = list(sys.argv[1:] if argv is None else argv)
-            console.configure(console.FLAG in words)
+            if not _running or console.FLAG in words:  # a command run by another's main (bench's) keeps its
+                console.configure(console.FLAG in words)  # console: the outer line had the --verbose
             words = [w for w in words if w != console.FLAG]
+            _running.append(script)
             try:
                 words, dirs = _config_dirs(words)
                 with _searched_first(dirs):
@@ -127,6 +132,8 @@ def command(
                     raise
                 print(f"error: {mask(one_line(error))}", file=sys.stderr)
                 return error.exit_code
+            finally:
+                _running.pop()
 
         run.script = script  # type: ignore[attr-defined]
         return run

@@ -100,6 +100,18 @@ def test_verbose_is_taken_anywhere_by_every_command(script, capsys, monkeypatch)
     assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"  # no TensorBoard hint from Tune
 
 
+def test_a_benchmark_run_by_the_bench_command_keeps_its_verbose(monkeypatch, capsys):
+    """`python -m bench NAME --verbose` hands the line to NAME's own command, which must not set the console
+    quiet again for want of the flag the outer command took."""
+    from bench import __main__ as bench
+
+    monkeypatch.setenv(console.VERBOSE, "0")
+    assert bench.main(["step_seconds", "--verbose", "--help"]) == 0
+    assert console.verbose()
+    assert bench.main(["step_seconds", "--help"]) == 0
+    assert not console.verbose()
+
+
 def test_quiet_tune_prints_no_trial_boxes_and_a_table_a_minute(monkeypatch, capsys):
     """sweeper.driver.tune.verbosity sets two class attributes of Ray Tune's reporter, which are not public:
     on a Ray whose reporter moved them this fails (the sweep then still runs, as loud as Tune's default)."""
