@@ -39,8 +39,10 @@ from mlflow.artifacts import download_artifacts
 from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
+from tqdm import tqdm
 
 from analysis.aggregate import task_mean_log
+from cli import console
 from config.compose import compose
 from config.schema import ConfigError
 from models.embedding import embed
@@ -413,6 +415,25 @@ class Evaluator:
         if local not in self._read:
             self._read[local] = self._table(name, key, local, run)
         return self._read[local].copy()  # callers add columns to theirs
+
+    def each(
+        self, runs: pd.DataFrame, wanted: list[tuple[str, str, int | None]]
+    ) -> dict[tuple[str, str, int | None], pd.DataFrame | Exception]:
+        """Each wanted evaluation (name, run_id, n) of these runs, or the error that stopped it: raised again
+        where a figure or claim reads it, so each says why it is missing (a run without its checkpoint; tasks
+        of an n the run cannot have, n < k) and one that fails still fails alone, as when it evaluated for
+        itself."""
+        rows = runs.set_index("run_id", drop=False)
+        found: dict[tuple[str, str, int | None], pd.DataFrame | Exception] = {}
+        # A bar on a terminal only: in a log file a line per evaluation would drown the report's lines.
+        bar = tqdm(wanted, desc="evaluations", unit="run", leave=False, disable=console.lines_not_bars())
+        for want in bar:
+            name, run_id, n = want
+            try:
+                found[want] = self(name, rows.loc[run_id], n=n)
+            except Exception as err:  # noqa: BLE001 (kept, and raised where it is read)
+                found[want] = err
+        return found
 
     def _table(self, name: str, key: str, local: Path, run: pd.Series) -> pd.DataFrame:
         if local.exists():

@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import pandas as pd
-from tqdm import tqdm
 
 from analysis.checkpoint_eval import EvalSettings, Evaluator
 from analysis.cli import expected_sizes
 from analysis.context import Context, Want
-from analysis.runs import NoRuns, histories, outcome_of, selected_runs
-from cli import console
+from analysis.runs import histories, outcome_of, runs_to_analyse
 from config.schema import ConfigError
 from tracking.names import METRICS
 
@@ -32,7 +30,7 @@ def read_store(own: dict, tracking: object, wants: Callable[[dict], Wants]) -> l
     any is read."""
     settings = EvalSettings.of(own["eval"])
     stores = dict(where(e, tracking.uri) for e in own["experiments"] or [tracking.experiment])
-    found = {e: _runs(uri, e, own["select"]) for e, uri in stores.items()}
+    found = {e: runs_to_analyse(uri, e, own["select"]) for e, uri in stores.items()}
     extra = {key: Path(own[key]) if own[key] else None for key in ("speed_json", "step_json")}
     extra["expected"] = expected_sizes()
     for e in found:  # once every experiment has runs: a missing one leaves no folder behind
@@ -50,43 +48,6 @@ def where(entry: str, uri: str) -> tuple[str, str]:
     return name, own_uri if at else uri
 
 
-def _runs(uri: str, experiment: str, select: dict) -> pd.DataFrame:
-    """The experiment's training runs (select.*); NoRuns, saying how to fill it, when it has none."""
-    try:
-        runs = selected_runs(uri, experiment, select["sweep"], select["subgrid"])
-    except NoRuns as err:
-        advice = "" if err.choices else f". {_how_to_fill(uri, experiment)}"
-        raise NoRuns(f"nothing to analyse: {err}{advice}") from None
-    if runs.empty:  # a selection that matched nothing was answered above, naming what the store holds
-        raise NoRuns(
-            f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs. "
-            f"Every figure needs training runs with checkpoints and metrics (train_loss, "
-            f"val_rel_lloyd ...). {_how_to_fill(uri, experiment)}"
-        )
-    return runs
-
-
-def _how_to_fill(uri: str, experiment: str) -> str:
-    where = f"tracking.uri={uri} tracking.experiment={experiment}"
-    return (
-        f"Fill it with `python -m sweeper.sweep sweep=demo {where}` (or sweep=paper for the full grid), "
-        f"or point the report at another store with tracking.uri=... tracking.experiment=..."
-    )
-
-
-def writable(folder: Path, out: str) -> None:
-    """Make the report folder, or refuse before any work when it cannot be written (a read-only mount, a
-    colleague's folder): ConfigError naming `out`."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as err:
-        raise ConfigError(
-            f"out={out!r} is not allowed: {folder} cannot be written ({err.strerror}); "
-            "set out=DIR to a folder you can write"
-        ) from None
-
-
 def read(
     uri: str,
     experiment: str,
@@ -102,25 +63,18 @@ def read(
     ctx = Context(uri, experiment, runs, histories(uri, runs, METRICS), {}, settings, out_dir, **extra)
     wanted = list(dict.fromkeys(wants(ctx)))  # in order, each once
     if wanted:
-        ctx.evaluations.update(
-            _evaluations(Evaluator(uri, experiment, settings, out_dir / "cache"), ctx, wanted)
-        )
+        ctx.evaluations.update(Evaluator(uri, experiment, settings, out_dir / "cache").each(ctx.runs, wanted))
     return ctx
 
 
-def _evaluations(
-    evaluator: Evaluator, ctx: Context, wanted: list[Want]
-) -> dict[Want, pd.DataFrame | Exception]:
-    """Each wanted evaluation, or the error that stopped it: raised again where a figure or claim reads it, so
-    each says why it is missing (a run without its checkpoint; tasks of an n the run cannot have, n < k) and
-    one that fails still fails alone, as when it evaluated for itself."""
-    rows = ctx.runs.set_index("run_id", drop=False)
-    found: dict[Want, pd.DataFrame | Exception] = {}
-    # A bar on a terminal only: in a log file a line per evaluation would drown the report's lines.
-    for want in tqdm(wanted, desc="evaluations", unit="run", leave=False, disable=console.lines_not_bars()):
-        name, run_id, n = want
-        try:
-            found[want] = evaluator(name, rows.loc[run_id], n=n)
-        except Exception as err:  # noqa: BLE001 (kept, and raised where it is read)
-            found[want] = err
-    return found
+def writable(folder: Path, out: str) -> None:
+    """Make the report folder, or refuse before any work when it cannot be written (a read-only mount, a
+    colleague's folder): ConfigError naming `out`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        raise ConfigError(
+            f"out={out!r} is not allowed: {folder} cannot be written ({err.strerror}); "
+            "set out=DIR to a folder you can write"
+        ) from None

@@ -13,7 +13,6 @@ import warnings
 from typing import Iterable
 
 import pandas as pd
-from mlflow import MlflowClient
 
 from cli import exit_codes
 from config.schema import ADDED_TRAIN_KEYS
@@ -77,18 +76,6 @@ def typed(text: str | None) -> object:
     return text
 
 
-def existing_experiment(client: MlflowClient, experiment: str) -> str:
-    """The id of `experiment`; NoRuns, naming the experiments the store has, when there is none (the analysis
-    creates nothing: tracking.store.ensure_experiment is the writers')."""
-    found = store.find_experiment(client, experiment)
-    if found is None:
-        raise NoRuns(
-            f"experiment {experiment!r} does not exist in {client.tracking_uri}; "
-            f"experiments there: {', '.join(store.experiment_names(client)) or 'none'}"
-        )
-    return found
-
-
 def load_runs(
     uri: str,
     experiment: str,
@@ -102,22 +89,24 @@ def load_runs(
     e.g. {"task.d": 32, "model.embedding": ["onehot", "binary"]}.
     """
     client = store.connect(uri, write=False)
+    experiment_id = store.find_experiment(client, experiment)
+    if (
+        experiment_id is None
+    ):  # the analysis creates nothing: tracking.store.ensure_experiment is the writers'
+        raise NoRuns(
+            f"experiment {experiment!r} does not exist in {client.tracking_uri}; "
+            f"experiments there: {', '.join(store.experiment_names(client)) or 'none'}"
+        )
     filters = (
         [f"tags.{SWEEP} LIKE '%{sweep}%'"] if sweep else []
-    )  # a list (runs adopted by sweeps): exact below
+    )  # a list (runs adopted by sweeps): of_choice
     if subgrid:
-        filters.append(f"tags.{SUBGRIDS} LIKE '%{subgrid}%'")  # exact match below
-    found = store.search(client, [existing_experiment(client, experiment)], " and ".join(filters))
-    rows = [
-        _row(run) for run in found if CONFIG_HASH in run.data.tags
-    ]  # a sweep's parent run has no configuration
-    runs = pd.DataFrame(rows, columns=None if rows else RUN_COLUMNS)
+        filters.append(f"tags.{SUBGRIDS} LIKE '%{subgrid}%'")  # exact match in of_choice
+    found = store.search(client, [experiment_id], " and ".join(filters))
+    rows = [_row(run) for run in found if CONFIG_HASH in run.data.tags]  # a sweep's parent has no config
+    runs = of_choice(pd.DataFrame(rows, columns=None if rows else RUN_COLUMNS), sweep, subgrid)
     if runs.empty:
         return runs
-    if sweep:
-        runs = runs[runs[SWEEP].fillna("").map(lambda s: sweep in s.split(","))]
-    if subgrid:
-        runs = runs[runs[SUBGRIDS].fillna("").map(lambda s: subgrid in s.split(","))]
     for key, wanted in (where or {}).items():
         if key not in runs:
             raise KeyError(
@@ -128,13 +117,26 @@ def load_runs(
     return runs.sort_values(["start_time", "run_id"]).reset_index(drop=True)
 
 
+def of_choice(runs: pd.DataFrame, sweep: str | None, subgrid: str | None) -> pd.DataFrame:
+    """The runs of one sweep and/or sub-grid (their tags are comma-separated lists: a run adopted by several
+    sweeps, a configuration in several sub-grids)."""
+    if runs.empty:
+        return runs
+    if sweep:
+        runs = runs[runs[SWEEP].fillna("").map(lambda s: sweep in s.split(","))]
+    if subgrid:
+        runs = runs[runs[SUBGRIDS].fillna("").map(lambda s: subgrid in s.split(","))]
+    return runs
+
+
 def selected_runs(uri: str, experiment: str, sweep: str | None, subgrid: str | None) -> pd.DataFrame:
     """load_runs of one sweep and/or sub-grid, as a reader chose them; NoRuns naming the sweeps and sub-grids
-    the experiment holds when the choice matches no run (a typo, another store's sweep)."""
-    runs = load_runs(uri, experiment, sweep=sweep, subgrid=subgrid)
+    the experiment holds when the choice matches no run (a typo, another store's sweep). Reads the
+    experiment's runs once, for the choice and for what it holds."""
+    every = load_runs(uri, experiment)
+    runs = of_choice(every, sweep, subgrid).reset_index(drop=True)
     if not runs.empty or not (sweep or subgrid):
         return runs
-    every = load_runs(uri, experiment)
     held = {key: _names(every, key) for key in (SWEEP, SUBGRIDS)}
     chosen = " ".join(f"{key}={value}" for key, value in (("sweep", sweep), ("subgrid", subgrid)) if value)
     raise NoRuns(
@@ -143,6 +145,31 @@ def selected_runs(uri: str, experiment: str, sweep: str | None, subgrid: str | N
         f"sub-grids {', '.join(held[SUBGRIDS]) or '(none)'}; choose one (select.sweep=NAME, "
         "select.subgrid=NAME), or none for every run",
         choices=True,
+    )
+
+
+def runs_to_analyse(uri: str, experiment: str, select: dict) -> pd.DataFrame:
+    """The experiment's training runs that report and claims analyse (select.sweep, select.subgrid); NoRuns,
+    saying how to fill it, when it has none."""
+    try:
+        runs = selected_runs(uri, experiment, select["sweep"], select["subgrid"])
+    except NoRuns as err:
+        advice = "" if err.choices else f". {_how_to_fill(uri, experiment)}"
+        raise NoRuns(f"nothing to analyse: {err}{advice}") from None
+    if runs.empty:  # a selection that matched nothing was answered above, naming what the store holds
+        raise NoRuns(
+            f"nothing to analyse: experiment {experiment!r} in {uri} has no training runs. "
+            f"Every figure needs training runs with checkpoints and metrics (train_loss, "
+            f"val_rel_lloyd ...). {_how_to_fill(uri, experiment)}"
+        )
+    return runs
+
+
+def _how_to_fill(uri: str, experiment: str) -> str:
+    where = f"tracking.uri={uri} tracking.experiment={experiment}"
+    return (
+        f"Fill it with `python -m sweeper.sweep sweep=demo {where}` (or sweep=paper for the full grid), "
+        f"or point the report at another store with tracking.uri=... tracking.experiment=..."
     )
 
 
