@@ -68,5 +68,5 @@ def test_tiny_gpu_check_on_cpu_passes_and_writes_every_figure(tmp_path: Path, ca
 
 def test_an_equality_check_outside_its_tolerance_is_not_ok(monkeypatch) -> None:
     monkeypatch.setattr(gpu, "TOLERANCE", -1.0)  # no error can be <= -1: the exact check must fail
-    result = gpu.check_exact(gpu.pick_device("cpu"), tiny=True)
+    result = gpu.check_exact(gpu.pick_device("cpu"), gpu.exact_tasks(tiny=True))
     assert result["ok"] is False and result["max_relative_error"] >= 0 and result["tolerance"] == -1.0
