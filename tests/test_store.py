@@ -37,7 +37,7 @@ from analysis.runs import histories, load_runs
 from config import address
 from config.compose import compose
 from sweeper.sweep import main as sweep_main
-from tracking import metric_points, sqlite_guard, store
+from tracking import metric_points, sqlite_guard, store, view
 from tracking.mlflow_recorder import MlflowRecorder
 from tracking.names import (
     CONFIG_HASH,
@@ -97,6 +97,39 @@ def test_existing_experiments_are_tagged_as_model_training(sqlite_uri: str) -> N
     for name, made in (("plain", plain), ("genai", genai)):
         assert store.ensure_experiment(client, name) == made
         assert client.get_experiment(made).tags[EXPERIMENT_KIND] == MODEL_TRAINING, name
+
+
+@pytest.mark.parametrize("tag", ["kind", "view"])
+def test_a_tag_another_process_sets_at_that_moment_is_set_again(sqlite_uri: str, tag: str) -> None:
+    """Two sweep drivers started together both tag the experiment: MLflow looks for the tag's row, then
+    inserts it, and the other process's insert between the two made the unique key refuse ours (a driver
+    then died calling the store damaged). A second SQLite connection makes that insert at that moment."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    client = MlflowClient(sqlite_uri)
+    experiment = client.create_experiment("raced")
+    key = {"kind": EXPERIMENT_KIND, "view": view.TAG}[tag]
+    db = sqlite_uri.removeprefix("sqlite:///")
+
+    def the_other_process_first(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.startswith("INSERT INTO experiment_tags") and not inserted:
+            inserted.append(key)
+            with closing(sqlite3.connect(db)) as other, other:
+                other.execute("INSERT INTO experiment_tags VALUES (?, ?, ?)", (key, "theirs", experiment))
+
+    inserted: list[str] = []
+    event.listen(Engine, "before_cursor_execute", the_other_process_first)
+    try:
+        if tag == "kind":
+            assert store.ensure_experiment(client, "raced") == experiment
+        else:
+            view.install(client, experiment, ["model.embedding"])
+    finally:
+        event.remove(Engine, "before_cursor_execute", the_other_process_first)
+    assert inserted == [key], "the other insert came first"
+    held = client.get_experiment(experiment).tags[key]
+    assert held != "theirs" and (held == MODEL_TRAINING if tag == "kind" else "model.embedding" in held)
 
 
 OPEN_ON_GO = """

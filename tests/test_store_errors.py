@@ -31,6 +31,7 @@ from cli import exit_codes
 from cli.entry import command
 from config.compose import compose
 from sweeper import rerun, sweep, train
+from tracking import sqlite_guard
 from tracking.mlflow_recorder import MlflowRecorder
 from training.loop import train as train_loop
 
@@ -143,6 +144,17 @@ def test_a_store_damaged_inside_is_one_line_and_exit_code_4(command, store_with_
         "restore it from a backup, or set tracking.uri to another store\n"
     )
     assert digest(db) == before
+
+
+def test_a_refused_insert_is_a_conflict_never_called_damage() -> None:
+    """A unique key refusing an insert another process made first says so; it once told users to restore a
+    sound file from a backup (and lose what was recorded since)."""
+    cause = sqlite3.IntegrityError(
+        "UNIQUE constraint failed: experiment_tags.key, experiment_tags.experiment_id"
+    )
+    said = str(sqlite_guard.explanation("sqlite:////s/mlflow.db", cause))
+    assert said.startswith("tracking store sqlite:////s/mlflow.db: SQLite says 'UNIQUE constraint failed: ")
+    assert "another process wrote the same record" in said and "backup" not in said
 
 
 def test_rerun_of_an_unknown_run_has_its_own_exit_code(store_with_a_run, tmp_path, capsys):

@@ -50,6 +50,9 @@ READ_ONLY_ADVICE = (
 LOCKED_ADVICE = (
     "another process holds it; try again when it is done, or use a tracking server for many writers"
 )
+CONFLICT_ADVICE = (
+    "another process wrote the same record at that moment (the file is sound); run the command again"
+)
 RESTORE = "restore it from a backup, or set tracking.uri to another store"
 NO_LOCKS_ADVICE = (
     "put the store on a file system that grants them (a local disk; Lustre mounted with flock; NFS with its "
@@ -357,6 +360,8 @@ def explanation(uri: str, cause: sqlite3.DatabaseError) -> TrackingError:
         advice = READ_ONLY_ADVICE
     elif "locked" in reason:
         advice = LOCKED_ADVICE
+    elif isinstance(cause, sqlite3.IntegrityError):
+        advice = CONFLICT_ADVICE
     else:
         advice = f"the file is damaged: {RESTORE}"
     return TrackingError(f"tracking store {uri}: SQLite says {reason!r}: {advice}")

@@ -9,6 +9,7 @@ read runs through MlflowClient; what they share about the store is written here 
                  creating is waited for; the analysis and reruns create none)
   ensure_experiment  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows
                  runs); find_experiment only finds one. Its runs view is tracking.view.install's step
+  written        a write of a tag, once more when another process set the same new tag at that moment
   search         every page of a run search
   last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
 The metric points of many runs at once are tracking.metric_points' (fast paths beside the public API).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from mlflow.entities import Run, ViewType
 from mlflow.environment_variables import (
@@ -30,6 +32,7 @@ from mlflow.environment_variables import (
 )
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import IntegrityError
 
 from cli.credentials import mask, unmasked
 from config import address
@@ -39,6 +42,7 @@ from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 from tracking.sqlite_guard import SqliteGuard
 
 PROBE_TIMEOUT_S = 5.0
+T = TypeVar("T")
 PAGE = 5000  # runs per search page (a SQL store allows up to 50,000)
 
 
@@ -82,10 +86,29 @@ def ensure_experiment(client: MlflowClient, name: str) -> str:
                 tags={EXPERIMENT_KIND: MODEL_TRAINING},
             )
         except MlflowException:  # created meanwhile by another process
-            found = client.get_experiment_by_name(name)
+            pass
+    return written(lambda: _tagged(client, name))
+
+
+def _tagged(client: MlflowClient, name: str) -> str:
+    """The id of existing experiment `name`, tagged as a model-training one unless it is."""
+    found = client.get_experiment_by_name(name)
     if found.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
         client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
     return found.experiment_id
+
+
+def written(write: Callable[[], T]) -> T:
+    """`write()` (a step that reads the tag it sets), run once more when it lost a race: MLflow's SQL store
+    looks for a tag's row, then inserts it, and two processes setting one new tag at once (two sweep drivers
+    started together) both insert; the unique key refuses the second. Run again, it reads the winner's value
+    and, when it still writes, updates the row that is there now."""
+    try:
+        return write()
+    except MlflowException as error:
+        if not isinstance(error.__cause__, IntegrityError):
+            raise
+    return write()
 
 
 def _artifact_root(uri: str, name: str) -> str | None:
