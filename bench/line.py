@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from cli.entry import ArgumentParser
 from cli.exit_codes import TABLE
@@ -43,10 +45,28 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def timing_options(options: argparse.ArgumentParser) -> None:
-    """--repeats and --threads, as step, sweep, step_seconds and speed_memory take them."""
+@dataclass(frozen=True)
+class Timing:
+    """A timing benchmark's line, parsed (step, step_seconds, speed_memory, sweep)."""
+
+    overrides: list[str]  # as written: step composes them alone, sweep with each grid configuration
+    repeats: int  # measured rounds per variant
+    threads: int | None  # torch threads; None: the benchmark's default
+    out: Path | None  # the JSON, also to this file
+    args: argparse.Namespace  # the whole parse, for the options of one benchmark alone (--quick)
+
+
+def timing(
+    name: str, about: str, argv: list[str], own: Callable[[argparse.ArgumentParser], None] = lambda _: None
+) -> Timing:
+    """Parse a timing benchmark's line: --repeats, --threads, the options `own` adds, --out, overrides."""
+    options = parser(name, about)
     options.add_argument("--repeats", type=positive, default=5, help="measured rounds per variant (5)")
     options.add_argument("--threads", type=positive, help="torch threads (default: PyTorch's, all cores)")
+    own(options)
+    out_option(options)
+    args = options.parse_intermixed_args(argv)
+    return Timing(args.overrides, args.repeats, args.threads, args.out, args)
 
 
 def out_option(options: argparse.ArgumentParser) -> None:

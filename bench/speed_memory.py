@@ -5,17 +5,16 @@ One task of n = max(task.n, 1024) points (k up to 1024 needs n >= k); `--quick` 
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from bench.common import alternate, log, memory_measure, peak_memory_bytes
-from bench.line import out_option, parser, print_json, timing_options
+from bench.line import Timing, print_json, timing
 from cli.entry import command
 from config.compose import compose
 from config.help import composed_config
@@ -31,33 +30,21 @@ SPEED_MEMORY_BATCH = 1  # one task: onehot at k = 1024 is ~100 GFLOP per forward
 ABOUT = "binary against onehot: forward/backward time and peak memory over d and k"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """`python -m bench speed_memory`'s line, parsed."""
-
-    cfg: DictConfig  # the overrides, composed
-    repeats: int  # measured rounds per variant
-    threads: int | None  # torch threads; None: PyTorch's
-    quick: bool  # without k = 1024
-    out: Path | None  # the JSON, also to this file
-
-
 @command("leaner-bench", show_config=composed_config, own_options=True)
 def main(argv: list[str]) -> int:
-    settings = parse(argv)
-    result = bench_speed_memory(settings.cfg, settings.repeats, settings.quick, settings.threads)
-    print_json(result, settings.out)
+    line = parse(argv)
+    result = bench_speed_memory(compose(line.overrides), line.repeats, line.args.quick, line.threads)
+    print_json(result, line.out)
     return 0
 
 
-def parse(argv: list[str]) -> Settings:
-    """The options, and the config overrides composed."""
-    options = parser("speed_memory", ABOUT)
-    timing_options(options)
+def parse(argv: list[str]) -> Timing:
+    """The options (and --quick: without k = 1024), and the config overrides (composed alone by main)."""
+    return timing("speed_memory", ABOUT, argv, _quick_option)
+
+
+def _quick_option(options: argparse.ArgumentParser) -> None:
     options.add_argument("--quick", action="store_true", help="drops k = 1024")
-    out_option(options)
-    args = options.parse_intermixed_args(argv)
-    return Settings(compose(args.overrides), args.repeats, args.threads, args.quick, args.out)
 
 
 def bench_speed_memory(cfg: DictConfig, repeats: int, quick: bool, threads: int | None = None) -> dict:

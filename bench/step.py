@@ -4,8 +4,6 @@ straightforward one (models.reference), alternately, in one run."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
@@ -20,7 +18,7 @@ from bench.common import (
     peak_memory_bytes,
     step_flops,
 )
-from bench.line import out_option, parser, print_json, timing_options
+from bench.line import Timing, print_json, timing
 from cli.entry import command
 from config.compose import compose
 from config.help import composed_config
@@ -33,31 +31,16 @@ from training.trainer import Trainer, task_spec
 ABOUT = "the real training step against the straightforward one, alternately (bench/step.py)"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """`python -m bench step`'s line, parsed."""
-
-    cfg: DictConfig  # the overrides, composed
-    repeats: int  # measured rounds per variant
-    threads: int | None  # torch threads; None: PyTorch's
-    out: Path | None  # the JSON, also to this file
-
-
 @command("leaner-bench", show_config=composed_config, own_options=True)
 def main(argv: list[str]) -> int:
-    settings = parse(argv)
-    result = bench_step(settings.cfg, settings.repeats, settings.threads)
-    print_json(result, settings.out)
+    line = parse(argv)
+    print_json(bench_step(compose(line.overrides), line.repeats, line.threads), line.out)
     return 0
 
 
-def parse(argv: list[str]) -> Settings:
-    """The options, and the config overrides composed."""
-    options = parser("step", ABOUT)
-    timing_options(options)
-    out_option(options)
-    args = options.parse_intermixed_args(argv)
-    return Settings(compose(args.overrides), args.repeats, args.threads, args.out)
+def parse(argv: list[str]) -> Timing:
+    """The options and the config overrides (composed alone by main)."""
+    return timing("step", ABOUT, argv)
 
 
 def bench_step(cfg: DictConfig, repeats: int, threads: int | None = None) -> dict:

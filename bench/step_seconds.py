@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from bench.common import alternate, log, pack_step
-from bench.line import out_option, parser, print_json, timing_options
+from bench.line import Timing, print_json, timing
 from cli.entry import command
 from config.compose import compose
 from config.grid import expand
@@ -33,31 +31,17 @@ SUBGRID = "compute"
 ABOUT = "seconds per training step of a sweep's onehot/binary shapes (bench/step_seconds.py)"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """`python -m bench step_seconds`'s line, parsed."""
-
-    overrides: list[str]  # the sweep's configurations are composed with them
-    repeats: int  # measured rounds per shape
-    threads: int | None  # torch threads; None: the configuration's train.threads
-    out: Path | None  # the JSON, also to this file
-
-
 @command("leaner-bench", show_config=composed_config, own_options=True)
 def main(argv: list[str]) -> int:
-    settings = parse(argv)
-    result = bench_step_seconds(settings.overrides, settings.repeats, settings.threads)
-    print_json(result, settings.out)
+    line = parse(argv)
+    print_json(bench_step_seconds(line.overrides, line.repeats, line.threads), line.out)
     return 0
 
 
-def parse(argv: list[str]) -> Settings:
-    """The options, and the config overrides each configuration of the sweep is composed with."""
-    options = parser("step_seconds", ABOUT)
-    timing_options(options)
-    out_option(options)
-    args = options.parse_intermixed_args(argv)
-    return Settings(args.overrides, args.repeats, args.threads, args.out)
+def parse(argv: list[str]) -> Timing:
+    """The options, and the config overrides each configuration of the sweep is composed with; without
+    --threads, the configuration's train.threads."""
+    return timing("step_seconds", ABOUT, argv)
 
 
 def bench_step_seconds(overrides: list[str], repeats: int, threads: int | None) -> dict:

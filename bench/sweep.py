@@ -5,17 +5,16 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bench.common import alternate, log, pack_step, timed
-from bench.line import out_option, parser, print_json, timing_options
+from bench.line import Timing, print_json, timing
 from cli.entry import command
 from config.compose import compose
 from config.grid import expand
@@ -33,38 +32,26 @@ GRID_SHAPE_KEYS = (
 ABOUT = "projected wall time of the paper grid from measured solo and pack steps (bench/sweep.py)"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """`python -m bench sweep`'s line, parsed."""
-
-    overrides: list[str]  # the paper grid's configurations are composed with them
-    repeats: int  # measured rounds per variant
-    threads: int | None  # torch threads; None: PyTorch's
-    pack: int  # --sweep-pack: seeds per timed pack (0, 1: solo only)
-    out: Path | None  # the JSON, also to this file
-
-
 @command("leaner-bench", show_config=composed_config, own_options=True)
 def main(argv: list[str]) -> int:
-    settings = parse(argv)
-    result = bench_sweep(settings.overrides, settings.repeats, settings.pack, settings.threads)
-    print_json(result, settings.out)
+    line = parse(argv)
+    print_json(bench_sweep(line.overrides, line.repeats, line.args.sweep_pack, line.threads), line.out)
     return 0
 
 
-def parse(argv: list[str]) -> Settings:
-    """The options, and the config overrides the grid's configurations are composed with."""
-    options = parser("sweep", ABOUT)
-    timing_options(options)
+def parse(argv: list[str]) -> Timing:
+    """The options (and --sweep-pack), and the config overrides the grid's configurations are composed
+    with."""
+    return timing("sweep", ABOUT, argv, _pack_option)
+
+
+def _pack_option(options: argparse.ArgumentParser) -> None:
     options.add_argument(
         "--sweep-pack",
         type=int,
         default=10,
         help="also time packs of this many seeds per shape (0, 1: solo only)",
     )
-    out_option(options)
-    args = options.parse_intermixed_args(argv)
-    return Settings(args.overrides, args.repeats, args.threads, args.sweep_pack, args.out)
 
 
 def bench_sweep(overrides: list[str], repeats: int, pack: int, threads: int | None = None) -> dict:
