@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, OmegaConfBaseException
 
 from cli.credentials import mask
 from cli.entry import CONFIG_DIR_ENV
@@ -81,7 +81,10 @@ def _compose(overrides: list[str], config_name: str, dirs: list[Path], trial: bo
         validate_analysis(cfg)
         return cfg
     _no_sweep_to_none(cfg, dirs)
-    validate(cfg, trial)
+    try:
+        validate(cfg, trial)
+    except InterpolationResolutionError as err:  # read only now: ${oc.env:NAME} of a variable not set
+        raise ConfigError(_explain(err, SCHEMAS[config_name], dirs)) from None
     return cfg
 
 
@@ -193,6 +196,8 @@ def _explain(err: BaseException, schema: type, dirs: list[Path]) -> str:
         group, option = err.missing_cfg_file.rsplit("/", 1)
         return f"{group}={option} is not allowed: choose one of {', '.join(group_options(group, dirs))}"
     cause = err.__cause__ if isinstance(err.__cause__, OmegaConfBaseException) else err
+    if isinstance(cause, InterpolationResolutionError):
+        return f"{cause.full_key} cannot be read: {str(cause.msg).splitlines()[0]}"
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         key = cause.full_key
         if isinstance(cause, (ConfigKeyError, AttributeError)):

@@ -112,15 +112,17 @@ def _named(axes: str, seed: int, sweep: str | None) -> str:
 
 def seed_identities(
     cfg: DictConfig, seeds: Iterable[int], sweep: str, axes: Mapping[str, str]
-) -> list[tuple[str, str]]:
-    """config_hash and run_name of `cfg` at each of `seeds`, its configuration read once: a sweep's jobs are
-    each configuration at every seed of the sweep (config.grid.jobs; `axes`: the sweep's)."""
-    config, axes = run_config(cfg), readable(cfg, axes)
+) -> tuple[str, list[tuple[str, str]]]:
+    """configuration_name of `cfg`, and its config_hash and run_name at each of `seeds`, its configuration
+    read once: a sweep's jobs are each configuration at every seed of the sweep (config.grid.jobs; `axes`:
+    the sweep's)."""
+    config, words = run_config(cfg), readable(cfg, axes)
     out = []
     for seed in seeds:
         config["seed"] = seed
-        out.append((_digest(config), _named(axes, seed, sweep)))
-    return out
+        out.append((_digest(config), _named(words, seed, sweep)))
+    del config["seed"]
+    return f"{words} #{_digest(config)[:6]}", out
 
 
 def format_value(value: object) -> str:

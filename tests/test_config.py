@@ -98,6 +98,22 @@ def test_bad_value_gives_one_clear_error(override, key, allowed):
         assert override.split("=", 1)[1].split(".")[0] in message  # the rejected value is named
 
 
+def test_a_variable_read_from_an_unset_environment_variable_is_one_line_naming_both(monkeypatch):
+    """Hydra reads ${oc.env:NAME} only when validation asks for the value: it ended in a traceback."""
+    monkeypatch.delenv("LEANER_NOT_SET", raising=False)
+    for override in (
+        "optim.lr_patience=${oc.env:LEANER_NOT_SET}",
+        "tracking.experiment=${oc.env:LEANER_NOT_SET}",
+    ):
+        with pytest.raises(ConfigError) as err:
+            compose([override])
+        message = str(err.value)
+        assert message.startswith(f"{override.split('=')[0]} cannot be read: ") and "\n" not in message
+        assert "'LEANER_NOT_SET' not found" in message
+    monkeypatch.setenv("LEANER_NOT_SET", "3")
+    assert compose(["optim.lr_patience=${oc.env:LEANER_NOT_SET}"]).optim.lr_patience == 3
+
+
 def test_cudagraphs_needs_a_cuda_device():
     with pytest.raises(ConfigError, match="train.compile.*CUDA"):
         compose(["train.compile=cudagraphs", "train.device=cpu"])
