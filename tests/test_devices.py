@@ -405,6 +405,7 @@ def test_every_sweep_run_shows_cpu_and_memory_in_the_system_metrics_tab(smoke_st
         assert sorted(history[PROCESS_RSS_MB], key=lambda m: m.timestamp)[-1].value > 100  # torch, a model
 
 
+@pytest.mark.slow  # the profiler's memory timeline
 def test_bench_frees_each_pack_and_measures_each_alone():
     """bench pack (and bench gpu's steps) build each variant's pack alone, measure its peak and free it
     before the next: a dropped step leaves no pack alive (a global cache of packs kept every one before)."""

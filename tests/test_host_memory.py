@@ -50,6 +50,7 @@ def faults_per_step(mode: str) -> float:
     return float(done.stdout.split()[-1])
 
 
+@pytest.mark.slow  # two training subprocesses
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux only")
 def test_a_pack_reuses_freed_memory_instead_of_faulting_it_in_every_step():
     default, reused = faults_per_step("plain"), faults_per_step("pack")
