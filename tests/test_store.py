@@ -124,7 +124,7 @@ def test_a_tag_another_process_sets_at_that_moment_is_set_again(sqlite_uri: str,
         if tag == "kind":
             assert store.ensure_experiment(client, "raced") == experiment
         else:
-            view.install(client, experiment, ["model.embedding"])
+            store.written(lambda: view.install(client, experiment, ["model.embedding"]))
     finally:
         event.remove(Engine, "before_cursor_execute", the_other_process_first)
     assert inserted == [key], "the other insert came first"

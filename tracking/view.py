@@ -155,13 +155,8 @@ def install(client: MlflowClient, experiment_id: str, swept: Sequence[str] = ())
     """Tag the experiment with the view unless it already holds this state (tracking.store.ensure_experiment
     gets the experiment; this step gives it the view the printed link opens). `swept`: a sweep's swept config
     keys, whose columns join those the view holds (sweeps of other axes in one experiment keep theirs).
-    Two processes installing at once both succeed, the later keeping the earlier's columns (store.written)."""
-    from tracking import store  # here, not above: the sweep's dry run imports this module without MLflow
-
-    store.written(lambda: _install(client, experiment_id, swept))
-
-
-def _install(client: MlflowClient, experiment_id: str, swept: Sequence[str]) -> None:
+    Callers run it through tracking.store.written: two processes installing at once then both succeed, the
+    later keeping the earlier's columns."""
     tags = client.get_experiment(experiment_id).tags
     try:
         held = json.loads(tags.get(TAG, "{}")).get("state")

@@ -52,7 +52,7 @@ class Hold:
         the ledger (sweeper.driver.ledger); close the runs a driver left RUNNING with an outcome."""
         self.experiment_id = store.ensure_experiment(self.client, self.experiment)
         runs = store.search(self.client, [self.experiment_id])
-        view.install(self.client, self.experiment_id, self.swept)
+        store.written(lambda: view.install(self.client, self.experiment_id, self.swept))  # another driver's
         self.ledger = read(runs, self.name)
         for run_id, status in self.ledger.unclosed.items():
             self.client.set_terminated(run_id, status)
