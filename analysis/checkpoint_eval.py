@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tempfile
 import zlib
 from dataclasses import asdict, dataclass
@@ -37,6 +38,7 @@ import pandas as pd
 import torch
 from mlflow.artifacts import download_artifacts
 from mlflow.entities import Param
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from tqdm import tqdm
@@ -51,7 +53,7 @@ from models.losses import kmeans_objective, smoothed_objective
 from models.transformer import ClusteringTransformer
 from tasks.sampler import TaskSpec, sample_tasks
 from tasks.spec import FAMILIES
-from tracking import sqlite_guard, store, view
+from tracking import sqlite_guard, store
 from tracking.names import (
     BEST_CHECKPOINT,
     CHECKPOINT_DIR,
@@ -459,7 +461,7 @@ class Evaluator:
             finally:
                 torch.set_num_threads(threads)
             if self.store_results:
-                self._log(name, key, run, table)
+                self._record(name, key, run, table)
         table.to_csv(local, index=False)
         return table
 
@@ -471,9 +473,23 @@ class Evaluator:
             self._logged = {r.data.tags[EVAL_KEY]: r.info.run_id for r in runs if EVAL_KEY in r.data.tags}
         return self._logged
 
+    def _record(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
+        """Log the evaluation to the store; where the store refuses (another process holds a SQLite file's
+        lock past its timeout, a server away) the report goes on with its tables under reports/ alone,
+        saying so once, rather than waiting again at each evaluation."""
+        try:
+            self._log(name, key, run, table)
+        except MlflowException as err:
+            self.store_results = False
+            why = str(err).splitlines()[0]
+            print(
+                f"report: the evaluations are kept under {self.cache_dir} only: the store {self.uri} refused "
+                f"the first ({why})",
+                file=sys.stderr,
+            )
+
     def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
         exp_id = store.ensure_experiment(self.client, self.experiment)
-        view.install(self.client, exp_id)
         tags = {
             EVAL_OF: run["run_id"],
             EVALUATION: name,

@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -415,6 +416,35 @@ def test_an_evaluation_read_once_is_reused_from_memory(trained: dict, tmp_path: 
         cached.unlink()
     pd.testing.assert_frame_equal(evaluator("multistep", trained["run"]), expected)
     assert not list((tmp_path / "cache").iterdir())  # from memory: neither recomputed nor re-read
+
+
+@pytest.mark.slow  # MLflow waits out SQLite's busy timeout (20 s) once
+def test_a_store_whose_lock_another_process_holds_keeps_the_evaluations_under_reports(
+    trained: dict, tmp_path: Path, capsys
+) -> None:
+    """Another process holding the store's write lock (a sweep mid-write, a database browser's open
+    transaction): every evaluation is still computed and kept under reports/, one line says the store
+    refused them, and the store is asked once, not at each evaluation. It was each figure failing on
+    "'NoneType' object has no attribute 'tags'" (the refused experiment taken for one made meanwhile)."""
+    settings = EvalSettings.configured(device="cpu", batches=1, batch=4, steps=2)
+    evaluator = Evaluator(trained["uri"], "x", settings, tmp_path / "cache")
+    run_id = trained["run"]["run_id"]
+    holder = sqlite3.connect(trained["uri"].removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, as a writer mid-transaction holds it
+    try:
+        found = evaluator.each(
+            pd.DataFrame([trained["run"]]), [("multistep", run_id, None), ("final", run_id, None)]
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert all(isinstance(table, pd.DataFrame) and len(table) for table in found.values()), found
+    assert len(list((tmp_path / "cache").iterdir())) == 2
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("report: ")]
+    assert len(said) == 1 and "kept under" in said[0] and "database is locked" in said[0], said
+    assert (
+        MlflowClient(trained["uri"]).get_experiment_by_name("x-evaluations") is None
+    )  # nothing half-written
 
 
 def test_points_of_a_series_only_some_panels_have(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from tracking import store, view
+from tracking import store
 from tracking.errors import TrackingError
 
 
@@ -29,7 +29,6 @@ class MlflowRecorder:
         tags = {**tags, **self.extra_tags}
         if run_id is None:
             experiment = store.ensure_experiment(self.client, self.experiment)
-            store.written(lambda: view.install(self.client, experiment))  # another process's at once
             run = self.client.create_run(experiment, run_name=name, tags=tags)
             self.run_id = run.info.run_id
             self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])

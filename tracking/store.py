@@ -8,7 +8,7 @@ read runs through MlflowClient; what they share about the store is written here 
                  else a client. A SQLite file passes tracking.sqlite_guard first (a store another process is
                  creating is waited for; the analysis and reruns create none)
   ensure_experiment  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows
-                 runs); find_experiment only finds one. Its runs view is tracking.view.install's step
+                 runs) and given its runs view (tracking.view); find_experiment only finds one
   written        a write of a tag, once more when another process set the same new tag at that moment
   search         every page of a run search
   last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from mlflow.entities import Run, ViewType
 from mlflow.environment_variables import (
@@ -36,7 +36,7 @@ from sqlalchemy.exc import IntegrityError
 
 from cli.credentials import mask, unmasked
 from config import address
-from tracking import moved, reach
+from tracking import moved, reach, view
 from tracking.errors import TrackingError  # noqa: F401 - raised beneath; importable from here (docs/notebook.md)
 from tracking.names import EXPERIMENT_KIND, MODEL_TRAINING
 from tracking.sqlite_guard import SqliteGuard
@@ -74,9 +74,17 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
-def ensure_experiment(client: MlflowClient, name: str) -> str:
+def ensure_experiment(client: MlflowClient, name: str, swept: Sequence[str] = ()) -> str:
     """The id of experiment `name`, created when missing; either way tagged as a model-training experiment
-    (MLflow 3's UI then shows its runs). Its runs view is another step: tracking.view.install."""
+    (MLflow 3's UI then shows its runs) and given its runs view (tracking.view; `swept`: a sweep's swept
+    config keys, whose columns join the view's). Two processes doing it at once both succeed (written)."""
+    experiment_id = written(lambda: _kind_tagged(client, name))
+    written(lambda: view.install(client, experiment_id, swept))
+    return experiment_id
+
+
+def _kind_tagged(client: MlflowClient, name: str) -> str:
+    """The id of experiment `name`, created when missing, tagged as a model-training one unless it is."""
     found = client.get_experiment_by_name(name)
     if found is None:
         try:
@@ -85,14 +93,10 @@ def ensure_experiment(client: MlflowClient, name: str) -> str:
                 artifact_location=_artifact_root(client.tracking_uri, name),
                 tags={EXPERIMENT_KIND: MODEL_TRAINING},
             )
-        except MlflowException:  # created meanwhile by another process
-            pass
-    return written(lambda: _tagged(client, name))
-
-
-def _tagged(client: MlflowClient, name: str) -> str:
-    """The id of existing experiment `name`, tagged as a model-training one unless it is."""
-    found = client.get_experiment_by_name(name)
+        except MlflowException:
+            found = client.get_experiment_by_name(name)  # created meanwhile by another process
+            if found is None:
+                raise  # not that: the store refused the write (locked, read-only, away)
     if found.tags.get(EXPERIMENT_KIND) != MODEL_TRAINING:
         client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
     return found.experiment_id

@@ -152,11 +152,11 @@ def envelope(view: dict, now_ms: int) -> str:
 
 
 def install(client: MlflowClient, experiment_id: str, swept: Sequence[str] = ()) -> None:
-    """Tag the experiment with the view unless it already holds this state (tracking.store.ensure_experiment
-    gets the experiment; this step gives it the view the printed link opens). `swept`: a sweep's swept config
+    """Tag the experiment with the view unless it already holds this state: the view the printed link
+    opens. `swept`: a sweep's swept config
     keys, whose columns join those the view holds (sweeps of other axes in one experiment keep theirs).
-    Callers run it through tracking.store.written: two processes installing at once then both succeed, the
-    later keeping the earlier's columns."""
+    tracking.store.ensure_experiment runs it through store.written: two processes installing at once then
+    both succeed, the later keeping the earlier's columns."""
     tags = client.get_experiment(experiment_id).tags
     try:
         held = json.loads(tags.get(TAG, "{}")).get("state")

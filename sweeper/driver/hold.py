@@ -27,7 +27,7 @@ from sweeper.driver import home
 from sweeper.driver.budget import Account
 from sweeper.driver.ledger import adopt, read
 from sweeper.driver.lock import DriverLock
-from tracking import parent_run, store, view
+from tracking import parent_run, store
 from tracking.names import STEP_RATE, SWEEP
 
 
@@ -50,9 +50,8 @@ class Hold:
     def _read(self) -> None:
         """Read the store: the experiment (got, or created with its runs view), one search of its runs into
         the ledger (sweeper.driver.ledger); close the runs a driver left RUNNING with an outcome."""
-        self.experiment_id = store.ensure_experiment(self.client, self.experiment)
+        self.experiment_id = store.ensure_experiment(self.client, self.experiment, self.swept)
         runs = store.search(self.client, [self.experiment_id])
-        store.written(lambda: view.install(self.client, self.experiment_id, self.swept))  # another driver's
         self.ledger = read(runs, self.name)
         for run_id, status in self.ledger.unclosed.items():
             self.client.set_terminated(run_id, status)
