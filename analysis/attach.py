@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 
 from analysis.context import Context
+from cli import exit_codes
 from tracking import sqlite_guard, store, ui
 from tracking.names import REPORT_DIR, REPORT_HTML, SWEEP
 from tracking.parent_run import attach_report, find_parent
@@ -32,8 +34,14 @@ def attach_to_sweep(ctx: Context, before: dict[Path, int], metrics: dict[str, fl
         return None
     if read_only:
         return f"tracking store {ctx.uri} is read-only: the report stays here, not on sweep {sweeps[0]}'s run"
-    attach_report(client, parent, files)
-    client.log_batch(parent, metrics=[Metric(k, v, int(time.time() * 1000), 0) for k, v in metrics.items()])
+    try:
+        attach_report(client, parent, files)
+        client.log_batch(
+            parent, metrics=[Metric(k, v, int(time.time() * 1000), 0) for k, v in metrics.items()]
+        )
+    except MlflowException as err:  # a lock another process holds past the timeout, a server away
+        why = exit_codes.explained(err) or str(err).splitlines()[0]
+        return f"the report stays here, not on sweep {sweeps[0]}'s run (the same command attaches it): {why}"
     address = ui.run_page(ctx.uri, experiment_id, parent, f"artifactPath/{REPORT_DIR}/{REPORT_HTML}")
     return (
         f"report attached to the parent run of sweep {sweeps[0]} (artifacts {REPORT_DIR}/, "

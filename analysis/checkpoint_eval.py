@@ -44,7 +44,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from analysis.aggregate import task_mean_log
-from cli import console
+from cli import console, exit_codes
 from config.compose import compose
 from config.schema import ConfigError
 from models.embedding import embed
@@ -481,12 +481,8 @@ class Evaluator:
             self._log(name, key, run, table)
         except MlflowException as err:
             self.store_results = False
-            why = str(err).splitlines()[0]
-            print(
-                f"report: the evaluations are kept under {self.cache_dir} only: the store {self.uri} refused "
-                f"the first ({why})",
-                file=sys.stderr,
-            )
+            why = exit_codes.explained(err) or str(err).splitlines()[0]  # the store's own words, when named
+            print(f"report: the evaluations are kept under {self.cache_dir} only: {why}", file=sys.stderr)
 
     def _log(self, name: str, key: str, run: pd.Series, table: pd.DataFrame) -> None:
         exp_id = store.ensure_experiment(self.client, self.experiment)

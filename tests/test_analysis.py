@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -324,6 +325,35 @@ def test_report_cli_writes_index_and_reuses_evaluations(smoke_store: str, tmp_pa
     assert report.main(args[3:]) == 0  # the same command, in this process
     assert len(client.search_runs([evaluations.experiment_id], "tags.evaluation = 'length'")) == len(logged)
     pd.testing.assert_frame_equal(pd.read_csv(index.parent / "length.csv"), before)
+
+
+@pytest.mark.slow
+def test_a_report_beside_a_process_holding_the_stores_lock_is_written_and_attached_later(
+    smoke_store: str, tmp_path: Path, capsys
+) -> None:
+    """Another process holds the SQLite file's write lock for the whole report (a sweep mid-write, a
+    database browser's open transaction): the report is written with every figure, its evaluations kept
+    under reports/ and its parent-run attach left for later, each said in one line (exit 0); it waits out
+    the store's timeout twice, not at each evaluation. The same command, the lock gone, attaches it."""
+    from conftest import _copy_store
+
+    (tmp_path / "store").mkdir()
+    uri = _copy_store(Path(smoke_store.removeprefix("sqlite:///")).parent, tmp_path / "store")
+    args = [f"tracking.uri={uri}", f"out={tmp_path}", "figures=[length,multistep]", *SMALL_EVAL]
+    holder = sqlite3.connect(uri.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, as a writer mid-transaction holds it
+    try:
+        assert report.main(args) == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    said = capsys.readouterr()
+    assert "the evaluations are kept under" in said.err and "'database is locked'" in said.err
+    assert "the report stays here, not on sweep smoke's run (the same command attaches it)" in said.out
+    index = tmp_path / EXPERIMENT / "index.md"
+    assert "![length](length.png)" in index.read_text() and "failed" not in index.read_text()
+    assert report.main(args) == 0
+    assert "report attached to the parent run of sweep smoke" in capsys.readouterr().out
 
 
 @pytest.mark.slow
