@@ -108,8 +108,9 @@ def test_a_tag_another_process_sets_at_that_moment_is_set_again(sqlite_uri: str,
     from sqlalchemy.engine import Engine
 
     client = MlflowClient(sqlite_uri)
-    experiment = client.create_experiment("raced")
     key = {"kind": EXPERIMENT_KIND, "view": view.TAG}[tag]
+    kind = {EXPERIMENT_KIND: MODEL_TRAINING} if tag == "view" else {}  # the first tag ensure_experiment sets
+    experiment = client.create_experiment("raced", tags=kind)
     db = sqlite_uri.removeprefix("sqlite:///")
 
     def the_other_process_first(conn, cursor, statement, parameters, context, executemany) -> None:
@@ -121,15 +122,12 @@ def test_a_tag_another_process_sets_at_that_moment_is_set_again(sqlite_uri: str,
     inserted: list[str] = []
     event.listen(Engine, "before_cursor_execute", the_other_process_first)
     try:
-        if tag == "kind":
-            assert store.ensure_experiment(client, "raced") == experiment
-        else:
-            store.written(lambda: view.install(client, experiment, ["model.embedding"]))
+        assert store.ensure_experiment(client, "raced", ["model.embedding"]) == experiment
     finally:
         event.remove(Engine, "before_cursor_execute", the_other_process_first)
     assert inserted == [key], "the other insert came first"
-    held = client.get_experiment(experiment).tags[key]
-    assert held != "theirs" and (held == MODEL_TRAINING if tag == "kind" else "model.embedding" in held)
+    tags = client.get_experiment(experiment).tags
+    assert tags[EXPERIMENT_KIND] == MODEL_TRAINING and "model.embedding" in tags[view.TAG]
 
 
 OPEN_ON_GO = """

@@ -8,8 +8,8 @@ read runs through MlflowClient; what they share about the store is written here 
                  else a client. A SQLite file passes tracking.sqlite_guard first (a store another process is
                  creating is waited for; the analysis and reruns create none)
   ensure_experiment  get or create an experiment, tagged as a model-training one (MLflow 3's UI then shows
-                 runs) and given its runs view (tracking.view); find_experiment only finds one
-  written        a write of a tag, once more when another process set the same new tag at that moment
+                 runs) and given its runs view (tracking.view), each tag set again where another process
+                 set it at that moment; find_experiment only finds one
   search         every page of a run search
   last_steps     per metric, the last step a run holds: a resumed run skips the points up to it
 The metric points of many runs at once are tracking.metric_points' (fast paths beside the public API).
@@ -77,9 +77,9 @@ def connect(uri: str, write: bool = True, create: bool = True) -> MlflowClient:
 def ensure_experiment(client: MlflowClient, name: str, swept: Sequence[str] = ()) -> str:
     """The id of experiment `name`, created when missing; either way tagged as a model-training experiment
     (MLflow 3's UI then shows its runs) and given its runs view (tracking.view; `swept`: a sweep's swept
-    config keys, whose columns join the view's). Two processes doing it at once both succeed (written)."""
-    experiment_id = written(lambda: _kind_tagged(client, name))
-    written(lambda: view.install(client, experiment_id, swept))
+    config keys, whose columns join the view's). Two processes doing it at once both succeed (_written)."""
+    experiment_id = _written(lambda: _kind_tagged(client, name))
+    _written(lambda: view.install(client, experiment_id, swept))
     return experiment_id
 
 
@@ -102,7 +102,7 @@ def _kind_tagged(client: MlflowClient, name: str) -> str:
     return found.experiment_id
 
 
-def written(write: Callable[[], T]) -> T:
+def _written(write: Callable[[], T]) -> T:
     """`write()` (a step that reads the tag it sets), run once more when it lost a race: MLflow's SQL store
     looks for a tag's row, then inserts it, and two processes setting one new tag at once (two sweep drivers
     started together) both insert; the unique key refuses the second. Run again, it reads the winner's value

@@ -152,11 +152,10 @@ def envelope(view: dict, now_ms: int) -> str:
 
 
 def install(client: MlflowClient, experiment_id: str, swept: Sequence[str] = ()) -> None:
-    """Tag the experiment with the view unless it already holds this state: the view the printed link
-    opens. `swept`: a sweep's swept config
-    keys, whose columns join those the view holds (sweeps of other axes in one experiment keep theirs).
-    tracking.store.ensure_experiment runs it through store.written: two processes installing at once then
-    both succeed, the later keeping the earlier's columns."""
+    """Tag the experiment with the view the printed link opens, unless it already holds this state.
+    `swept`: a sweep's swept config keys, whose columns join those the view holds (sweeps of other axes in
+    one experiment keep theirs). tracking.store.ensure_experiment runs it so that two processes installing
+    at once both succeed, the later keeping the earlier's columns."""
     tags = client.get_experiment(experiment_id).tags
     try:
         held = json.loads(tags.get(TAG, "{}")).get("state")
