@@ -339,7 +339,14 @@ def test_a_report_beside_a_process_holding_the_stores_lock_is_written_and_attach
 
     (tmp_path / "store").mkdir()
     uri = _copy_store(Path(smoke_store.removeprefix("sqlite:///")).parent, tmp_path / "store")
-    args = [f"tracking.uri={uri}", f"out={tmp_path}", "figures=[length,multistep]", *SMALL_EVAL]
+    # eval.steps=3: evaluations no other test logged in the copied store, so the report must write them
+    args = [
+        f"tracking.uri={uri}",
+        f"out={tmp_path}",
+        "figures=[length,multistep]",
+        *SMALL_EVAL,
+        "eval.steps=3",
+    ]
     holder = sqlite3.connect(uri.removeprefix("sqlite:///"), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # the write lock, as a writer mid-transaction holds it
     try:
