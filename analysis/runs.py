@@ -27,6 +27,7 @@ from tracking.names import (
     SEED,
     SUBGRIDS,
     SWEEP,
+    outcome,
 )
 
 TAGS = (CONFIG_HASH, SEED, OUTCOME, DIVERGED_AT, SUBGRIDS, SWEEP)
@@ -190,6 +191,7 @@ def _row(run) -> dict:
         "experiment_id": info.experiment_id,
     }
     row.update({tag: data.tags.get(tag) for tag in TAGS})
+    row[OUTCOME] = outcome(data.tags)  # an older store's name read as today's
     row.update({key: typed(value) for key, value in data.params.items()})
     # A run recorded before a key was added had that key's earlier value: one configuration, one group.
     row.update({f"train.{k}": v for k, v in ADDED_TRAIN_KEYS.items() if f"train.{k}" not in data.params})

@@ -36,7 +36,7 @@ from cli.entry import command
 from config.help import composed_config
 from sweeper.driver.home import RAY_FOLDER
 from tracking.masking import TEXT_ARTIFACTS
-from tracking.names import ENDED, OUTCOME, TUNE_CHECKPOINT
+from tracking.names import ENDED, OUTCOME, RETIRED_OUTCOMES, TUNE_CHECKPOINT
 from tracking.store import TrackingError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -62,11 +62,12 @@ def live_checkpoints(folder: Path, dbs: list[Path]) -> set[Path]:
 def ended_runs(dbs: list[Path]) -> set[str]:
     """The ids of the stores' runs that ended for good (an outcome of tracking.names.ENDED)."""
     found: set[str] = set()
-    marks = ",".join("?" * len(ENDED))
+    names = (*ENDED, *RETIRED_OUTCOMES)  # an older store's names too
+    marks = ",".join("?" * len(names))
     for db in dbs:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
             query = f"SELECT run_uuid FROM tags WHERE key = ? AND value IN ({marks})"
-            found |= {run for (run,) in con.execute(query, (OUTCOME, *ENDED))}
+            found |= {run for (run,) in con.execute(query, (OUTCOME, *names))}
     return found
 
 

@@ -15,12 +15,15 @@ so that what it keeps follows from the runs, not from their order.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from mlflow.entities import Run, RunData, RunInfo, RunTag
 from mlflow.tracking import MlflowClient
 
+from analysis.runs import load_runs
 from config.grid import Sweep
+from sweeper.archive import ended_runs
 from sweeper.driver.hold import Hold
 from sweeper.driver.ledger import read
 from sweeper.sweep import load
@@ -211,3 +214,18 @@ def test_a_hold_never_resumes_a_finished_or_pruned_job(sqlite_uri, outcome):
     hold = new_hold(sqlite_uri)
     assert hold.pending == [other]
     assert hold.ledger.unfinished == {} and hold.ledger.resume_from == {}
+
+
+def test_an_older_stores_stopped_outcome_is_read_as_pruned(sqlite_uri):
+    """ASHA's early stops were recorded as outcome "stopped" (their runs KILLED) until 2026-12-06, then as
+    pruned (FINISHED): an older store's stopped model is done for a resumed sweep (never trained again),
+    counted as pruned, pruned in the analysis' runs and ended for a lean archive."""
+    client, hold = MlflowClient(sqlite_uri), new_hold(sqlite_uri)
+    stopped, other = hold.jobs
+    run_id = stored(client, hold, 1000, **{SWEEP: SWEEP_NAME, CONFIG_HASH: stopped.key, OUTCOME: "stopped"})
+    client.set_terminated(run_id, "KILLED")
+    hold = new_hold(sqlite_uri)
+    assert hold.pending == [other] and hold.ledger.unfinished == {}
+    assert hold.ledger.earlier({stopped.key}) == Counter({PRUNED: 1})
+    assert load_runs(sqlite_uri, EXPERIMENT).set_index("run_id").loc[run_id, OUTCOME] == PRUNED
+    assert run_id in ended_runs([Path(sqlite_uri.removeprefix("sqlite:///"))])

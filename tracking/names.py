@@ -4,6 +4,10 @@ Metrics, tags, outcomes and artifact paths of an MLflow run. Anything that
 writes or reads runs imports these instead of repeating string literals.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+
 # Metrics (step = training step).
 TRAIN_LOSS = "train_loss"  # running mean of the batch loss over train.log_every steps
 VAL_KMEANS = "val_kmeans"  # mean k-means objective after one model step, validation set
@@ -92,6 +96,16 @@ RESULT_ARTIFACT = "evaluation.csv"  # an evaluation run's result table (analysis
 PRUNED = "pruned"
 ENDED = (FINISHED, DIVERGED, PRUNED)  # outcomes that end a model for good: a sweep never runs it again
 STATUS = {FINISHED: "FINISHED", DIVERGED: "FAILED", PRUNED: "FINISHED"}  # MLflow run status per outcome
+# Outcomes under their earlier names, as older stores hold them: an ASHA stop was "stopped" (its run KILLED)
+# until 2026-12-06. Read as today's name (outcome), a resumed sweep never trains such a model again.
+RETIRED_OUTCOMES = {"stopped": PRUNED}
+
+
+def outcome(tags: Mapping[str, str]) -> str | None:
+    """A run's outcome (tags: its MLflow tags), under today's name; None before it ended."""
+    value = tags.get(OUTCOME)
+    return RETIRED_OUTCOMES.get(value, value)
+
 
 # The parent run of a sweep (tracking.parent_run).
 COMMAND = "command"  # tag: the command line that (last) started the sweep

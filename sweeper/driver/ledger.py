@@ -28,6 +28,7 @@ from tracking.names import (
     SUBGRIDS,
     SWEEP,
     TUNE_CHECKPOINT,
+    outcome,
 )
 
 
@@ -48,7 +49,7 @@ class Ledger:
     def earlier(self, keys: set[str]) -> Counter:
         """The outcomes jobs `keys` have, each job counted once (a rerun carries its config_hash too)."""
         outcomes = (
-            min((r.data.tags[OUTCOME] for r in self.finished[key]), key=ENDED.index)
+            min((outcome(r.data.tags) for r in self.finished[key]), key=ENDED.index)
             for key in keys & self.done
         )
         return Counter(outcomes)
@@ -64,11 +65,11 @@ def read(runs: list[Run], sweep: str) -> Ledger:
         key = tags.get(CONFIG_HASH)
         if parent_run.is_parent(run, sweep):
             parents.append(run)
-        elif tags.get(OUTCOME) in ENDED:
+        elif outcome(tags) in ENDED:
             ledger.done.add(key)
             ledger.finished.setdefault(key, []).append(run)
             if run.info.status == "RUNNING":  # the driver died between the outcome tag and closing the run
-                ledger.unclosed[run.info.run_id] = STATUS[tags[OUTCOME]]
+                ledger.unclosed[run.info.run_id] = STATUS[outcome(tags)]
     for run in ordered:  # a job's latest unfinished run is the one to continue
         tags = run.data.tags
         mine = tags.get(SWEEP) == sweep and CONFIG_HASH in tags
