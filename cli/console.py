@@ -3,7 +3,8 @@
 Quiet leaves Tune's own trial table and one progress bar per command, and drops what a user cannot act on:
 a line per trial checkpoint from Ray Train's storage ("Checkpoint successfully created at"), Tune's
 TensorBoard hint (its automatic CSV/JSON/TensorBoard result loggers, which nothing here reads: MLflow
-holds the results), Ray's notice that token authentication is on, MLflow's schema-creation lines, and
+holds the results), Ray's notice that token authentication is on, MLflow's schema-creation lines and the
+tracebacks it logs before an SQL error the command then names in one line, and
 Tune's per-trial configuration and result boxes (the sweep driver sets Tune's reporter from `verbose()`:
 sweeper.driver.tune.verbosity). Where stderr is not a terminal (a log file), commands print a line per step of
 progress instead of redrawing a bar.
@@ -27,7 +28,9 @@ QUIET_LOGGERS = {
     # Its result grid, which the sweep does not read, warns that the result loggers turned off wrote nothing.
     "ray.tune.analysis.experiment_analysis": logging.ERROR,
     "ray._private.authentication.authentication_token_setup": logging.ERROR,  # "Token authentication is on"
-    "mlflow.store.db.utils": logging.WARNING,  # "Creating initial MLflow database tables..."
+    # "Creating initial MLflow database tables...", and the traceback it logs before raising an SQL error
+    # (a store locked past its timeout), which the command then says in one line (tracking.sqlite_guard).
+    "mlflow.store.db.utils": logging.CRITICAL,
 }
 
 
