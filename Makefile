@@ -75,16 +75,20 @@ reproduce-d32: $(STAMP)
 # and lite32 leave untrained, fixed before it ran): 180 models, 1.8 million model-steps, about 6 to 9 hours of
 # both cores, so one allocation a call: the sweep for PLUS_BUDGET_S seconds (it exits 75 when the budget ends
 # it), the claims on its runs alone, which log every evaluation of its ended models into its store, and a lean
-# archive (sweeper.archive --lean: the store and what unfinished runs resume from) to commit. The next call,
-# with the archive unpacked into the clone's root (`tar -xf docs/results/plus/run.tar.xz`), goes on; run every
-# allocation from one fixed commit (docs/results/plus/README.md). Its home folder: PLUS_HOME.
+# archive (sweeper.archive --lean: the store as SQL text and what unfinished runs resume from) to commit. The
+# next call, with the archive unpacked into the clone's root (`python -m sweeper.unpack
+# docs/results/plus/run.tar.xz .`), goes on (docs/results/plus/README.md says from which commit). PLUS_DRAIN_S,
+# when set, is the budget's drain (cluster.drain_s): no pack starts in its last that many seconds, so the
+# allocation ends where its packs end and its archive carries no checkpoint. Its home folder: PLUS_HOME.
 PLUS_HOME ?= plus
 PLUS := tracking.experiment=leaner-clustering-lite-plus tracking.uri=sqlite:///$(abspath $(PLUS_HOME))/mlflow.db
 PLUS_BUDGET_S ?= 7200
+PLUS_DRAIN_S ?=
 PLUS_CLUSTER := cluster.pack=shapes cluster.pack_size=9 cluster.report_every=5 cluster.dashboard_host=null
 reproduce-plus: $(STAMP)
 	mkdir -p $(PLUS_HOME) docs/results/plus
-	$(PY) -m sweeper.sweep sweep=lite-plus $(PLUS) $(PLUS_CLUSTER) cluster.time_budget_s=$(PLUS_BUDGET_S) || test $$? -eq 75
+	$(PY) -m sweeper.sweep sweep=lite-plus $(PLUS) $(PLUS_CLUSTER) cluster.time_budget_s=$(PLUS_BUDGET_S) \
+	  $(if $(PLUS_DRAIN_S),cluster.drain_s=$(PLUS_DRAIN_S)) || test $$? -eq 75
 	$(PY) -m analysis.claims select.sweep=lite-plus $(PLUS) eval.threads=2
 	$(PY) -m sweeper.archive $(PLUS_HOME) --lean --out docs/results/plus/run.tar.xz
 

@@ -132,6 +132,7 @@ class ClusterConfig:
     pack_size: int = MISSING
     report_every: int = MISSING
     time_budget_s: Optional[float] = MISSING
+    drain_s: Optional[float] = MISSING
     step_seconds: Optional[str] = MISSING
     price_per_gpu_hour: Optional[float] = MISSING
     price_per_core_hour: Optional[float] = MISSING

@@ -100,6 +100,13 @@ def _cluster(cfg: DictConfig) -> None:
             c.time_budget_s,
             "null (no budget) or a number of seconds > 0, finite",
         )
+    if c.drain_s is not None:
+        _require(
+            c.time_budget_s is not None and 0 < c.drain_s < c.time_budget_s,
+            "cluster.drain_s",
+            c.drain_s,
+            "null (no drain) or a number of seconds > 0 and under cluster.time_budget_s (which must be set)",
+        )
 
 
 def _search_settings(s: DictConfig) -> None:

@@ -1,9 +1,9 @@
 """Archive a sweep's home folder (sweeper.driver.home) with what resuming it and reporting on it need, and no
-more: `python -m sweeper.archive FOLDER [--out FILE.tar.gz]`.
+more: `python -m sweeper.archive FOLDER [--out FILE.tar.gz] [--lean]`.
 
     python -m sweeper.sweep sweep=lite32 tracking.uri=sqlite:///d32/mlflow.db cluster.time_budget_s=6600
     python -m sweeper.archive d32 --out d32.tar.gz          # the store, its artifacts, the live checkpoints
-    tar -xzf d32.tar.gz -C elsewhere/                       # on another machine, in a fresh clone, ...
+    python -m sweeper.unpack d32.tar.gz elsewhere/          # on another machine, in a fresh clone, ...
     python -m sweeper.sweep sweep=lite32 tracking.uri=sqlite:///elsewhere/d32/mlflow.db ...   # goes on
 
 Kept: every SQLite store in the folder (copied with SQLite's backup, so a store another process has open is
@@ -11,13 +11,16 @@ archived whole), its artifacts (mlartifacts/: the finished runs' checkpoints, cu
 file of the user's; of Ray's storage (ray/) only the checkpoints that unfinished runs record (their
 tune_checkpoint tag), from which the next driver resumes them. Left out: the rest of ray/ (earlier
 checkpoints, work folders that are copies, Tune's own state, which a resumed sweep does not read) and lock
-files. The archive holds the folder under its own name, gzip-compressed, or xz where --out ends in .tar.xz
-(a store's indexes shrink about twice as far; `tar -xf` unpacks either).
+files. The archive holds the folder under its own name, gzip-compressed, xz where --out ends in .tar.xz
+(a store's indexes shrink about twice as far) or uncompressed where it ends in .tar (for git, whose deltas
+then keep what a later archive adds); `python -m sweeper.unpack` unpacks any of them.
 
 --lean, for a run in allocations whose archives are committed (every clone downloads each forever): the
 checkpoints and pictures of the runs that ended (their `outcome` tag) are left out, as whatever else can be
 recomputed: `leaner-rerun` retrains such a run bit for bit, its curves come from the store, and its
 evaluations, once the claims have run (docs/science.md section 7.3), are in the store as evaluation runs.
+Its stores are SQL text (sweeper.sqltext: mlflow.db as mlflow.sql), about a third of the file's size under
+xz; `python -m sweeper.unpack` builds the store from it again.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from cli.credentials import mask
 from cli.entry import command
 from config.help import composed_config
+from sweeper import sqltext
 from sweeper.driver.home import RAY_FOLDER
 from tracking.masking import TEXT_ARTIFACTS
 from tracking.names import ENDED, OUTCOME, RETIRED_OUTCOMES, TUNE_CHECKPOINT
@@ -91,21 +95,31 @@ def members(folder: Path, dbs: list[Path], lean: bool = False) -> list[Path]:
     return chosen
 
 
+def mode_of(out: Path) -> str:
+    """tarfile's mode for the archive's name: xz (.tar.xz), none (.tar), else gzip."""
+    return "w:xz" if out.name.endswith(".tar.xz") else "w" if out.name.endswith(".tar") else "w:gz"
+
+
 def archive(folder: Path, out: Path, lean: bool = False) -> tuple[int, int, int]:
-    """Write the archive (xz where `out` ends in .tar.xz, else gzip); (its size, the folder's size) in
-    bytes, and how many recorded credentials it masked (an older store's: docs/security.md)."""
+    """Write the archive (compressed as its name says: mode_of); (its size, the folder's size) in bytes,
+    and how many recorded credentials it masked (an older store's: docs/security.md)."""
     folder = folder.resolve()
     dbs = stores(folder)
     if not dbs:
         raise TrackingError(f"{folder} holds no SQLite tracking store (mlflow.db): not a sweep's folder")
-    mode, masked = ("w:xz" if out.name.endswith(".tar.xz") else "w:gz"), 0
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, mode) as tar:
+    masked = 0
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(out, mode_of(out)) as tar:
         for db in dbs:  # a consistent copy, even while another process writes
             copy = Path(tmp) / db.name
             with sqlite3.connect(db, timeout=30) as src, sqlite3.connect(copy) as dst:
                 src.backup(dst)
             masked += mask_tags(copy)
-            tar.add(copy, arcname=f"{folder.name}/{db.name}")
+            if lean:  # as SQL text (sweeper.sqltext)
+                text = copy.with_suffix(sqltext.SUFFIX)
+                sqltext.write(copy, text)
+                tar.add(text, arcname=f"{folder.name}/{text.name}")
+            else:
+                tar.add(copy, arcname=f"{folder.name}/{db.name}")
         for path in members(folder, dbs, lean):
             masked += add_masked(tar, path, f"{folder.name}/{path.relative_to(folder).as_posix()}")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -151,12 +165,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        help="the archive to write (default: FOLDER.tar.gz beside FOLDER; .tar.xz: xz-compressed)",
+        help="the archive to write (default: FOLDER.tar.gz beside FOLDER; .tar.xz: xz-compressed; .tar: not)",
     )
     parser.add_argument(
         "--lean",
         action="store_true",
-        help="leave out the checkpoints and pictures of runs that ended (leaner-rerun recomputes them)",
+        help="leave out the checkpoints and pictures of runs that ended (leaner-rerun recomputes them) and "
+        "write the stores as SQL text (for archives committed to git)",
     )
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
@@ -167,7 +182,7 @@ def main(argv: list[str]) -> int:
     if masked:  # an older store's (docs/security.md): leaner-mask-store masks them in the folder too
         print(f"masked {masked} recorded credentials in the archive; the folder still holds them")
     name = args.folder.resolve().name
-    print(f"unpack it with: tar -xf {out} -C DEST, then point tracking.uri at DEST/{name}/")
+    print(f"unpack it with: python -m sweeper.unpack {out} DEST, then point tracking.uri at DEST/{name}/")
     return 0
 
 

@@ -123,6 +123,7 @@ OUT_OF_RANGE = {
     "cluster.pack": none_of("none", "seeds", "shapes"),
     "cluster.pack_size": below(1),
     "cluster.report_every": below(1),
+    "cluster.drain_s": NOT_POSITIVE,  # and any value without cluster.time_budget_s (null by default)
     "seed": st.one_of(below(0), st.integers(min_value=2**63).map(str)),
 }
 ANALYSIS_OUT_OF_RANGE = {

@@ -316,6 +316,7 @@ def test_every_console_script_is_a_command_of_that_name():
         "leaner-sweep",
         "leaner-rerun",
         "leaner-archive",
+        "leaner-unpack",
         "leaner-report",
         "leaner-claims",
         "leaner-seeds",

@@ -6,6 +6,8 @@ a real SQLite store, no Ray (the sweep in allocations: tests/test_sweep_budget.p
 from __future__ import annotations
 
 import shutil
+import sqlite3
+import struct
 import tarfile
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from support.sweeps import sweep_jobs
 
 from config.compose import compose
 from config.schema import ConfigError
-from sweeper import archive
+from sweeper import archive, sqltext, unpack
 from sweeper.driver import home
 from sweeper.driver.budget import Account, Budget, outlook
 from sweeper.driver.session import rate_line
@@ -116,7 +118,7 @@ def test_the_archive_holds_the_store_artifacts_and_the_live_checkpoints_only(tmp
 def test_a_lean_archive_leaves_out_what_an_ended_run_can_recompute(tmp_path):
     """--lean (a run in allocations whose archives are committed): the checkpoints and pictures of a run that
     ended are left out, its other artifacts (an evaluation's table, its config) kept; a run still going keeps
-    its checkpoint; .tar.xz writes xz. Without --lean every artifact stays."""
+    its checkpoint; the store is SQL text; .tar.xz writes xz. Without --lean every artifact stays."""
     uri, ended = _store_with_a_run(tmp_path / "A")
     client = MlflowClient(tracking_uri=uri)
     going = client.create_run(client.get_run(ended).info.experiment_id).info.run_id
@@ -129,12 +131,74 @@ def test_a_lean_archive_leaves_out_what_an_ended_run_can_recompute(tmp_path):
     assert archive.main([str(tmp_path / "A"), "--out", str(out), "--lean"]) == 0
     with tarfile.open(out, "r:xz") as tar:
         names = set(tar.getnames())
+    assert "A/mlflow.sql" in names and "A/mlflow.db" not in names  # the store as SQL text
     kept = {Path(n).name for n in names if f"/{ended}/" in n}
     assert "result.csv" in kept and not kept & {"last.pt", "curves.png"}, names
     assert {Path(n).name for n in names if f"/{going}/" in n} >= {"last.pt", "curves.png", "result.csv"}
     assert archive.main([str(tmp_path / "A"), "--out", str(tmp_path / "b.tar.gz")]) == 0
     with tarfile.open(tmp_path / "b.tar.gz", "r:gz") as tar:
         assert {Path(n).name for n in tar.getnames() if f"/{ended}/" in n} >= {"last.pt", "curves.png"}
+
+
+def test_a_lean_archive_unpacks_into_the_same_store_bit_for_bit(tmp_path, capsys):
+    """sweeper.unpack builds a lean archive's store from its SQL text: every table's rows equal the
+    original's (floats compared by their bits: a NaN metric, quotes and line breaks in text included; MLflow
+    clamps infinities to the largest float), MLflow reads the same run, the artifacts land beside it (.tar,
+    uncompressed, here). A second unpack into the same folder is refused before it writes."""
+    uri, run_id = _store_with_a_run(tmp_path / "A")
+    client = MlflowClient(tracking_uri=uri)
+    for step, value in enumerate([0.1 + 0.2, float("inf"), float("-inf"), float("nan"), 5e-324, -0.0]):
+        client.log_metric(run_id, "loss", value, step=step)
+    client.set_tag(run_id, "note", "it's two\nlines, ünïcode")
+    client.log_param(run_id, "lr", "0.1")
+    out = tmp_path / "a.tar"
+    assert archive.main([str(tmp_path / "A"), "--out", str(out), "--lean"]) == 0
+    assert "python -m sweeper.unpack" in capsys.readouterr().out
+    assert tarfile.open(out).getnames()[0] == "A/mlflow.sql"
+    assert unpack.main([str(out), str(tmp_path / "B")]) == 0
+    folder = tmp_path / "B" / "A"
+    assert sorted(p.name for p in folder.iterdir()) == ["mlartifacts", "mlflow.db", "note.txt"]
+    rows = {db: _every_row(db) for db in (tmp_path / "A" / "mlflow.db", folder / "mlflow.db")}
+    first, second = rows.values()
+    assert first == second and len(first["metrics"]) >= 6
+    unpacked = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+    copy = unpacked.get_run(run_id)
+    assert copy.data.tags["note"] == "it's two\nlines, ünïcode" and copy.data.params == {"lr": "0.1"}
+    history, original = (c.get_metric_history(run_id, "loss") for c in (unpacked, client))
+    assert [repr(m.value) for m in history] == [repr(m.value) for m in original]
+    before = (folder / "mlflow.db").read_bytes()
+    assert unpack.main([str(out), str(tmp_path / "B")]) == 4
+    assert "already" in capsys.readouterr().err and (folder / "mlflow.db").read_bytes() == before
+
+
+def test_sql_text_reads_back_every_value_sqlite_stores_exactly(tmp_path):
+    """SQLite's own quote() (Python's iterdump) writes infinity as a bare Inf that SQLite 3.40 cannot read
+    back; sweeper.sqltext writes every storage class so that it reads back bit for bit."""
+    db, text, copy = tmp_path / "a.db", tmp_path / "a.sql", tmp_path / "b.db"
+    text_value = 'a\'b\n"c"'
+    values = [float("inf"), float("-inf"), -0.0, 5e-324, 0.1 + 0.2, 2**63 - 1, None, b"\x00\xff", text_value]
+    with sqlite3.connect(db) as con:
+        con.execute('CREATE TABLE "odd ""name""" (id INTEGER PRIMARY KEY AUTOINCREMENT, v)')
+        con.executemany('INSERT INTO "odd ""name""" (v) VALUES (?)', [(v,) for v in values])
+        con.execute('CREATE INDEX by_v ON "odd ""name""" (v)')
+    sqltext.write(db, text)
+    sqltext.restore(text, copy)
+    assert _every_row(copy) == _every_row(db) and len(_every_row(copy)['odd "name"']) == len(values)
+    with sqlite3.connect(copy) as con:
+        assert con.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall() == [("by_v",)]
+        assert con.execute("SELECT seq FROM sqlite_sequence").fetchone() == (len(values),)
+
+
+def _every_row(db: Path) -> dict[str, list]:
+    """Each table's rows, floats as their bits (so -0.0, NaN and the infinities compare exactly)."""
+
+    def exact(value):
+        return struct.pack("<d", value) if isinstance(value, float) else value
+
+    with sqlite3.connect(db) as con:
+        tables = [name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        selects = {t: 'SELECT * FROM "{}"'.format(t.replace('"', '""')) for t in tables}
+        return {t: [tuple(map(exact, r)) for r in con.execute(selects[t])] for t in tables}
 
 
 FOUR = ["sweep=smoke", "sweep.seeds=[1, 2]", "sweep.subgrids=[{name: smoke, embedding: [onehot, binary]}]"]

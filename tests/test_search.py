@@ -15,6 +15,8 @@ from mlflow.tracking import MlflowClient
 from support.sweeps import children
 
 from config.grid import load
+from sweeper.driver.budget import Budget
+from sweeper.driver.stop import Halt
 from sweeper.driver.tune import scheduler_of
 from sweeper.sweep import main
 from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, PACK
@@ -62,16 +64,19 @@ def test_the_plan_shows_the_search_and_its_jobs_name_the_drawn_values(capsys):
     assert all(f"lr{j.configuration.overrides['optim.lr']:g} " in j.name for j in jobs)
 
 
+NO_BUDGET = Halt(Budget(None, 0.0))
+
+
 def test_asha_takes_its_settings():
     """sweep.asha reaches Ray Tune's ASHAScheduler: rungs at grace_period x reduction_factor^i below max_t
     (train.steps and one evaluation more), one bracket each; by default ten evaluations, factor 4."""
     sweep = load(["sweep=smoke", "sweep.scheduler=asha", "train.steps=60"])
-    default = scheduler_of(sweep.cfg, sweep.plan)
+    default = scheduler_of(sweep.cfg, sweep.plan, NO_BUDGET)
     assert [[m for m, _ in b._rungs] for b in default._brackets] == [[50]]  # ten evaluations of 5 steps
     assert default._reduction_factor == 4
     words = ["sweep.asha.grace_period=10", "sweep.asha.reduction_factor=2", "sweep.asha.brackets=2"]
     sweep = load(["sweep=smoke", "sweep.scheduler=asha", "train.steps=60", *words])
-    asha = scheduler_of(sweep.cfg, sweep.plan)
+    asha = scheduler_of(sweep.cfg, sweep.plan, NO_BUDGET)
     assert asha._max_t == 65 and asha._reduction_factor == 2
     assert [[m for m, _ in b._rungs] for b in asha._brackets] == [[40, 20, 10], [40, 20]]
 

@@ -6,10 +6,10 @@ packs draw their dropout masks together) runs as the same command in a working d
 store at sqlite:///A/mlflow.db, relative, as a user types it. Allocation 0's budget is spent before Ray
 starts; the next stop mid-trial with code 75 (training steps are paced by training.faults so that a trial
 outlasts an allocation; pacing changes no number). Then the folder is moved (A -> B) and opened there,
-archived with python -m sweeper.archive, deleted and unpacked as C, and the last allocation, unpaced, ends
-the sweep. In the end: every run once (continued, not replaced), every metric point once, each equal bit
-for bit to the same packs trained here without a stop; nothing in the working directory but the sweep's
-folder, nothing in ~/ray_results.
+archived with python -m sweeper.archive, deleted and unpacked as C with python -m sweeper.unpack, and the
+last allocation, unpaced, ends the sweep. In the end: every run once (continued, not replaced), every
+metric point once, each equal bit for bit to the same packs trained here without a stop; nothing in the
+working directory but the sweep's folder, nothing in ~/ray_results.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -46,9 +45,9 @@ STOP_BOUND_S = 90  # a stopped driver is gone this soon after its budget
 MOST_ALLOCATIONS = 6  # to stop one mid-trial: a start slower than the budget stops before any checkpoint
 
 
-def allocation(home: Path, cwd: Path, budget: float, env: dict) -> subprocess.CompletedProcess:
+def allocation(home: Path, cwd: Path, budget: float, env: dict, *more: str) -> subprocess.CompletedProcess:
     uri = f"sqlite:///{home.name}/mlflow.db"  # relative to the working directory, as a user types it
-    command = [sys.executable, "-m", "sweeper.sweep", *SWEEP, f"tracking.uri={uri}"]
+    command = [sys.executable, "-m", "sweeper.sweep", *SWEEP, f"tracking.uri={uri}", *more]
     command.append(f"cluster.time_budget_s={budget}")
     started = time.monotonic()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -69,8 +68,9 @@ def archived_and_unpacked(home: Path, elsewhere: Path) -> Path:
     )
     assert packing.returncode == 0 and "MB" in packing.stdout, packing.stdout + packing.stderr
     shutil.rmtree(home)
-    with tarfile.open(archive) as tar:
-        tar.extractall(elsewhere / "unpacked", filter="data")
+    command = [sys.executable, "-m", "sweeper.unpack", str(archive), str(elsewhere / "unpacked")]
+    unpacking = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True)
+    assert unpacking.returncode == 0 and "point tracking.uri at" in unpacking.stdout, unpacking.stderr
     return (elsewhere / "unpacked" / home.name).rename(home.with_name("C"))
 
 
@@ -146,3 +146,36 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
         f"{len(interrupted)} runs stopped mid-trial and resumed after a move and an archive; "
         f"{stored.points} points"
     )
+
+
+DRAIN_BUDGET_S, DRAIN_S = 300, 255  # trials may start in the driver's first 45 s: after Ray's start (5-20 s)
+
+
+def test_a_drained_allocation_ends_where_its_trials_end(tmp_path):
+    """cluster.drain_s: in the budget's last DRAIN_S seconds no trial starts, and the driver stops once none
+    runs. One trial at a time, each paced to 48 s: the first starts before the drain and runs to its end (its
+    runs finished, no checkpoint left to carry), the second never starts, and the driver stops when the first
+    ends (exit 75, about a minute and a half in), long before its budget, saying why. The same command
+    without a drain then ends the sweep."""
+    cwd, home = tmp_path, tmp_path / "A"
+    home.mkdir()
+    env = {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(tmp_path)}
+    one_at_a_time = ["cluster.max_concurrent=1", f"cluster.drain_s={DRAIN_S}"]
+    for _ in range(3):  # a start slower than the window (a loaded machine) starts nothing: again
+        started = time.monotonic()
+        drained = allocation(home, cwd, DRAIN_BUDGET_S, env, *one_at_a_time)
+        took = time.monotonic() - started
+        assert drained.returncode == 75, drained.stdout[-3000:]
+        reason = f"stopped in its time budget's drain (its last {DRAIN_S} s of {DRAIN_BUDGET_S} s)"
+        assert reason in drained.stdout, drained.stdout[-3000:]
+        if children_of(home):
+            break
+    runs = list(children_of(home).values())
+    assert len(runs) == 2 and all(r.data.tags.get(OUTCOME) == FINISHED for r in runs), "one pack of 2 seeds"
+    assert not any(TUNE_CHECKPOINT in r.data.tags for r in runs)
+    assert took < DRAIN_BUDGET_S - 60, f"the driver took {took:.0f} s: it waited for its budget"
+    assert "models: 2 finished, 0 stopped at a checkpoint, 2 not started" in drained.stdout
+    del env[STEP_PAUSE]
+    done = allocation(home, cwd, 600, env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert sorted(r.data.tags.get(OUTCOME) for r in children_of(home).values()) == [FINISHED] * 4

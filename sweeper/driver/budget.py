@@ -6,6 +6,10 @@ driver stops the sweep as on Ctrl-C (sweeper.driver.stop.Halt: each running tria
 and exits with code 75; the next allocation's driver goes on from there. The budget counts from the driver
 process's start, so Python's imports and Ray's start are inside it.
 
+With a drain (cluster.drain_s) no trial starts in the budget's last seconds and the driver stops as at the
+budget once none runs: an allocation that ends where its trials end leaves no checkpoint to carry (what a
+run whose archives are committed wants), at the price of cores idle while the last trials finish.
+
 The account counts model-steps: a model with an outcome counts all its train.steps (it will not train
 again), an interrupted one the step its recorded checkpoint resumes from (the steps after it are replayed).
 The session prints it as it goes and records its allocation's rate at its end (sweeper.driver.session), by
@@ -25,21 +29,27 @@ from config.grid import Job
 
 @dataclass(frozen=True)
 class Budget:
-    """cluster.time_budget_s (None: no budget), counted from the driver process's start (wall clock)."""
+    """cluster.time_budget_s (None: no budget), counted from the driver process's start (wall clock), and
+    its drain, cluster.drain_s (None: none): its last seconds, when no trial starts (sweeper.driver.drain)."""
 
     seconds: float | None
     started: float  # time.time() when this process started
+    drain: float | None = None
 
     @classmethod
-    def since_start(cls, seconds: float | None) -> Budget:
+    def since_start(cls, seconds: float | None, drain: float | None = None) -> Budget:
         """The budget counted from this process's start: imports and Ray's start are inside it."""
-        return cls(seconds, psutil.Process().create_time())
+        return cls(seconds, psutil.Process().create_time(), drain)
 
     def left(self) -> float:
         return math.inf if self.seconds is None else self.started + self.seconds - time.time()
 
     def spent(self) -> bool:
         return self.left() <= 0
+
+    def draining(self) -> bool:
+        """In the drain: no trial may start."""
+        return self.drain is not None and self.left() <= self.drain
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """A graceful stop of the sweep driver: SIGINT (Ctrl-C), SIGTERM (a Kubernetes pod eviction, SLURM's end of
-an allocation) or its time budget spent (cluster.time_budget_s, sweeper.driver.budget).
+an allocation), its time budget spent (cluster.time_budget_s, sweeper.driver.budget) or its drain done (no
+trial runs in the budget's last cluster.drain_s seconds, sweeper.driver.drain).
 
 Halt is the sweep's Tune stopper. On the first signal, or once the budget is spent, it ends the Tune run:
 Tune stops the running trials without completing them, so their runs keep no
@@ -38,9 +39,11 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class Halt(DriverOnly, Stopper):
     def __init__(self, budget: Budget) -> None:
         self.write_failed = threading.Event()  # the session's writing thread failed: that stops it too
+        self.drained = threading.Event()  # in the budget's drain no trial runs (sweeper.driver.drain)
         self.budget = budget
         self.signal: int | None = None
-        self.out_of_time = False  # the budget was spent while the sweep ran
+        self.out_of_time = False  # the budget was spent while the sweep ran, or its drain stopped it
+        self.in_drain = False  # its drain stopped it, before the budget was spent
         self.ending: Callable[[], None] | None = None  # at a second signal (on_signals): the runs ended
         self.ending_now = False  # a second signal came
 
@@ -53,6 +56,13 @@ class Halt(DriverOnly, Stopper):
             print(
                 f"sweep: its time budget of {self.budget.seconds:g} s (cluster.time_budget_s) is spent: "
                 "stopping the trials at their last checkpoint",
+                flush=True,
+            )
+        if self.signal is None and not self.out_of_time and self.drained.is_set():
+            self.out_of_time = self.in_drain = True
+            print(
+                f"sweep: no trial runs in its time budget's last {self.budget.drain:g} s (cluster.drain_s) "
+                "and none may start there: stopping",
                 flush=True,
             )
         return self.stopped or self.write_failed.is_set()
@@ -80,6 +90,9 @@ class Halt(DriverOnly, Stopper):
     def reason(self) -> str:
         if self.signal is not None:
             return f"by {signal.Signals(self.signal).name}"
+        if self.in_drain:
+            b = self.budget
+            return f"in its time budget's drain (its last {b.drain:g} s of {b.seconds:g} s)"
         return f"at its time budget ({self.budget.seconds:g} s)"
 
     def _caught(self, signum: int, frame) -> None:

@@ -42,7 +42,7 @@ def drive(sweep: Sweep, argv: list[str], plan_cost: Cost, trainable: Callable | 
     hold = take_hold(sweep)  # read once
     if not hold.pending:
         return Summary(name, hold.experiment_id)
-    budget = Budget.since_start(cfg.cluster.time_budget_s)
+    budget = Budget.since_start(cfg.cluster.time_budget_s, cfg.cluster.drain_s)
     on_cluster = cfg.cluster.address is not None  # its preflight's table states the budget: said once
     if budget.seconds is not None and not on_cluster:  # at the rate of the sweep's last allocation, if any
         print(outlook(hold.account, budget, hold.rate), flush=True)

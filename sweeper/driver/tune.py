@@ -2,7 +2,8 @@
 
 The trainable (sweeper.driver.trial.run_trial, or a stand-in) gets the whole work once (tune.with_parameters)
 and each trial's resources; the param space holds each trial's identity only (sweeper.driver.work.TrialId);
-the scheduler is first in, first out (sweeper.driver.fifo) unless sweep.scheduler=asha; the sweep's session is
+the scheduler is first in, first out (sweeper.driver.fifo) unless sweep.scheduler=asha, either with the time
+budget's drain where cluster.drain_s asks for it (sweeper.driver.drain); the sweep's session is
 the Tune callback that records every trial, and its Halt the stopper (sweeper.driver.session). Tune's name
 creators are the module functions below, pickled by reference (sweeper.driver.driver_only). Quiet, Tune's
 console prints its status table and not a box per trial event (verbosity: the one place that patches Ray's
@@ -19,8 +20,10 @@ from ray import tune
 
 from cli import console
 from config.grid import Plan, Sweep
+from sweeper.driver.drain import DrainingAsha, DrainingFifo
 from sweeper.driver.fifo import LiveFifo
 from sweeper.driver.session import Session
+from sweeper.driver.stop import Halt
 from sweeper.driver.trial import STEP, run_trial
 from sweeper.driver.work import TRIAL, TrialId, Work
 from tracking.names import VAL_REL_LLOYD
@@ -42,7 +45,7 @@ def fit(
         param_space=param_space(work),
         tune_config=tune.TuneConfig(
             max_concurrent_trials=c.max_concurrent,
-            scheduler=scheduler_of(cfg, plan),
+            scheduler=scheduler_of(cfg, plan, session.halt),
             reuse_actors=True,  # imports once per worker
             metric=VAL_REL_LLOYD if asha else None,
             mode="min" if asha else None,
@@ -91,9 +94,12 @@ def param_space(work: Work) -> dict:
     return {TRIAL: tune.grid_search([trial.id.encode() for trial in work.trials.values()])}
 
 
-def scheduler_of(cfg: DictConfig, plan: Plan):
-    if cfg.sweep.scheduler != "asha":
-        return LiveFifo()  # Tune's FIFO order, without its scan of every trial per step
+def scheduler_of(cfg: DictConfig, plan: Plan, halt: Halt):
+    """Tune's scheduler for the sweep: first in, first out, or ASHA; with cluster.drain_s, the same with the
+    drain (sweeper.driver.drain), which tells `halt` when it is done."""
+    drain = cfg.cluster.drain_s is not None
+    if cfg.sweep.scheduler != "asha":  # Tune's FIFO order, without its scan of every trial per step
+        return DrainingFifo(halt) if drain else LiveFifo()
     from ray.tune.schedulers import ASHAScheduler
 
     # The trials' own values: a sweep's `fixed` keys and axes override the base configuration's.
@@ -103,13 +109,14 @@ def scheduler_of(cfg: DictConfig, plan: Plan):
     # last evaluation: a trial ends when its training does (its last report carries the outcomes), never by
     # ASHA at its last step, which would race that report.
     a = cfg.sweep.asha
-    return ASHAScheduler(
+    settings = dict(
         time_attr=STEP,
         max_t=steps + every,
         grace_period=min(10 * every, steps) if a.grace_period is None else a.grace_period,
         reduction_factor=a.reduction_factor,
         brackets=a.brackets,
     )
+    return DrainingAsha(halt, **settings) if drain else ASHAScheduler(**settings)
 
 
 def trial_name(trial) -> str:
