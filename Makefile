@@ -84,11 +84,11 @@ PLUS_HOME ?= plus
 PLUS := tracking.experiment=leaner-clustering-lite-plus tracking.uri=sqlite:///$(abspath $(PLUS_HOME))/mlflow.db
 PLUS_BUDGET_S ?= 7200
 PLUS_DRAIN_S ?=
+PLUS_DRAIN := $(if $(PLUS_DRAIN_S),cluster.drain_s=$(PLUS_DRAIN_S))
 PLUS_CLUSTER := cluster.pack=shapes cluster.pack_size=9 cluster.report_every=5 cluster.dashboard_host=null
 reproduce-plus: $(STAMP)
 	mkdir -p $(PLUS_HOME) docs/results/plus
-	$(PY) -m sweeper.sweep sweep=lite-plus $(PLUS) $(PLUS_CLUSTER) cluster.time_budget_s=$(PLUS_BUDGET_S) \
-	  $(if $(PLUS_DRAIN_S),cluster.drain_s=$(PLUS_DRAIN_S)) || test $$? -eq 75
+	$(PY) -m sweeper.sweep sweep=lite-plus $(PLUS) $(PLUS_CLUSTER) cluster.time_budget_s=$(PLUS_BUDGET_S) $(PLUS_DRAIN) || test $$? -eq 75
 	$(PY) -m analysis.claims select.sweep=lite-plus $(PLUS) eval.threads=2
 	$(PY) -m sweeper.archive $(PLUS_HOME) --lean --out docs/results/plus/run.tar.xz
 
