@@ -162,6 +162,7 @@ def claims_of(folder: Path) -> pd.DataFrame:
     return pd.read_csv(folder / "claims.csv").set_index("name")
 
 
+@pytest.mark.slow  # claims over several experiments: 8 s
 def test_one_claims_command_judges_several_experiments_in_one_table(
     two_sweeps: str, tmp_path: Path, capsys
 ) -> None:
@@ -185,6 +186,7 @@ def test_one_claims_command_judges_several_experiments_in_one_table(
     assert re.search(r"d 4: final train_loss at lr 1.0 > at 0.01: \d/1 cases of 12", lr["numbers"])
 
 
+@pytest.mark.slow  # claims over several experiments: 8 s
 def test_several_experiments_judge_each_configuration_at_the_setting_nearest_the_papers(
     two_sweeps: str, sqlite_uri: str, tmp_path: Path
 ) -> None:
@@ -227,6 +229,7 @@ def test_several_experiments_are_checked_before_any_work(two_sweeps: str, tmp_pa
     assert not (tmp_path / "lite+lite32").exists() and not (tmp_path / "lite").exists()
 
 
+@pytest.mark.slow  # claims over two experiments: 8 s
 def test_make_targets_end_with_the_claims_on_both_experiments_once_the_store_holds_both(
     sqlite_uri: str, tmp_path: Path
 ) -> None:

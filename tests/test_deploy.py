@@ -1048,6 +1048,7 @@ def kuberay_containers() -> list[dict]:
     return [c for pod in pods for c in pod["spec"]["containers"]]
 
 
+@pytest.mark.slow  # the cluster sweeps composed: 7 s
 def test_cluster_sweeps_train_packs_ten_to_a_gpu(capsys):
     sweeps = cluster_sweeps()
     assert len(sweeps) == 4, list(sweeps)  # docs/cluster.md: `ray job submit` and Ray started by hand

@@ -92,6 +92,7 @@ def test_config_reference_lists_every_key_and_its_choices_are_accepted(generated
             compose([f"{key}={value}"])  # every documented choice is accepted
 
 
+@pytest.mark.slow  # every README command composed: 12 s
 def test_readme_commands_use_options_the_code_accepts(capsys):
     trains = python_module_commands("sweeper.train")
     assert ["--cfg", "job"] in trains

@@ -14,6 +14,7 @@ from sweeper.driver import cluster, writer
 from sweeper.errors import ClusterError
 
 
+@pytest.mark.slow  # a local Ray instance and a sweep's start: 15 s
 def test_a_storage_uri_the_driver_cannot_write_is_refused_before_the_sweep(local_ray, monkeypatch):
     for name, value in {
         "AWS_ACCESS_KEY_ID": "a",

@@ -301,6 +301,7 @@ def older_store(db: Path, revision: str) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow  # an MLflow schema migration: 7 s
 def test_an_older_store_is_refused_until_upgraded(tmp_path: Path) -> None:
     """Watched for QUIET_S (nobody migrates it), it is refused with the advice; the advice makes it usable."""
     db = tmp_path / "mlflow.db"

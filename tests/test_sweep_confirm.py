@@ -99,6 +99,7 @@ def test_a_bad_threshold_is_refused_in_one_line_naming_it(capsys):
     ]
 
 
+@pytest.mark.slow  # make -n and five sweeps composed: 8 s
 def test_the_makefiles_sweeps_and_the_unattended_recipes_pass_the_guard():
     """No make target stalls on the question or is refused (their sweeps, as `make -n` spells them, stay
     below the default thresholds), and every recipe that runs without a terminal (the SLURM script, the
