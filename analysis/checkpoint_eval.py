@@ -389,7 +389,9 @@ UNKEYED = ("device", "threads", "max_elements", "d32_n")
 class Evaluator:
     """Runs an evaluation of a training run once; later calls read the cached table.
 
-    Tables are cached under reports/ and, when the store is writable, logged to it as evaluation runs.
+    Tables are cached under reports/ and, when the store is writable, logged to it as evaluation runs; a
+    table cached under reports/ that the store lacks (it refused the table then, held by another process, or
+    it is a copy made before) is logged the next time it is read, not computed again.
     """
 
     def __init__(self, uri: str, experiment: str, settings: EvalSettings, cache_dir: Path) -> None:
@@ -439,7 +441,10 @@ class Evaluator:
 
     def _table(self, name: str, key: str, local: Path, run: pd.Series) -> pd.DataFrame:
         if local.exists():
-            return pd.read_csv(local)
+            table = pd.read_csv(local)
+            if self.store_results and key not in self.logged():  # a store that refused it then, or a copy
+                self._record(name, key, run, table)
+            return table
         if key in self.logged():
             with tempfile.TemporaryDirectory() as tmp:
                 path = download_artifacts(

@@ -45,9 +45,12 @@ from tracking.names import (
     CHECKPOINT_DIR,
     CONFIG_HASH,
     DIVERGED,
+    EVAL_KEY,
+    EVALUATION,
     FINISHED,
     LAST_CHECKPOINT,
     OUTCOME,
+    RESULT_ARTIFACT,
     SEED,
     SUBGRIDS,
     TRAIN_LOSS,
@@ -425,7 +428,9 @@ def test_a_store_whose_lock_another_process_holds_keeps_the_evaluations_under_re
     """Another process holding the store's write lock (a sweep mid-write, a database browser's open
     transaction): every evaluation is still computed and kept under reports/, one line says the store
     refused them, and the store is asked once, not at each evaluation. It was each figure failing on
-    "'NoneType' object has no attribute 'tags'" (the refused experiment taken for one made meanwhile)."""
+    "'NoneType' object has no attribute 'tags'" (the refused experiment taken for one made meanwhile). The
+    lock gone, the next report logs the tables it kept, as kept, not computed again (they were left out of the
+    store for good)."""
     settings = EvalSettings.configured(device="cpu", batches=1, batch=4, steps=2)
     evaluator = Evaluator(trained["uri"], "x", settings, tmp_path / "cache")
     run_id = trained["run"]["run_id"]
@@ -445,6 +450,20 @@ def test_a_store_whose_lock_another_process_holds_keeps_the_evaluations_under_re
     assert (
         MlflowClient(trained["uri"]).get_experiment_by_name("x-evaluations") is None
     )  # nothing half-written
+
+    kept = {}
+    for path in (tmp_path / "cache").iterdir():  # marked: a table computed again would lack the mark
+        kept[path.name] = pd.read_csv(path).assign(kept="under reports/")
+        kept[path.name].to_csv(path, index=False)
+    later = Evaluator(trained["uri"], "x", settings, tmp_path / "cache")
+    later.each(pd.DataFrame([trained["run"]]), [("multistep", run_id, None), ("final", run_id, None)])
+    client = MlflowClient(trained["uri"])
+    logged = client.search_runs([client.get_experiment_by_name("x-evaluations").experiment_id])
+    assert sorted(r.data.tags[EVALUATION] for r in logged) == ["final", "multistep"]
+    for run in logged:  # the kept table itself
+        artifact = client.download_artifacts(run.info.run_id, RESULT_ARTIFACT, str(tmp_path))
+        name = f"{run.data.tags[EVALUATION]}-{run.data.tags[EVAL_KEY]}.csv"
+        pd.testing.assert_frame_equal(pd.read_csv(artifact), kept[name])
 
 
 def test_points_of_a_series_only_some_panels_have(tmp_path: Path) -> None:
