@@ -31,9 +31,9 @@ from support.sweeps import children, sweep_jobs
 
 from config.compose import compose
 from tracking import store
-from tracking.names import CONFIG_HASH, FINISHED, OUTCOME, TUNE_CHECKPOINT
+from tracking.names import CONFIG_HASH, DIVERGED, FINISHED, OUTCOME, TUNE_CHECKPOINT
 from tracking.recorder import MemoryRecorder
-from training.faults import STEP_PAUSE
+from training.faults import NAN_AT_STEP, STEP_PAUSE
 from training.packed import train_pack
 
 pytestmark = pytest.mark.slow
@@ -45,9 +45,11 @@ STOP_BOUND_S = 90  # a stopped driver is gone this soon after its budget
 MOST_ALLOCATIONS = 6  # to stop one mid-trial: a start slower than the budget stops before any checkpoint
 
 
-def allocation(home: Path, cwd: Path, budget: float, env: dict, *more: str) -> subprocess.CompletedProcess:
+def allocation(
+    home: Path, cwd: Path, budget: float, env: dict, *more: str, sweep: list[str] = SWEEP
+) -> subprocess.CompletedProcess:
     uri = f"sqlite:///{home.name}/mlflow.db"  # relative to the working directory, as a user types it
-    command = [sys.executable, "-m", "sweeper.sweep", *SWEEP, f"tracking.uri={uri}", *more]
+    command = [sys.executable, "-m", "sweeper.sweep", *sweep, f"tracking.uri={uri}", *more]
     command.append(f"cluster.time_budget_s={budget}")
     started = time.monotonic()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -148,34 +150,50 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
     )
 
 
-DRAIN_BUDGET_S, DRAIN_S = 300, 255  # trials may start in the driver's first 45 s: after Ray's start (5-20 s)
+# Trials may start in the driver's first 60 s (after Ray's start, 5-20 s); two run at once, each model its own
+# trial, paced to 96 s, the first diverging (a NaN loss) at step DIVERGE_AT, about a minute after its start.
+DRAIN_BUDGET_S, DRAIN_S, DIVERGE_AT = 300, 240, 300
+DRAIN_SWEEP = [
+    *(a for a in SWEEP if not a.startswith(("train.steps=", "cluster.pack="))),
+    "train.steps=480",
+    "cluster.pack=none",
+]
 
 
 def test_a_drained_allocation_ends_where_its_trials_end(tmp_path):
     """cluster.drain_s: in the budget's last DRAIN_S seconds no trial starts, and the driver stops once none
-    runs. One trial at a time, each paced to 48 s: the first starts before the drain and runs to its end (its
-    runs finished, no checkpoint left to carry), the second never starts, and the driver stops when the first
-    ends (exit 75, about a minute and a half in), long before its budget, saying why. The same command
-    without a drain then ends the sweep."""
+    runs. Two trials run at once (Ray given 2 CPUs, one a trial) and two wait, their actors asked of Ray by
+    Tune whatever the scheduler chooses: the first trial ends (diverged) in the drain while the second still
+    runs, and the next must not start in its place (in allocation 7 of the extension two did). The second
+    runs to its end (its run finished, no checkpoint left to carry), the last two never start, and the driver
+    stops when the second ends (exit 75, about two minutes in), long before its budget, saying why. The same
+    command without a drain then ends the sweep."""
     cwd, home = tmp_path, tmp_path / "A"
     home.mkdir()
-    env = {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(tmp_path)}
-    one_at_a_time = ["cluster.max_concurrent=1", f"cluster.drain_s={DRAIN_S}"]
+    first = sweep_jobs(DRAIN_SWEEP)[0]  # the first trial (cluster.pack=none: a job each, in the plan order)
+    env = {
+        **subprocess_env(),
+        STEP_PAUSE: str(PAUSE_S),
+        NAN_AT_STEP: f"{DIVERGE_AT}@{first.key}",
+        "HOME": str(tmp_path),
+        "RAY_OVERRIDE_RESOURCES": '{"CPU": 2}',  # two trials at once, on any machine
+    }
     for _ in range(3):  # a start slower than the window (a loaded machine) starts nothing: again
         started = time.monotonic()
-        drained = allocation(home, cwd, DRAIN_BUDGET_S, env, *one_at_a_time)
+        drained = allocation(home, cwd, DRAIN_BUDGET_S, env, f"cluster.drain_s={DRAIN_S}", sweep=DRAIN_SWEEP)
         took = time.monotonic() - started
         assert drained.returncode == 75, drained.stdout[-3000:]
         reason = f"stopped in its time budget's drain (its last {DRAIN_S} s of {DRAIN_BUDGET_S} s)"
         assert reason in drained.stdout, drained.stdout[-3000:]
         if children_of(home):
             break
-    runs = list(children_of(home).values())
-    assert len(runs) == 2 and all(r.data.tags.get(OUTCOME) == FINISHED for r in runs), "one pack of 2 seeds"
-    assert not any(TUNE_CHECKPOINT in r.data.tags for r in runs)
+    outcomes = sorted(r.data.tags.get(OUTCOME) for r in children_of(home).values())
+    assert outcomes == sorted([DIVERGED, FINISHED]), (outcomes, drained.stdout[-3000:])
+    assert not any(TUNE_CHECKPOINT in r.data.tags for r in children_of(home).values())
     assert took < DRAIN_BUDGET_S - 60, f"the driver took {took:.0f} s: it waited for its budget"
     assert "models: 2 finished, 0 stopped at a checkpoint, 2 not started" in drained.stdout
     del env[STEP_PAUSE]
-    done = allocation(home, cwd, 600, env)
+    done = allocation(home, cwd, 600, env, sweep=DRAIN_SWEEP)
     assert done.returncode == 0, done.stdout[-3000:]
-    assert sorted(r.data.tags.get(OUTCOME) for r in children_of(home).values()) == [FINISHED] * 4
+    outcomes = sorted(r.data.tags.get(OUTCOME) for r in children_of(home).values())
+    assert outcomes == sorted([DIVERGED, FINISHED, FINISHED, FINISHED])

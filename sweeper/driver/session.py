@@ -236,7 +236,7 @@ class Session(DriverOnly, tune.Callback):
             self.failed,
             writer.points_written,
             halt.signal,
-            halt.out_of_time and halt.signal is None,
+            halt.stopped and halt.signal is None,  # at the budget or in its drain
             self.busy_s,
         )
         account = self.account_now()

@@ -42,8 +42,8 @@ class Halt(DriverOnly, Stopper):
         self.drained = threading.Event()  # in the budget's drain no trial runs (sweeper.driver.drain)
         self.budget = budget
         self.signal: int | None = None
-        self.out_of_time = False  # the budget was spent while the sweep ran, or its drain stopped it
-        self.in_drain = False  # its drain stopped it, before the budget was spent
+        self.out_of_time = False  # the budget was spent while the sweep ran
+        self.in_drain = False  # its drain kept a trial from starting: it stops when the running ones end
         self.ending: Callable[[], None] | None = None  # at a second signal (on_signals): the runs ended
         self.ending_now = False  # a second signal came
 
@@ -58,14 +58,19 @@ class Halt(DriverOnly, Stopper):
                 "stopping the trials at their last checkpoint",
                 flush=True,
             )
-        if self.signal is None and not self.out_of_time and self.drained.is_set():
-            self.out_of_time = self.in_drain = True
+        stop = self.signal is not None or self.out_of_time or self.drained.is_set()
+        return stop or self.write_failed.is_set()
+
+    def withhold(self) -> None:
+        """The drain keeps a trial from starting (sweeper.driver.drain): the sweep stops, as at its budget,
+        once the trials that run have ended."""
+        if not self.in_drain:
+            self.in_drain = True
             print(
-                f"sweep: no trial runs in its time budget's last {self.budget.drain:g} s (cluster.drain_s) "
-                "and none may start there: stopping",
+                f"sweep: in its time budget's last {self.budget.drain:g} s (cluster.drain_s) no trial "
+                "starts: the running ones go on to their end, then it stops",
                 flush=True,
             )
-        return self.stopped or self.write_failed.is_set()
 
     def spent_before_start(self, sweep: str, argv: list[str], account: Account) -> bool:
         """Whether the budget was spent before any trial started; if so the stop is printed with the sweep's
@@ -78,8 +83,8 @@ class Halt(DriverOnly, Stopper):
 
     @property
     def stopped(self) -> bool:
-        """Stopped by a signal or by the budget (not by a failed write)."""
-        return self.signal is not None or self.out_of_time
+        """Stopped by a signal, by the budget or in its drain (not by a failed write)."""
+        return self.signal is not None or self.out_of_time or self.in_drain
 
     @property
     def exit_code(self) -> int:
@@ -90,7 +95,7 @@ class Halt(DriverOnly, Stopper):
     def reason(self) -> str:
         if self.signal is not None:
             return f"by {signal.Signals(self.signal).name}"
-        if self.in_drain:
+        if self.in_drain and not self.out_of_time:
             b = self.budget
             return f"in its time budget's drain (its last {b.drain:g} s of {b.seconds:g} s)"
         return f"at its time budget ({self.budget.seconds:g} s)"
