@@ -77,7 +77,7 @@ reproduce-d32: $(STAMP)
 # it), the claims on its runs alone, which log every evaluation of its ended models into its store, and a lean
 # archive (sweeper.archive --lean: the store as SQL text and what unfinished runs resume from) to commit. The
 # next call, with the archive unpacked into the clone's root (`python -m sweeper.unpack
-# docs/results/plus/run.tar.xz .`), goes on (docs/results/plus/README.md says from which commit). PLUS_DRAIN_S,
+# docs/results/plus/run.tar .`), goes on (docs/results/plus/README.md says from which commit). PLUS_DRAIN_S,
 # when set, is the budget's drain (cluster.drain_s): no pack starts in its last that many seconds, so the
 # allocation ends where its packs end and its archive carries no checkpoint. Its home folder: PLUS_HOME.
 PLUS_HOME ?= plus
@@ -90,7 +90,7 @@ reproduce-plus: $(STAMP)
 	mkdir -p $(PLUS_HOME) docs/results/plus
 	$(PY) -m sweeper.sweep sweep=lite-plus $(PLUS) $(PLUS_CLUSTER) cluster.time_budget_s=$(PLUS_BUDGET_S) $(PLUS_DRAIN) || test $$? -eq 75
 	$(PY) -m analysis.claims select.sweep=lite-plus $(PLUS) eval.threads=2
-	$(PY) -m sweeper.archive $(PLUS_HOME) --lean --out docs/results/plus/run.tar.xz
+	$(PY) -m sweeper.archive $(PLUS_HOME) --lean --out docs/results/plus/run.tar
 
 # Seeds where a verdict of `make reproduce` is marginal (docs/science.md section 7.2, docs/reproduce.md):
 # rounds of `analysis.seeds`, which judges the claims on lite's runs and its rounds' and writes the next round
