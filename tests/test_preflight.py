@@ -17,8 +17,10 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 from support.ray_nodes import RayNodes
@@ -184,7 +186,10 @@ def test_the_sweep_on_a_cluster_runs_the_preflight_before_any_trial(
     """A fault the preflight finds (here the budget) ends the sweep with exit 10: no trial, no parent run.
     On a cluster the budget is said once, in the preflight's table."""
     argv = on(nodes, f"tracking.uri={sqlite_uri}", f"cluster.storage={tmp_path}/ray")
-    code = sweep_main([*argv, f"cluster.step_seconds={step_times}", "cluster.time_budget_s=400"])
+    # The budget counts from the process's start, here this test worker's, which may have run for many
+    # minutes: 400 s more than its age, far under the 3.3 h the sweep needs, not spent before the preflight.
+    budget_s = round(time.time() - psutil.Process().create_time()) + 400
+    code = sweep_main([*argv, f"cluster.step_seconds={step_times}", f"cluster.time_budget_s={budget_s}"])
     out, err = capfd.readouterr()
     assert code == exit_codes.PREFLIGHT, out[-3000:] + err[-3000:]
     assert "preflight: 1 faults: budget" in out and "the preflight found 1 faults (budget)" in err
