@@ -38,6 +38,7 @@ class Drain:
             # trial Tune restarts after a failure (num_failures) has run here: it goes on.
             if trial.status == Trial.PENDING and trial.num_failures == 0:
                 self.halt.withhold()
+                trial.init_local_path()  # as Tune does when it asks for an actor: its reporter reads the path
                 tune_controller.stop_trial(trial)
         if not any(t.status == Trial.RUNNING for t in live):
             self.halt.withhold()
