@@ -167,7 +167,9 @@ def test_a_drained_allocation_ends_where_its_trials_end(tmp_path):
     runs, and the next must not start in its place (in allocation 7 of the extension two did). The second
     runs to its end (its run finished, no checkpoint left to carry), the last two never start, and the driver
     stops when the second ends (exit 75, about two minutes in), long before its budget, saying why. The same
-    command without a drain then ends the sweep."""
+    command without a drain then ends the sweep. First, a drain that holds from the driver's first seconds,
+    before Tune has asked Ray for any trial (a crash once, exit 1: Tune's reporter read the path of trials it
+    had never asked for): nothing starts, nothing is recorded, exit 75."""
     cwd, home = tmp_path, tmp_path / "A"
     home.mkdir()
     first = sweep_jobs(DRAIN_SWEEP)[0]  # the first trial (cluster.pack=none: a job each, in the plan order)
@@ -178,6 +180,13 @@ def test_a_drained_allocation_ends_where_its_trials_end(tmp_path):
         "HOME": str(tmp_path),
         "RAY_OVERRIDE_RESOURCES": '{"CPU": 2}',  # two trials at once, on any machine
     }
+    at_once = allocation(
+        home, cwd, DRAIN_BUDGET_S, env, f"cluster.drain_s={DRAIN_BUDGET_S - 1}", sweep=DRAIN_SWEEP
+    )
+    assert at_once.returncode == 75, at_once.stdout[-3000:]
+    assert f"stopped in its time budget's drain (its last {DRAIN_BUDGET_S - 1} s" in at_once.stdout
+    assert "models: 0 finished, 0 stopped at a checkpoint, 4 not started" in at_once.stdout
+    assert not children_of(home)
     for _ in range(3):  # a start slower than the window (a loaded machine) starts nothing: again
         started = time.monotonic()
         drained = allocation(home, cwd, DRAIN_BUDGET_S, env, f"cluster.drain_s={DRAIN_S}", sweep=DRAIN_SWEEP)
