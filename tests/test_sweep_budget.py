@@ -96,6 +96,37 @@ def unstopped(jobs) -> dict[str, dict]:
     return points
 
 
+def stopped_mid_trial(home: Path, cwd: Path, env: dict) -> dict:
+    """Allocations until one stops a trial after its first checkpoint: the runs it stopped, by config_hash."""
+    for _ in range(MOST_ALLOCATIONS):
+        stopped = allocation(home, cwd, BUDGET_S, env)
+        assert stopped.returncode == 75, "the sweep ended within one allocation: no stop mid-trial"
+        assert "stopped at its time budget (30 s)" in stopped.stdout and "model-steps done" in stopped.stdout
+        assert "Resume with the same command:" in stopped.stdout
+        interrupted = {k: r for k, r in children_of(home).items() if TUNE_CHECKPOINT in r.data.tags}
+        if interrupted:
+            break  # else it stopped before a trial checkpointed: the next allocation starts it again
+    assert interrupted, f"no allocation of {MOST_ALLOCATIONS} stopped a trial after its first checkpoint"
+    assert all(r.info.status == "KILLED" and OUTCOME not in r.data.tags for r in interrupted.values())
+    assert all(not Path(r.data.tags[TUNE_CHECKPOINT]).is_absolute() for r in interrupted.values())
+    return interrupted
+
+
+def ended_as_unstopped(uri: str, interrupted: dict):
+    """Every job's run once, finished, the stopped ones continued; every point once, bit for bit as the same
+    packs trained here without a stop. The store (support.once.Stored) and its runs."""
+    jobs = sweep_jobs(SWEEP)
+    stored = assert_every_job_once_every_point_once(uri, "leaner-clustering", jobs, SWEEP)
+    for key, run in interrupted.items():
+        assert stored.runs[key].info.run_id == run.info.run_id  # continued, not replaced
+    runs = list(stored.runs.values())
+    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
+    want, client = unstopped(jobs), MlflowClient(tracking_uri=uri)
+    for job in jobs:
+        assert histories(client, stored.runs[job.key].info.run_id) == want[job.key], job.name  # bit for bit
+    return stored, runs
+
+
 def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the_same_numbers(tmp_path):
     cwd, fake_home = tmp_path / "work", tmp_path / "home"
     cwd.mkdir()
@@ -109,18 +140,7 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
     assert "stopped at its time budget (1 s) before any trial started" in first.stdout
     assert "0 of 960 model-steps done" in first.stdout
 
-    for _ in range(MOST_ALLOCATIONS):
-        stopped = allocation(home, cwd, BUDGET_S, env)
-        assert stopped.returncode == 75, "the sweep ended within one allocation: no stop mid-trial"
-        assert "stopped at its time budget (30 s)" in stopped.stdout and "model-steps done" in stopped.stdout
-        assert "Resume with the same command:" in stopped.stdout
-        interrupted = {k: r for k, r in children_of(home).items() if TUNE_CHECKPOINT in r.data.tags}
-        if interrupted:
-            break  # else it stopped before a trial checkpointed: the next allocation starts it again
-    assert interrupted, f"no allocation of {MOST_ALLOCATIONS} stopped a trial after its first checkpoint"
-    assert all(r.info.status == "KILLED" and OUTCOME not in r.data.tags for r in interrupted.values())
-    assert all(not Path(r.data.tags[TUNE_CHECKPOINT]).is_absolute() for r in interrupted.values())
-
+    interrupted = stopped_mid_trial(home, cwd, env)
     home = home.rename(home.with_name("B"))
     store.connect(f"sqlite:///{home}/mlflow.db")  # opened where it moved: its artifact locations mended
     home = archived_and_unpacked(home, tmp_path)
@@ -131,15 +151,7 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
 
     uri = f"sqlite:///{home}/mlflow.db"
     client = MlflowClient(tracking_uri=uri)
-    jobs = sweep_jobs(SWEEP)
-    stored = assert_every_job_once_every_point_once(uri, "leaner-clustering", jobs, SWEEP)
-    by_key, runs = stored.runs, list(stored.runs.values())
-    for key, run in interrupted.items():
-        assert by_key[key].info.run_id == run.info.run_id  # continued, not replaced
-    assert all((r.data.tags[OUTCOME], r.info.status) == (FINISHED, "FINISHED") for r in runs)
-    want = unstopped(jobs)
-    for job in jobs:
-        assert histories(client, by_key[job.key].info.run_id) == want[job.key], job.name  # bit for bit
+    stored, runs = ended_as_unstopped(uri, interrupted)
     for run in runs:  # the artifacts moved with the store: a finished run's checkpoints read here
         assert Path(client.download_artifacts(run.info.run_id, "checkpoints/last.pt", str(tmp_path))).exists()
     assert [p.name for p in cwd.iterdir()] == ["C"]  # the sweep's folder, and nothing else
@@ -148,6 +160,25 @@ def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the
         f"{len(interrupted)} runs stopped mid-trial and resumed after a move and an archive; "
         f"{stored.points} points"
     )
+
+
+def test_a_sweep_whose_checkpoints_are_lost_starts_its_stopped_models_over(tmp_path):
+    """An allocation stops trials mid-way; then their Ray storage is gone (a lean archive committed without
+    its checkpoints, to fit a size limit, or a node's disk lost): the next allocation trains those models
+    again from step 0, saying so, continues their runs, and stores every point once, the same numbers."""
+    cwd, fake_home = tmp_path / "work", tmp_path / "home"
+    cwd.mkdir()
+    fake_home.mkdir()
+    env = {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(fake_home)}
+    home = cwd / "A"
+    home.mkdir()
+    interrupted = stopped_mid_trial(home, cwd, env)
+    shutil.rmtree(home / "ray")
+    del env[STEP_PAUSE]
+    done = allocation(home, cwd, 600, env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "starting from step 0" in done.stdout and "trial: resuming from" not in done.stdout, done.stdout
+    ended_as_unstopped(f"sqlite:///{home}/mlflow.db", interrupted)
 
 
 # Trials may start in the driver's first 60 s (after Ray's start, 5-20 s); two run at once, each model its own

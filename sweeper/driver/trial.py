@@ -174,6 +174,8 @@ def restore(work: Path, resume_from: dict[str, str | None]) -> None:
         checkpoint = retried or tune.Checkpoint(path)
         try:
             with checkpoint.as_directory() as found:
+                if not Path(found).is_dir():  # a local checkpoint that is gone reads as its bare path
+                    raise FileNotFoundError(found)
                 for key in keys:
                     if (Path(found) / key).is_dir():  # absent: that model starts over
                         shutil.copytree(Path(found) / key, work / key)
