@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 
 SWEEP = [*FOUR_TRIALS, "train.steps=240", "cluster.pack=seeds", "cluster.cpus_per_trial=1"]
 BUDGET_S = 30  # an allocation: the driver's start (5-20 s here) and part of a paced trial
+BUDGET_STEP_S = 10  # each next try's budget is longer: on a loaded machine the start alone outlasts 30 s
 PAUSE_S = 0.2  # before every training step: a trial of 240 steps outlasts an allocation (48 s)
 STOP_BOUND_S = 90  # a stopped driver is gone this soon after its budget
 MOST_ALLOCATIONS = 6  # to stop one mid-trial: a start slower than the budget stops before any checkpoint
@@ -98,10 +99,12 @@ def unstopped(jobs) -> dict[str, dict]:
 
 def stopped_mid_trial(home: Path, cwd: Path, env: dict) -> dict:
     """Allocations until one stops a trial after its first checkpoint: the runs it stopped, by config_hash."""
-    for _ in range(MOST_ALLOCATIONS):
-        stopped = allocation(home, cwd, BUDGET_S, env)
+    for attempt in range(MOST_ALLOCATIONS):
+        budget = BUDGET_S + BUDGET_STEP_S * attempt
+        stopped = allocation(home, cwd, budget, env)
         assert stopped.returncode == 75, "the sweep ended within one allocation: no stop mid-trial"
-        assert "stopped at its time budget (30 s)" in stopped.stdout and "model-steps done" in stopped.stdout
+        assert f"stopped at its time budget ({budget} s)" in stopped.stdout, stopped.stdout[-3000:]
+        assert "model-steps done" in stopped.stdout
         assert "Resume with the same command:" in stopped.stdout
         interrupted = {k: r for k, r in children_of(home).items() if TUNE_CHECKPOINT in r.data.tags}
         if interrupted:
