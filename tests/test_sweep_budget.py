@@ -97,6 +97,14 @@ def unstopped(jobs) -> dict[str, dict]:
     return points
 
 
+def workspace(tmp_path: Path) -> tuple[Path, Path, Path, dict]:
+    """A working directory, a HOME of the test's own, the sweep's folder A in the first, the paced env."""
+    cwd, fake_home = tmp_path / "work", tmp_path / "home"
+    (cwd / "A").mkdir(parents=True)
+    fake_home.mkdir()
+    return cwd, fake_home, cwd / "A", {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(fake_home)}
+
+
 def stopped_mid_trial(home: Path, cwd: Path, env: dict) -> dict:
     """Allocations until one stops a trial after its first checkpoint: the runs it stopped, by config_hash."""
     for attempt in range(MOST_ALLOCATIONS):
@@ -131,12 +139,7 @@ def ended_as_unstopped(uri: str, interrupted: dict):
 
 
 def test_a_sweep_in_allocations_moved_and_archived_between_them_goes_on_with_the_same_numbers(tmp_path):
-    cwd, fake_home = tmp_path / "work", tmp_path / "home"
-    cwd.mkdir()
-    fake_home.mkdir()
-    env = {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(fake_home)}
-    home = cwd / "A"
-    home.mkdir()
+    cwd, fake_home, home, env = workspace(tmp_path)
 
     first = allocation(home, cwd, 1, env)  # spent before Ray starts: nothing begun, exit 75
     assert first.returncode == 75, first.stdout
@@ -169,12 +172,7 @@ def test_a_sweep_whose_checkpoints_are_lost_starts_its_stopped_models_over(tmp_p
     """An allocation stops trials mid-way; then their Ray storage is gone (a lean archive committed without
     its checkpoints, to fit a size limit, or a node's disk lost): the next allocation trains those models
     again from step 0, saying so, continues their runs, and stores every point once, the same numbers."""
-    cwd, fake_home = tmp_path / "work", tmp_path / "home"
-    cwd.mkdir()
-    fake_home.mkdir()
-    env = {**subprocess_env(), STEP_PAUSE: str(PAUSE_S), "HOME": str(fake_home)}
-    home = cwd / "A"
-    home.mkdir()
+    cwd, _, home, env = workspace(tmp_path)
     interrupted = stopped_mid_trial(home, cwd, env)
     shutil.rmtree(home / "ray")
     del env[STEP_PAUSE]
