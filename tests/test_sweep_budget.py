@@ -25,7 +25,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support.configs import FOUR_TRIALS
 from support.histories import histories
-from support.once import assert_every_job_once_every_point_once
+from support.once import Stored, assert_every_job_once_every_point_once
 from support.repo import subprocess_env
 from support.sweeps import children, sweep_jobs
 
@@ -123,7 +123,7 @@ def stopped_mid_trial(home: Path, cwd: Path, env: dict) -> dict:
     return interrupted
 
 
-def ended_as_unstopped(uri: str, interrupted: dict):
+def ended_as_unstopped(uri: str, interrupted: dict) -> tuple[Stored, list]:
     """Every job's run once, finished, the stopped ones continued; every point once, bit for bit as the same
     packs trained here without a stop. The store (support.once.Stored) and its runs."""
     jobs = sweep_jobs(SWEEP)
