@@ -79,7 +79,10 @@ TABLE = (
     ),
     ExitCode(CHECKPOINT, "the checkpoint to resume from is unusable", "training.checkpoint.CheckpointError"),
     ExitCode(
-        CLUSTER, "the Ray cluster is unreachable or its storage is not shared", "sweeper.errors.ClusterError"
+        CLUSTER,
+        "a new local Ray instance did not start, or the Ray cluster is unreachable or its storage is not "
+        "shared",
+        "sweeper.errors.ClusterError",
     ),
     ExitCode(
         NO_RUNS,

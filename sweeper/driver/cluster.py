@@ -87,9 +87,16 @@ def connect(cluster: DictConfig) -> None:
     runtime_env = {"env_vars": {**HIDE_UNRESERVED_GPUS, **(faults.environment() or {})}}
     if cluster.address is None:  # "local": a new instance, never another sweep's that happens to run here
         host = cluster.dashboard_host if dashboard_installed(cluster.dashboard_host) else None  # null: none
-        ray.init(
-            address="local", include_dashboard=host is not None, dashboard_host=host, runtime_env=runtime_env
-        )
+        # Ray raises a bare Exception or RuntimeError when its own processes do not come up in its time.
+        try:
+            ray.init(
+                address="local",
+                include_dashboard=host is not None,
+                dashboard_host=host,
+                runtime_env=runtime_env,
+            )
+        except Exception as err:
+            raise ClusterError(did_not_start(err)) from None
         return
     reachable(cluster.address)
     try:
@@ -98,6 +105,18 @@ def connect(cluster: DictConfig) -> None:
         raise ClusterError(
             f"cannot join the Ray cluster at cluster.address={cluster.address}: {str(err).splitlines()[0]}"
         ) from None
+
+
+def did_not_start(err: Exception) -> str:
+    """What a sweep whose new local Ray instance failed to start says: Ray's own first line, and that nothing
+    was started or recorded. Ray waits 30 s (a constant of its own) for its node to register: on a machine
+    whose cores another process group holds, the node can miss that, and the same command later succeeds."""
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return (
+        f"a new local Ray instance did not start ({reason}); no trial was started and nothing recorded: run "
+        "the same command again once the machine's cores are not all taken, or join a running instance "
+        "with cluster.address"
+    )
 
 
 def check(cfg: DictConfig) -> None:
