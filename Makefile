@@ -77,7 +77,8 @@ reproduce-d32: $(STAMP)
 # it), the claims on its runs alone, which log every evaluation of its ended models into its store, and a lean
 # archive (sweeper.archive --lean: the store as SQL text and what unfinished runs resume from) to commit. The
 # next call, with the archive unpacked into the clone's root (`python -m sweeper.unpack
-# docs/results/plus/run.tar .`), goes on (docs/results/plus/README.md says from which commit). PLUS_DRAIN_S,
+# docs/results/plus/run.tar .`), goes on (docs/results/plus/README.md says from which commit). The run ended
+# on 2026-12-08; its last archive is in the history (`git show b48082e:docs/results/plus/run.tar`). PLUS_DRAIN_S,
 # when set, is the budget's drain (cluster.drain_s): no pack starts in its last that many seconds, so the
 # allocation ends where its packs end and its archive carries no checkpoint. Its home folder: PLUS_HOME.
 PLUS_HOME ?= plus

@@ -181,7 +181,7 @@ def test_one_claims_command_judges_several_experiments_in_one_table(
     assert lr["status"] != UNTESTED, lr["numbers"]  # both halves judged, whatever two steps trained
     setting = "judged at lite: d 4, k 6, n 16; lite32: d 32, k 10, n 16 in training, the d 32 runs' final"
     assert setting in lr["numbers"], lr["numbers"]
-    assert "d 32 (sweep=lite32): final train_loss at lr 0.1 and 1.0 > at 0.01: " in lr["numbers"]
+    assert "d 32: final train_loss at lr 0.1 and 1.0 > at 0.01: " in lr["numbers"]
     assert re.search(r"at 0.01: \d/2 cases of 24 in the paper grid", lr["numbers"])  # lr 0.1 and 1.0, d 32
     assert re.search(r"d 4: final train_loss at lr 1.0 > at 0.01: \d/1 cases of 12", lr["numbers"])
 

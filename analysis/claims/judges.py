@@ -158,7 +158,7 @@ def large_lr(v: View) -> list[Part]:
     d32, d4 = t[t[D] == 32], t[t[D] == 4]
     return [
         Part(
-            "d 32 (sweep=lite32): final train_loss at lr 0.1 and 1.0 > at 0.01",
+            "d 32: final train_loss at lr 0.1 and 1.0 > at 0.01",
             pair_cases(d32, LR, 0.1, 0.01, gt) + pair_cases(d32, LR, 1.0, 0.01, gt),
         ),
         Part("d 4: final train_loss at lr 1.0 > at 0.01", pair_cases(d4, LR, 1.0, 0.01, gt)),
